@@ -1,0 +1,37 @@
+# mongobouncer build and test entry points. `make test` is what CI runs
+# (through .ci/run) and must work on a fresh machine: it builds everything
+# the tests need first.
+GO        ?= go
+BIN       := $(CURDIR)/bin
+DEVMONGO  := $(BIN)/devmongo
+PKGS      := ./...
+# Tests find the embedded FerretDB server and the CMAP suite through these.
+export MONGOBOUNCER_DEVMONGO := $(DEVMONGO)
+
+.PHONY: all build devmongo test vet fmt-check bench fuzz demo clean
+
+all: build
+
+build: devmongo
+	$(GO) build -o $(BIN)/mongobouncer ./cmd/mongobouncer
+
+# devmongo is a separate module (tools/devmongo) so FerretDB and its SQLite
+# backend never enter the main go.mod.
+devmongo: $(DEVMONGO)
+$(DEVMONGO): $(shell find tools/devmongo -name '*.go' -o -name go.mod -o -name go.sum 2>/dev/null)
+	cd tools/devmongo && $(GO) build -o $(DEVMONGO) .
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+test: devmongo fmt-check vet
+	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,14 @@
+module github.com/mongobouncer/mongobouncer
+
+go 1.26.0
+
+require (
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pelletier/go-toml/v2 v2.4.3 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/xdg-go/scram v1.4.0 // indirect
+	github.com/xdg-go/stringprep v1.0.4 // indirect
+	go.mongodb.org/mongo-driver/v2 v2.9.3 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)
