@@ -1,0 +1,904 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// State is a pool's CMAP state.
+type State uint8
+
+// Pool states. A pool starts paused; Clear pauses it, Ready resumes it, Close is final.
+const (
+	StatePaused State = iota
+	StateReady
+	StateClosed
+)
+
+// String returns "paused", "ready" or "closed".
+func (s State) String() string {
+	switch s {
+	case StatePaused:
+		return "paused"
+	case StateReady:
+		return "ready"
+	case StateClosed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// Stats is a snapshot of a pool, for SHOW POOLS and health checks.
+type Stats struct {
+	// Address is the pool's address.
+	Address string
+	// State is paused, ready or closed.
+	State State
+	// Generation is the pool's generation (bumped by every Clear).
+	Generation uint64
+	// Counts are the connection and waiter counts.
+	Counts
+	// Options are the pool's current options (limits as last set by SetLimits).
+	Options Options
+}
+
+// serviceGen is the load-balancer mode (generation, connection count) of one service.
+type serviceGen struct {
+	gen   uint64
+	count int
+}
+
+// errPanicked marks a connection whose scoped user panicked mid-use.
+var errPanicked = errors.New("pool: connection user panicked")
+
+// Pool is a CMAP connection pool for one upstream server. All methods are safe for
+// concurrent use.
+type Pool struct {
+	// Immutable after New.
+	address   string
+	connector Connector
+	mon       Monitor // nil: no events at all
+	onBgErr   func(error)
+	lb        bool
+	created   *Options // the options given to New, shown in PoolCreated
+	interval  time.Duration
+
+	baseCtx    context.Context    // parent of every establishment; cancelled by Close
+	baseCancel context.CancelFunc // cancels baseCtx
+	runNow     chan struct{}      // wakes maintenance at once; nil when it never runs
+	done       chan struct{}      // closed by Close: maintenance exits
+	wg         sync.WaitGroup     // every goroutine the pool starts
+
+	// mu guards everything below, and the guarded fields of every Conn and waiter of
+	// this pool. It is never held while dialing, closing a socket or calling
+	// OnBackgroundError; it is held while calling the Monitor.
+	mu               sync.Mutex
+	opts             Options // current options (limits change with SetLimits)
+	state            State
+	generation       uint64
+	services         map[bson.ObjectID]*serviceGen // load-balancer mode
+	nextID           int64
+	conns            map[int64]*Conn // every pending, available and in-use connection
+	idle             []*Conn         // available connections, most recently used last
+	pending          int
+	inUse            int
+	unclaimed        []*Conn // pending connections no checkout waits for, oldest first
+	queue            waitQueue
+	clearCause       error  // the error given to the last ClearWithError
+	interruptPending bool   // maintenance must interrupt in-use connections
+	interruptGen     uint64 // ...whose generation is <= this
+}
+
+// New creates a pool for address that establishes connections with c. The pool
+// starts paused: CheckOut fails with a PoolClearedError until Ready is called.
+// A PoolCreated event is emitted before New returns.
+func New(address string, c Connector, opts Options) (*Pool, error) {
+	if address == "" {
+		return nil, fmt.Errorf("%w: empty address", ErrInvalidOptions)
+	}
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil Connector", ErrInvalidOptions)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.MaintenanceInterval == 0 {
+		opts.MaintenanceInterval = DefaultMaintenanceInterval
+	}
+	var logMon Monitor
+	if opts.Logger != nil {
+		logMon = NewLogMonitor(opts.Logger)
+	}
+	created := opts
+	p := &Pool{
+		address:   address,
+		connector: c,
+		mon:       Monitors(opts.Monitor, logMon),
+		onBgErr:   opts.OnBackgroundError,
+		lb:        opts.LoadBalanced,
+		created:   &created,
+		interval:  opts.MaintenanceInterval,
+		done:      make(chan struct{}),
+		opts:      opts,
+		conns:     make(map[int64]*Conn),
+	}
+	if p.lb {
+		p.services = make(map[bson.ObjectID]*serviceGen)
+	}
+	p.baseCtx, p.baseCancel = context.WithCancel(context.Background())
+	p.mu.Lock()
+	if p.mon != nil {
+		p.emitLocked(Event{Type: PoolCreated, Options: p.created})
+	}
+	p.mu.Unlock()
+	if p.interval > 0 {
+		p.runNow = make(chan struct{}, 1)
+		p.wg.Add(1)
+		go p.maintain()
+	}
+	return p, nil
+}
+
+// Address returns the address of the server the pool connects to.
+func (p *Pool) Address() string { return p.address }
+
+// Stats returns a snapshot of the pool.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Stats{
+		Address:    p.address,
+		State:      p.state,
+		Generation: p.generation,
+		Counts:     p.countsLocked(),
+		Options:    p.opts,
+	}
+}
+
+// SetLimits changes the pool's limits live (configuration reload). Raising
+// MaxPoolSize or MaxConnecting serves waiters at once; lowering MaxPoolSize closes
+// surplus available connections at the next maintenance run (in-use ones are never
+// taken away, so the total may exceed the new maximum until they are checked in).
+func (p *Pool) SetLimits(l Limits) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.state == StateClosed {
+		p.mu.Unlock()
+		return &PoolClosedError{Address: p.address}
+	}
+	if p.opts.MaxIdleTime == 0 && l.MaxIdleTime > 0 {
+		// idleSince is only recorded while MaxIdleTime is set; start the clock now.
+		now := time.Now()
+		for _, c := range p.idle {
+			c.idleSince = now
+		}
+	}
+	p.opts = p.opts.withLimits(l)
+	p.dispatchLocked()
+	p.mu.Unlock()
+	p.kick()
+	return nil
+}
+
+// Ready marks a paused pool ready: checkouts are served and minPoolSize population
+// starts at once. Readying a ready pool does nothing; a closed pool returns a
+// *PoolClosedError.
+func (p *Pool) Ready() error {
+	p.mu.Lock()
+	switch p.state {
+	case StateClosed:
+		p.mu.Unlock()
+		return &PoolClosedError{Address: p.address}
+	case StateReady:
+		p.mu.Unlock()
+		return nil
+	}
+	p.state = StateReady
+	// PoolReady is emitted before maintenance can observe the ready state, so no
+	// ConnectionCreated of the population can precede it.
+	if p.mon != nil {
+		p.emitLocked(Event{Type: PoolReady})
+	}
+	p.mu.Unlock()
+	p.kick()
+	return nil
+}
+
+// Clear is ClearWithError(nil, interruptInUse).
+func (p *Pool) Clear(interruptInUse bool) { p.ClearWithError(nil, interruptInUse) }
+
+// ClearWithError clears a non-load-balanced pool: it bumps the generation (every
+// existing connection becomes stale and is closed when next seen), pauses the pool,
+// and fails every waiter at once with a *PoolClearedError (whose Cause is cause).
+// PoolCleared is emitted unless the pool was already paused. With interruptInUse,
+// connections being established are cancelled at once and in-use connections of the
+// old generations are interrupted (their Upstream closed) by a maintenance run
+// scheduled immediately, so Clear itself never blocks. It does nothing on a closed or
+// load-balanced pool (use ClearService there).
+func (p *Pool) ClearWithError(cause error, interruptInUse bool) {
+	p.mu.Lock()
+	if p.state == StateClosed || p.lb {
+		p.mu.Unlock()
+		return
+	}
+	wasPaused := p.state == StatePaused
+	prev := p.generation
+	p.generation++
+	p.state = StatePaused
+	p.clearCause = cause
+	if interruptInUse {
+		p.interruptPending = true
+		p.interruptGen = prev
+		for _, c := range p.conns {
+			if c.state == connPending && c.cancelled == "" {
+				c.cancelled = ReasonStale
+				c.cancel()
+			}
+		}
+	}
+	if !wasPaused && p.mon != nil {
+		p.emitLocked(Event{Type: PoolCleared, Generation: p.generation, InterruptInUseConnections: interruptInUse})
+	}
+	if p.queue.n > 0 {
+		err := &PoolClearedError{Address: p.address, Cause: cause}
+		for w := p.queue.front(); w != nil; w = p.queue.front() {
+			p.failWaiterLocked(w, ReasonConnectionError, err)
+		}
+	}
+	p.mu.Unlock()
+	p.kick()
+}
+
+// ClearService clears the connections of one service in load-balancer mode: it bumps
+// that service's generation and emits PoolCleared with the serviceId. It neither
+// pauses the pool nor touches the wait queue. It does nothing on a closed or
+// non-load-balanced pool.
+func (p *Pool) ClearService(id bson.ObjectID) {
+	p.mu.Lock()
+	if !p.lb || p.state == StateClosed {
+		p.mu.Unlock()
+		return
+	}
+	// Without an entry there is no connection of that service to make stale; the
+	// spec removes entries whose count drops to zero.
+	var gen uint64
+	if s := p.services[id]; s != nil {
+		s.gen++
+		gen = s.gen
+	}
+	if p.mon != nil {
+		p.emitLocked(Event{Type: PoolCleared, Generation: gen, ServiceID: id, HasServiceID: true})
+	}
+	p.mu.Unlock()
+	p.kick()
+}
+
+// Close closes the pool: available connections are closed at once, connections being
+// established are cancelled, waiters fail with *PoolClosedError, and in-use
+// connections are closed when checked in. Close is idempotent and does not wait for
+// sockets to close; the pool's goroutines exit promptly afterwards.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	if p.state == StateClosed {
+		p.mu.Unlock()
+		return
+	}
+	p.state = StateClosed
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.closeLocked(c, ReasonPoolClosed, nil)
+	}
+	for _, c := range p.conns {
+		if c.state == connPending {
+			c.cancelled = ReasonPoolClosed
+		}
+	}
+	p.baseCancel()
+	if p.mon != nil {
+		p.emitLocked(Event{Type: PoolClosed})
+	}
+	if p.queue.n > 0 {
+		err := &PoolClosedError{Address: p.address}
+		for w := p.queue.front(); w != nil; w = p.queue.front() {
+			p.failWaiterLocked(w, ReasonPoolClosed, err)
+		}
+	}
+	p.mu.Unlock()
+	close(p.done)
+}
+
+// CheckOut returns a connection for the caller's exclusive use until CheckIn.
+//
+// Checkouts are served in arrival order. An available non-perished connection is
+// reused (perished ones met on the way are closed); otherwise a new one is created if
+// MaxPoolSize and MaxConnecting allow (or a connection already being established that
+// nobody waits for is taken over); otherwise the caller waits for either. Errors:
+// *PoolClosedError, *PoolClearedError (paused or cleared while waiting; retryable),
+// *WaitQueueTimeoutError (WaitQueueTimeout or ctx ended; unwraps to ctx.Err()), and
+// *ConnectionError (establishing the connection made for this checkout failed).
+func (p *Pool) CheckOut(ctx context.Context) (*Conn, error) {
+	p.mu.Lock()
+	var start time.Time
+	if p.mon != nil {
+		start = time.Now()
+		p.emitLocked(Event{Type: ConnectionCheckOutStarted})
+	}
+	if p.state != StateReady {
+		err, reason := p.unavailableLocked()
+		p.emitFailedLocked(start, reason, err)
+		p.mu.Unlock()
+		return nil, err
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		err := p.timeoutErrLocked(cerr, start)
+		p.emitFailedLocked(start, ReasonTimeout, err)
+		p.mu.Unlock()
+		return nil, err
+	}
+	// Fast path, only when nobody waits: a newcomer never overtakes a waiter.
+	if p.queue.n == 0 {
+		if c := p.popAvailableLocked(); c != nil {
+			p.handOutLocked(c, start)
+			p.mu.Unlock()
+			return c, nil
+		}
+	}
+	if start.IsZero() {
+		start = time.Now()
+	}
+	w := getWaiter()
+	w.start = start
+	w.state = waiterQueued
+	p.queue.pushBack(w)
+	p.dispatchLocked()
+	wqt := p.opts.WaitQueueTimeout
+	p.mu.Unlock()
+	return p.await(ctx, w, wqt)
+}
+
+// await waits for w's result, for WaitQueueTimeout while w is queued, and for ctx.
+func (p *Pool) await(ctx context.Context, w *waiter, wqt time.Duration) (*Conn, error) {
+	var timeout <-chan time.Time
+	if wqt > 0 {
+		if w.timer == nil {
+			w.timer = time.NewTimer(wqt)
+		} else {
+			w.timer.Reset(wqt)
+		}
+		timeout = w.timer.C
+	}
+	for {
+		select {
+		case <-w.ch:
+			return finish(w)
+		case <-timeout:
+			timeout = nil
+			p.mu.Lock()
+			if w.state == waiterQueued {
+				err := p.abandonLocked(w, nil)
+				p.mu.Unlock()
+				putWaiter(w)
+				return nil, err
+			}
+			// Bound: the spec's wait queue ends when establishment starts, so
+			// WaitQueueTimeout no longer applies (ctx still does). Done: the
+			// result token is in w.ch.
+			p.mu.Unlock()
+		case <-ctx.Done():
+			p.mu.Lock()
+			if w.state == waiterQueued || w.state == waiterBound {
+				err := p.abandonLocked(w, ctx.Err())
+				p.mu.Unlock()
+				putWaiter(w)
+				return nil, err
+			}
+			p.mu.Unlock()
+			// Served just before the context ended: the token is already in w.ch.
+			<-w.ch
+			return finish(w)
+		}
+	}
+}
+
+// finish returns a served waiter's result and recycles it.
+func finish(w *waiter) (*Conn, error) {
+	c, err := w.conn, w.err
+	putWaiter(w)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// abandonLocked ends a queued or bound waiter that timed out. A connection being
+// established for it is kept: it becomes unclaimed, for the next waiter or the pool.
+func (p *Pool) abandonLocked(w *waiter, cause error) error {
+	switch w.state {
+	case waiterQueued:
+		p.queue.remove(w)
+	case waiterBound:
+		c := w.pending
+		w.pending = nil
+		c.owner = nil
+		p.unclaimed = append(p.unclaimed, c)
+	}
+	w.state = waiterDone
+	err := p.timeoutErrLocked(cause, w.start)
+	p.emitFailedLocked(w.start, ReasonTimeout, err)
+	p.dispatchLocked()
+	return err
+}
+
+// CheckIn returns a connection obtained from CheckOut. A perished connection (stale,
+// interrupted or marked errored) or any connection of a closed pool is closed;
+// otherwise it becomes available, or goes straight to the oldest waiter. It returns
+// ErrForeignConn for a connection of another pool, ErrNilConn and ErrNotCheckedOut
+// for other misuse.
+func (p *Pool) CheckIn(c *Conn) error { return p.checkIn(c, 0) }
+
+// checkIn checks c in; a non-zero lease must match c's current lease (Use guards
+// against checking in a connection that was re-lent after its user checked it in).
+func (p *Pool) checkIn(c *Conn, lease uint64) error {
+	if c == nil {
+		return ErrNilConn
+	}
+	if c.pool != p {
+		return ErrForeignConn
+	}
+	p.mu.Lock()
+	if c.state != connInUse || (lease != 0 && c.lease != lease) {
+		p.mu.Unlock()
+		return ErrNotCheckedOut
+	}
+	if p.mon != nil {
+		p.emitLocked(Event{Type: ConnectionCheckedIn, ConnectionID: c.id, Generation: c.generation})
+	}
+	switch {
+	case c.errored != nil:
+		p.closeLocked(c, ReasonError, c.errored)
+	case p.state == StateClosed:
+		p.closeLocked(c, ReasonPoolClosed, nil)
+	case c.interrupted.Load() || p.staleLocked(c):
+		p.closeLocked(c, ReasonStale, nil)
+	default:
+		p.inUse--
+		p.makeAvailableLocked(c)
+	}
+	p.dispatchLocked()
+	p.mu.Unlock()
+	return nil
+}
+
+// Use checks a connection out, calls fn with it and checks it back in, also when fn
+// panics (then the connection is marked errored, since a request may be half done,
+// and the panic continues). fn must not check the connection in itself. Use returns
+// the checkout error or fn's error.
+func (p *Pool) Use(ctx context.Context, fn func(*Conn) error) (err error) {
+	c, err := p.CheckOut(ctx)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	lease := c.lease
+	p.mu.Unlock()
+	panicked := true
+	defer func() {
+		if panicked {
+			p.markErrored(c, lease, errPanicked)
+		}
+		if cerr := p.checkIn(c, lease); cerr != nil && err == nil && !panicked {
+			err = cerr
+		}
+	}()
+	err = fn(c)
+	panicked = false
+	return err
+}
+
+// markErrored is MarkErrored restricted to one lease.
+func (p *Pool) markErrored(c *Conn, lease uint64, err error) {
+	p.mu.Lock()
+	if c.state == connInUse && c.lease == lease && c.errored == nil {
+		c.errored = err
+	}
+	p.mu.Unlock()
+}
+
+// dispatchLocked serves waiters from the front of the queue for as long as possible:
+// with an available connection, by taking over an unclaimed pending connection, or by
+// creating a connection for the waiter. Only the front waiter is ever considered, so
+// the queue is strictly FIFO. Called after every change that may let a waiter progress.
+func (p *Pool) dispatchLocked() {
+	for p.state == StateReady {
+		w := p.queue.front()
+		if w == nil {
+			return
+		}
+		if c := p.popAvailableLocked(); c != nil {
+			p.queue.remove(w)
+			p.handOutLocked(c, w.start)
+			p.deliverLocked(w, c)
+			continue
+		}
+		if len(p.unclaimed) > 0 {
+			// A connection already being established that nobody waits for (minPoolSize
+			// population, or its checkout gave up) serves this waiter rather than a new
+			// one: that never costs more time than a new dial and does not overshoot
+			// the pool size (spec: no establishing while a populated one is coming).
+			c := p.unclaimed[0]
+			p.removeUnclaimedLocked(c)
+			p.queue.remove(w)
+			p.bindLocked(w, c)
+			continue
+		}
+		if !p.canCreateLocked() {
+			return
+		}
+		p.queue.remove(w)
+		c := p.createLocked(false)
+		p.bindLocked(w, c)
+		p.establishLocked(c)
+	}
+}
+
+// popAvailableLocked pops the most recently used available connection that has not
+// perished, closing the perished ones it meets. LIFO keeps the busy set of connections
+// warm and lets surplus ones age out through MaxIdleTime.
+func (p *Pool) popAvailableLocked() *Conn {
+	var now time.Time
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		if p.staleLocked(c) {
+			p.closeLocked(c, ReasonStale, nil)
+			continue
+		}
+		if p.opts.MaxIdleTime > 0 {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if now.Sub(c.idleSince) > p.opts.MaxIdleTime {
+				p.closeLocked(c, ReasonIdle, nil)
+				continue
+			}
+		}
+		return c
+	}
+	return nil
+}
+
+// handOutLocked marks c (just popped, or just established) in use.
+func (p *Pool) handOutLocked(c *Conn, start time.Time) {
+	c.state = connInUse
+	c.lease++
+	p.inUse++
+	if p.mon != nil {
+		p.emitLocked(Event{Type: ConnectionCheckedOut, ConnectionID: c.id, Generation: c.generation, Duration: time.Since(start)})
+	}
+}
+
+// makeAvailableLocked puts an established connection on top of the available stack.
+func (p *Pool) makeAvailableLocked(c *Conn) {
+	c.state = connAvailable
+	if p.opts.MaxIdleTime > 0 {
+		c.idleSince = time.Now()
+	}
+	p.idle = append(p.idle, c)
+}
+
+// deliverLocked completes waiter w with connection c (already handed out).
+func (p *Pool) deliverLocked(w *waiter, c *Conn) {
+	w.pending = nil
+	w.conn = c
+	w.state = waiterDone
+	w.ch <- struct{}{}
+}
+
+// failWaiterLocked completes waiter w with err and emits ConnectionCheckOutFailed.
+func (p *Pool) failWaiterLocked(w *waiter, reason Reason, err error) {
+	if w.state == waiterQueued {
+		p.queue.remove(w)
+	}
+	w.pending = nil
+	w.err = err
+	w.state = waiterDone
+	p.emitFailedLocked(w.start, reason, err)
+	w.ch <- struct{}{}
+}
+
+// bindLocked takes w out of the queue's competition: c is being established for it.
+func (p *Pool) bindLocked(w *waiter, c *Conn) {
+	w.state = waiterBound
+	w.pending = c
+	c.owner = w
+}
+
+func (p *Pool) canCreateLocked() bool {
+	return (p.opts.MaxPoolSize == 0 || len(p.conns) < p.opts.MaxPoolSize) && p.pending < p.opts.MaxConnecting
+}
+
+// createLocked creates a pending connection (no I/O) and emits ConnectionCreated.
+func (p *Pool) createLocked(background bool) *Conn {
+	p.nextID++
+	c := &Conn{pool: p, id: p.nextID, generation: p.generation, state: connPending, background: background}
+	p.conns[c.id] = c
+	p.pending++
+	if p.mon != nil {
+		c.createdAt = time.Now()
+		p.emitLocked(Event{Type: ConnectionCreated, ConnectionID: c.id, Generation: c.generation})
+	}
+	return c
+}
+
+// establishLocked starts establishing c on its own goroutine, outside the lock.
+func (p *Pool) establishLocked(c *Conn) {
+	ctx, cancel := context.WithCancel(p.baseCtx)
+	c.cancel = cancel
+	p.wg.Add(1)
+	go p.establish(ctx, c)
+}
+
+// establish runs the Connector for c and records the outcome.
+func (p *Pool) establish(ctx context.Context, c *Conn) {
+	defer p.wg.Done()
+	up, err := p.dial(ctx, c.id)
+	var sid bson.ObjectID
+	if err == nil && p.lb {
+		ok := false
+		if s, isS := up.(ServiceIDer); isS {
+			sid, ok = s.ServiceID()
+		}
+		if !ok {
+			p.closeUpstream(up)
+			up, err = nil, ErrNoServiceID
+		}
+	}
+	if err != nil {
+		cerr := &ConnectionError{Address: p.address, ConnectionID: c.id, Generation: c.generation, Err: err}
+		if p.onBgErr != nil {
+			p.mu.Lock()
+			report := c.cancelled == "" && p.state != StateClosed && (c.background || c.owner == nil)
+			p.mu.Unlock()
+			// Outside the lock: the handler typically calls Clear. Called before the
+			// connection's ConnectionClosed, as SDAM error handling is part of the failure.
+			if report {
+				p.onBgErr(cerr)
+			}
+		}
+		p.mu.Lock()
+		p.failPendingLocked(c, cerr)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Lock()
+	p.completePendingLocked(c, up, sid)
+	p.mu.Unlock()
+}
+
+// dial calls the Connector, turning a panic or a nil connection into an error so that
+// the pool's accounting stays right whatever the Connector does.
+func (p *Pool) dial(ctx context.Context, id int64) (up Upstream, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			up, err = nil, fmt.Errorf("pool: Connector panicked: %v", r)
+		}
+	}()
+	up, err = p.connector.Connect(ctx, p.address, id)
+	switch {
+	case err != nil && up != nil:
+		p.closeUpstream(up)
+		up = nil
+	case err == nil && up == nil:
+		err = errors.New("pool: Connector returned no connection and no error")
+	}
+	return up, err
+}
+
+// failPendingLocked closes a pending connection whose establishment failed and fails
+// the checkout it was made for, if any.
+func (p *Pool) failPendingLocked(c *Conn, cerr *ConnectionError) {
+	reason := ReasonError
+	if c.cancelled != "" {
+		reason = c.cancelled
+	}
+	w := c.owner
+	c.owner = nil
+	p.closeLocked(c, reason, cerr)
+	if w != nil {
+		p.failOwnerLocked(w, c, cerr)
+	}
+	p.dispatchLocked()
+}
+
+// failOwnerLocked fails the checkout a pending connection was established for.
+func (p *Pool) failOwnerLocked(w *waiter, c *Conn, cerr error) {
+	switch {
+	case p.state == StateClosed || c.cancelled == ReasonPoolClosed:
+		p.failWaiterLocked(w, ReasonPoolClosed, &PoolClosedError{Address: p.address})
+	case c.cancelled != "":
+		p.failWaiterLocked(w, ReasonConnectionError, &PoolClearedError{Address: p.address, Cause: p.clearCause, Interrupted: true})
+	default:
+		p.failWaiterLocked(w, ReasonConnectionError, cerr)
+	}
+}
+
+// completePendingLocked records a successful establishment: ConnectionReady, then the
+// connection goes to its checkout, or becomes available (and so to the oldest
+// waiter), or is closed if it can no longer be used. The pending count drops in the
+// same critical section that makes the connection available, so nobody can start a
+// new establishment while it is unaccounted for.
+func (p *Pool) completePendingLocked(c *Conn, up Upstream, sid bson.ObjectID) {
+	c.up = up
+	if c.cancel != nil {
+		c.cancel()
+		c.cancel = nil
+	}
+	if p.lb {
+		s := p.services[sid]
+		if s == nil {
+			s = &serviceGen{}
+			p.services[sid] = s
+		}
+		s.count++
+		c.serviceID, c.hasServiceID, c.generation = sid, true, s.gen
+	}
+	if p.mon != nil {
+		p.emitLocked(Event{Type: ConnectionReady, ConnectionID: c.id, Generation: c.generation, Duration: time.Since(c.createdAt)})
+	}
+	p.pending--
+	p.removeUnclaimedLocked(c)
+	c.state = connAvailable
+	w := c.owner
+	c.owner = nil
+	switch {
+	case p.state == StateClosed || c.cancelled != "":
+		// The Connector finished despite the cancellation.
+		reason := c.cancelled
+		if p.state == StateClosed {
+			reason = ReasonPoolClosed
+		}
+		p.closeLocked(c, reason, nil)
+		if w != nil {
+			p.failOwnerLocked(w, c, nil)
+		}
+	case w != nil:
+		// As in the spec's checkOut, the connection goes to the checkout that created
+		// it even if a non-interrupting clear made it stale meanwhile; it is closed
+		// when checked in.
+		p.handOutLocked(c, w.start)
+		p.deliverLocked(w, c)
+	case p.staleLocked(c):
+		p.closeLocked(c, ReasonStale, nil)
+	default:
+		p.makeAvailableLocked(c)
+	}
+	p.dispatchLocked()
+	if p.state == StateReady && len(p.conns) < p.opts.MinPoolSize && p.canCreateLocked() {
+		p.kick()
+	}
+}
+
+// closeLocked removes c from the pool's accounting (the caller has already taken it
+// out of p.idle), emits ConnectionClosed, and closes its socket asynchronously.
+func (p *Pool) closeLocked(c *Conn, reason Reason, err error) {
+	switch c.state {
+	case connClosed:
+		return
+	case connPending:
+		p.pending--
+		p.removeUnclaimedLocked(c)
+	case connInUse:
+		p.inUse--
+	}
+	c.state = connClosed
+	delete(p.conns, c.id)
+	if c.hasServiceID {
+		if s := p.services[c.serviceID]; s != nil {
+			if s.count--; s.count <= 0 {
+				delete(p.services, c.serviceID)
+			}
+		}
+	}
+	if c.cancel != nil {
+		c.cancel()
+		c.cancel = nil
+	}
+	if p.mon != nil {
+		p.emitLocked(Event{Type: ConnectionClosed, ConnectionID: c.id, Generation: c.generation, Reason: reason, Err: err})
+	}
+	if c.up != nil && !c.upClosed {
+		c.upClosed = true
+		p.closeUpstream(c.up)
+	}
+}
+
+// closeUpstream closes a socket on its own goroutine: closing may block (TLS
+// close_notify), and the spec wants closing to never block the pool or its callers.
+func (p *Pool) closeUpstream(up Upstream) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		_ = up.Close()
+	}()
+}
+
+func (p *Pool) removeUnclaimedLocked(c *Conn) {
+	if i := slices.Index(p.unclaimed, c); i >= 0 {
+		p.unclaimed = slices.Delete(p.unclaimed, i, i+1)
+	}
+}
+
+// staleLocked reports whether c's generation is older than its pool's (or, in
+// load-balancer mode, its service's).
+func (p *Pool) staleLocked(c *Conn) bool {
+	if p.lb {
+		s := p.services[c.serviceID]
+		return s != nil && c.generation < s.gen
+	}
+	return c.generation < p.generation
+}
+
+// unavailableLocked returns the error (and checkout-failure reason) of a pool that is
+// not ready.
+func (p *Pool) unavailableLocked() (error, Reason) {
+	if p.state == StateClosed {
+		return &PoolClosedError{Address: p.address}, ReasonPoolClosed
+	}
+	return &PoolClearedError{Address: p.address, Cause: p.clearCause}, ReasonConnectionError
+}
+
+func (p *Pool) timeoutErrLocked(cause error, start time.Time) *WaitQueueTimeoutError {
+	var waited time.Duration
+	if !start.IsZero() {
+		waited = time.Since(start)
+	}
+	c := p.countsLocked()
+	return &WaitQueueTimeoutError{
+		Address:          p.address,
+		Cause:            cause,
+		Waited:           waited,
+		WaitQueueTimeout: p.opts.WaitQueueTimeout,
+		MaxPoolSize:      p.opts.MaxPoolSize,
+		MaxConnecting:    p.opts.MaxConnecting,
+		Total:            c.Total,
+		InUse:            c.InUse,
+		Pending:          c.Pending,
+		Available:        c.Available,
+		Waiters:          c.Waiters,
+	}
+}
+
+func (p *Pool) countsLocked() Counts {
+	return Counts{
+		Total:     len(p.conns),
+		Available: len(p.idle),
+		Pending:   p.pending,
+		InUse:     p.inUse,
+		Waiters:   p.queue.n,
+	}
+}
+
+// emitLocked fills the common fields and hands e to the monitor; callers check
+// p.mon != nil first so that nothing is computed when nobody listens.
+func (p *Pool) emitLocked(e Event) {
+	e.Address = p.address
+	e.Counts = p.countsLocked()
+	p.mon.HandleEvent(e)
+}
+
+func (p *Pool) emitFailedLocked(start time.Time, reason Reason, err error) {
+	if p.mon != nil {
+		p.emitLocked(Event{Type: ConnectionCheckOutFailed, Duration: time.Since(start), Reason: reason, Err: err})
+	}
+}
