@@ -267,7 +267,7 @@ func ping(addr string, deadline time.Time) error {
 	}
 	body := bsoncore.NewDocumentBuilder().AppendInt32("hello", 1).AppendString("$db", "admin").Build()
 	msg := make([]byte, 16, 16+5+len(body))
-	binary.LittleEndian.PutUint32(msg[4:], 1)    // requestID
+	binary.LittleEndian.PutUint32(msg[4:], 1)     // requestID
 	binary.LittleEndian.PutUint32(msg[12:], 2013) // OP_MSG
 	msg = binary.LittleEndian.AppendUint32(msg, 0)
 	msg = append(msg, 0) // section kind 0
