@@ -1,0 +1,306 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// Conn is an established upstream connection: dialled, handshaken and, when
+// configured, authenticated.
+//
+// Concurrency: one goroutine may write (WriteMessage) while another reads
+// (ReadMessage); RoundTrip does both and must not overlap either. Close and
+// SetDeadline may be called at any time from any goroutine, and Close
+// interrupts I/O in progress.
+type Conn struct {
+	nc net.Conn
+	// raw is nc without TLS; Close closes it directly because tls.Conn.Close
+	// may block for seconds sending close_notify to a peer that is not
+	// reading, and upstreams do not need the alert.
+	raw  net.Conn
+	addr string
+	id   int64
+
+	// Set during the handshake, read-only afterwards.
+	hello      *Hello
+	compressor wire.CompressorID
+	compress   bool
+	maxMsg     int
+
+	// reqID numbers the requests RoundTrip sends.
+	reqID atomic.Int32
+
+	// wbuf is the writer's compression scratch; only
+	// the writing goroutine touches it.
+	wbuf []byte
+	// zbuf is the reader's decompression scratch and rbuf RoundTrip's reply
+	// buffer; only the reading goroutine touches them.
+	zbuf []byte
+	rbuf []byte
+	// qbuf holds RoundTrip's request.
+	qbuf []byte
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error // written once inside closeOnce
+}
+
+func newConn(nc, raw net.Conn, addr string, id int64, maxMsg int) *Conn {
+	return &Conn{nc: nc, raw: raw, addr: addr, id: id, maxMsg: maxMsg}
+}
+
+// Hello returns the server's handshake reply. The caller must not modify it.
+func (c *Conn) Hello() *Hello { return c.hello }
+
+// Address returns the address the connection was dialled with.
+func (c *Conn) Address() string { return c.addr }
+
+// ID returns the connection id given to Connect.
+func (c *Conn) ID() int64 { return c.id }
+
+// Compressor returns the compressor negotiated in the handshake, if any.
+func (c *Conn) Compressor() (wire.CompressorID, bool) { return c.compressor, c.compress }
+
+// ServiceID returns the serviceId of a load-balanced upstream. It implements
+// pool.ServiceIDer.
+func (c *Conn) ServiceID() (bson.ObjectID, bool) {
+	if c.hello == nil {
+		return bson.ObjectID{}, false
+	}
+	return c.hello.ServiceID, c.hello.HasServiceID
+}
+
+// NetConn returns the underlying connection, for callers that splice bytes
+// themselves. Reading or writing it directly bypasses compression.
+func (c *Conn) NetConn() net.Conn { return c.nc }
+
+// MaxMessageSize returns the largest message ReadMessage accepts: the
+// server's maxMessageSizeBytes once the handshake has completed.
+func (c *Conn) MaxMessageSize() int { return c.maxMsg }
+
+// SetDeadline sets the read and write deadline of the underlying connection.
+func (c *Conn) SetDeadline(t time.Time) error { return c.nc.SetDeadline(t) }
+
+// Close closes the connection. It is idempotent, safe to call concurrently
+// with I/O (which it interrupts) and does not block on the network.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		c.closeErr = c.raw.Close()
+	})
+	return c.closeErr
+}
+
+// WriteMessage writes one whole wire message. When a compressor was
+// negotiated, messages that may be compressed (wire.CanCompress) are sent as
+// OP_COMPRESSED; hello and the authentication commands never are. msg is not
+// modified or retained.
+func (c *Conn) WriteMessage(msg []byte) error {
+	out := msg
+	if c.compress && wire.CanCompress(msg) {
+		z, err := wire.Compress(c.wbuf[:0], msg, c.compressor)
+		if err != nil {
+			return &NetworkError{Addr: c.addr, Op: "write", Err: err}
+		}
+		c.wbuf = z
+		out = z
+	}
+	if _, err := c.nc.Write(out); err != nil {
+		return c.ioError("write", err)
+	}
+	return nil
+}
+
+// ReadMessage reads one whole message, bounded by MaxMessageSize, into buf
+// (growing it when too small) and returns it. An OP_COMPRESSED message is
+// returned decompressed, with its original opcode. Every error is a
+// *NetworkError: after one the connection must be closed.
+func (c *Conn) ReadMessage(buf []byte) ([]byte, error) {
+	msg, err := wire.ReadMessage(c.nc, buf, c.maxMsg)
+	if err != nil {
+		return nil, c.ioError("read", err)
+	}
+	h, err := wire.ParseHeader(msg)
+	if err != nil {
+		return nil, c.ioError("read", err)
+	}
+	if h.OpCode != wire.OpCompressed {
+		return msg, nil
+	}
+	z, err := wire.Decompress(c.zbuf[:0], msg, c.maxMsg)
+	if err != nil {
+		return nil, c.ioError("read", err)
+	}
+	c.zbuf = z
+	// Hand the result back in the caller's buffer so that ownership stays
+	// where ReadMessage's contract puts it; zbuf remains ours.
+	return append(msg[:0], z...), nil
+}
+
+// ioError wraps an I/O failure. After Close, the cause is ErrClosed rather
+// than whatever the interrupted syscall reported.
+func (c *Conn) ioError(op string, err error) error {
+	if c.closed.Load() && !errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return &NetworkError{Addr: c.addr, Op: op, Err: err}
+}
+
+// RoundTrip sends cmd to database db as one OP_MSG and returns the reply
+// body, an owned copy. "$db" is appended to cmd unless it has one. A reply
+// with ok:0 returns a *CommandError (and the reply); the connection remains
+// usable. Every other error is a *NetworkError and the connection must be
+// discarded.
+//
+// ctx bounds the exchange: its deadline, if any, becomes the connection's
+// deadline (and is cleared afterwards, replacing any set with SetDeadline), and its cancellation closes the connection, because
+// an exchange cut in the middle leaves the stream out of step anyway.
+// RoundTrip is meant for the handshake, monitoring, authentication and
+// cleanup commands, not for proxying client traffic.
+func (c *Conn) RoundTrip(ctx context.Context, db string, cmd bsoncore.Document) (bsoncore.Document, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &NetworkError{Addr: c.addr, Op: "write", Err: err}
+	}
+	if c.closed.Load() {
+		return nil, &NetworkError{Addr: c.addr, Op: "write", Err: ErrClosed}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if err := c.nc.SetDeadline(dl); err != nil {
+			return nil, c.ioError("write", err)
+		}
+		defer c.nc.SetDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+
+	reply, err := c.roundTrip(db, cmd)
+	if err != nil {
+		if ctxErr := ctxError(ctx, err); ctxErr != nil {
+			// The context ended first: it is the real cause, the I/O error
+			// (use of closed connection, timeout) only its symptom.
+			var ne *NetworkError
+			if errors.As(err, &ne) {
+				return nil, &NetworkError{Addr: c.addr, Op: ne.Op, Err: fmt.Errorf("%w (%w)", ctxErr, ne.Err)}
+			}
+		}
+		return reply, err
+	}
+	return reply, nil
+}
+
+func (c *Conn) roundTrip(db string, cmd bsoncore.Document) (bsoncore.Document, error) {
+	id := c.reqID.Add(1)
+	body, err := withDB(cmd, db)
+	if err != nil {
+		return nil, err
+	}
+	c.qbuf = wire.AppendMsg(c.qbuf[:0], id, 0, 0, body)
+	if err := c.WriteMessage(c.qbuf); err != nil {
+		return nil, err
+	}
+	msg, err := c.ReadMessage(c.rbuf[:0])
+	if err != nil {
+		return nil, err
+	}
+	c.rbuf = msg
+	h, err := wire.ParseHeader(msg)
+	if err != nil {
+		return nil, c.ioError("read", err)
+	}
+	if h.OpCode != wire.OpMsg {
+		return nil, c.badReply("reply opcode is %v, want OP_MSG", h.OpCode)
+	}
+	if h.ResponseTo != id {
+		return nil, c.badReply("reply responseTo %d, want %d", h.ResponseTo, id)
+	}
+	m, err := wire.ParseMsg(msg)
+	if err != nil {
+		return nil, c.ioError("read", err)
+	}
+	if m.Flags.Has(wire.FlagMoreToCome) {
+		// We never set exhaustAllowed, so a streamed reply means the
+		// server and we disagree about the state of this connection.
+		return nil, c.badReply("unrequested moreToCome reply")
+	}
+	reply := bsoncore.Document(append([]byte(nil), m.Body...))
+	if cerr := commandError(reply); cerr != nil {
+		return reply, cerr
+	}
+	return reply, nil
+}
+
+func (c *Conn) badReply(format string, args ...any) error {
+	return &NetworkError{Addr: c.addr, Op: "read", Err: fmt.Errorf("%w: "+format, append([]any{ErrBadReply}, args...)...)}
+}
+
+// withDB returns cmd with "$db": db appended, unless it already names one.
+func withDB(cmd bsoncore.Document, db string) (bsoncore.Document, error) {
+	if err := cmd.Validate(); err != nil {
+		return nil, fmt.Errorf("upstream: invalid command document: %w", err)
+	}
+	if _, err := cmd.LookupErr("$db"); err == nil {
+		return cmd, nil
+	}
+	out := make([]byte, 0, len(cmd)+len(db)+11)
+	idx, out := bsoncore.AppendDocumentStart(out)
+	out = append(out, cmd[4:len(cmd)-1]...)
+	out = bsoncore.AppendStringElement(out, "$db", db)
+	out, err := bsoncore.AppendDocumentEnd(out, idx)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// commandError returns a *CommandError when reply says ok:0 (or lacks a
+// usable ok), nil when it says ok:1.
+func commandError(reply bsoncore.Document) error {
+	okv, err := reply.LookupErr("ok")
+	if err == nil {
+		if f, isNum := okv.AsFloat64OK(); isNum && f == 1 {
+			return nil
+		}
+		if b, isBool := okv.BooleanOK(); isBool && b {
+			return nil
+		}
+	}
+	ce := &CommandError{}
+	if v, err := reply.LookupErr("code"); err == nil {
+		if n, ok := v.AsInt64OK(); ok && n == int64(int32(n)) {
+			ce.Code = int32(n)
+		}
+	}
+	ce.CodeName, _ = reply.Lookup("codeName").StringValueOK()
+	ce.Message, _ = reply.Lookup("errmsg").StringValueOK()
+	if labels, ok := stringArray(reply.Lookup("errorLabels")); ok {
+		ce.Labels = labels
+	}
+	if ce.Message == "" && okv.Type == 0 {
+		ce.Message = "reply has no ok field"
+	}
+	return ce
+}
+
+// ctxError returns ctx's error if ctx has ended, or is about to: the
+// connection deadline set from ctx's deadline can fire a moment before ctx's
+// own timer, and a timeout then is the context's deadline all the same.
+func ctxError(ctx context.Context, ioErr error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && errors.Is(ioErr, os.ErrDeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}

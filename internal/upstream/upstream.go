@@ -1,0 +1,254 @@
+// Package upstream dials and handshakes mongobouncer's connections to the
+// MongoDB servers behind it.
+//
+// A Dialer implements pool.Connector: Connect dials (TCP, Unix socket or TLS),
+// sends the OP_MSG hello with mongobouncer's client metadata and compression
+// offer, checks and records the reply, negotiates a compressor and runs the
+// optional Authenticator. The resulting *Conn frames, compresses and bounds
+// every message it reads or writes.
+//
+// Errors are typed so callers can branch: *ConnectError for a failed
+// establishment, *NetworkError (IsNetworkError) when the connection itself
+// failed and must be dropped, *CommandError when the server answered ok:0.
+package upstream
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultAppName        = "mongobouncer"
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultPort is used for a TCP address given without a port.
+	DefaultPort = "27017"
+)
+
+// minOpMsgWireVersion is the first wire version with OP_MSG (MongoDB 3.6).
+const minOpMsgWireVersion = 6
+
+// Options configure a Dialer. The zero value dials plain TCP with no
+// compression and no authentication.
+type Options struct {
+	// AppName is sent as the client metadata's application.name (truncated
+	// to the spec's 128 bytes). Default "mongobouncer".
+	AppName string
+	// ConnectTimeout bounds the whole establishment: dial, TLS, hello and
+	// authentication. Default 10s.
+	ConnectTimeout time.Duration
+	// Compressors are offered in hello in this order of preference, e.g.
+	// ["zstd", "snappy", "zlib"]; the server picks. Names the wire package
+	// does not implement are dropped (and logged).
+	Compressors []string
+	// LoadBalanced sends loadBalanced:true and requires a serviceId in the
+	// reply.
+	LoadBalanced bool
+	// TLSConfig, when set, wraps TCP connections with tls.Client. When its
+	// ServerName is empty the host of the address is used.
+	TLSConfig *tls.Config
+	// Authenticator, when set, runs after hello on every new connection.
+	Authenticator Authenticator
+	// MaxMessageSize bounds the replies read before hello has told us the
+	// server's maxMessageSizeBytes (which bounds them afterwards). Default
+	// wire.DefaultMaxMessageSize.
+	MaxMessageSize int
+	// Dial replaces net.Dialer.DialContext, for tests.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Logger receives debug logs of established connections. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Authenticator authenticates a new connection after its hello. It is the
+// seam for SCRAM and other mechanisms. ctx carries the connect deadline; c
+// is ready for RoundTrip.
+type Authenticator interface {
+	Authenticate(ctx context.Context, c *Conn, hello *Hello) error
+}
+
+// Dialer establishes upstream connections. It is safe for concurrent use.
+type Dialer struct {
+	opts  Options
+	hello bsoncore.Document // immutable after NewDialer
+	// offered are the compressors we offered, for checking the server's pick.
+	offered map[string]wire.CompressorID
+}
+
+var _ pool.Connector = (*Dialer)(nil)
+
+// NewDialer returns a Dialer for o, with defaults applied.
+func NewDialer(o Options) *Dialer {
+	if o.AppName == "" {
+		o.AppName = DefaultAppName
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.MaxMessageSize <= 0 {
+		o.MaxMessageSize = wire.DefaultMaxMessageSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Dial == nil {
+		d := &net.Dialer{KeepAlive: 30 * time.Second}
+		o.Dial = d.DialContext
+	}
+	d := &Dialer{offered: make(map[string]wire.CompressorID)}
+	var names []string
+	for _, name := range o.Compressors {
+		id, ok := wire.CompressorByName(name)
+		if !ok {
+			o.Logger.Warn("upstream: ignoring unsupported compressor", "compressor", name)
+			continue
+		}
+		if _, dup := d.offered[name]; dup {
+			continue
+		}
+		d.offered[name] = id
+		names = append(names, name)
+	}
+	o.Compressors = names
+	d.opts = o
+	d.hello = buildHello(&o)
+	return d
+}
+
+// Connect establishes a connection to address and returns it as a *Conn. It
+// implements pool.Connector.
+func (d *Dialer) Connect(ctx context.Context, address string, id int64) (pool.Upstream, error) {
+	c, err := d.Dial(ctx, address, id)
+	if err != nil {
+		return nil, err // a nil interface, not a nil *Conn
+	}
+	return c, nil
+}
+
+// Dial is Connect returning the concrete type. address is "host:port",
+// "host" (port 27017), or a Unix socket path (see ParseAddress). Cancelling
+// ctx, or ConnectTimeout elapsing, interrupts the dial or handshake at once.
+// Errors are *ConnectError.
+func (d *Dialer) Dial(ctx context.Context, address string, id int64) (*Conn, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, d.opts.ConnectTimeout)
+	defer cancel()
+
+	network, addr := ParseAddress(address)
+	nc, err := d.opts.Dial(ctx, network, addr)
+	if err != nil {
+		return nil, connectError(address, "dial", ctxError(ctx, err), &NetworkError{Addr: address, Op: "dial", Err: err})
+	}
+	// From here on ctx's end closes the connection, which interrupts
+	// whatever I/O the handshake is blocked in.
+	raw := nc
+	stop := context.AfterFunc(ctx, func() { raw.Close() })
+	fail := func(stage string, err error) (*Conn, error) {
+		stop()
+		raw.Close()
+		return nil, connectError(address, stage, ctxError(ctx, err), err)
+	}
+
+	if d.opts.TLSConfig != nil && network == "tcp" {
+		cfg := d.opts.TLSConfig
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return fail("tls", &NetworkError{Addr: address, Op: "tls", Err: err})
+		}
+		nc = tc
+	}
+
+	c := newConn(nc, raw, address, id, d.opts.MaxMessageSize)
+	reply, err := c.RoundTrip(ctx, "admin", d.hello)
+	if err != nil {
+		return fail("hello", err)
+	}
+	h, err := parseHello(reply)
+	if err != nil {
+		return fail("hello", &NetworkError{Addr: address, Op: "read", Err: fmt.Errorf("%w: %w", ErrBadReply, err)})
+	}
+	if h.MaxWireVersion < minOpMsgWireVersion {
+		return fail("hello", fmt.Errorf("%w: server reports %d", ErrWireVersion, h.MaxWireVersion))
+	}
+	if d.opts.LoadBalanced && !h.HasServiceID {
+		return fail("hello", ErrNoServiceID)
+	}
+	c.hello = h
+	if h.MaxMessageSizeBytes >= wire.HeaderLen {
+		c.maxMsg = int(h.MaxMessageSizeBytes)
+	}
+	for _, name := range h.Compression {
+		if cid, ok := d.offered[name]; ok {
+			c.compressor, c.compress = cid, true
+			break
+		}
+	}
+
+	if d.opts.Authenticator != nil {
+		if err := d.opts.Authenticator.Authenticate(ctx, c, h); err != nil {
+			return fail("auth", err)
+		}
+	}
+
+	if !stop() {
+		// ctx ended as we finished and the connection is (being) closed.
+		return fail("hello", context.Cause(ctx))
+	}
+	if err := nc.SetDeadline(time.Time{}); err != nil {
+		return fail("hello", &NetworkError{Addr: address, Op: "write", Err: err})
+	}
+	if d.opts.Logger.Enabled(ctx, slog.LevelDebug) {
+		d.opts.Logger.Debug("upstream: connected", "address", address, "id", id,
+			"maxWireVersion", h.MaxWireVersion, "compressor", compressorName(c),
+			"serviceId", serviceIDString(c), "duration", time.Since(start))
+	}
+	return c, nil
+}
+
+// ParseAddress returns the network and address to dial for a server address.
+// An absolute path, a name ending in ".sock", or a URI-escaped path
+// ("%2Ftmp%2Fmongodb-27017.sock", as in connection strings) is a Unix socket;
+// anything else is TCP "host:port", with port 27017 added when missing.
+func ParseAddress(addr string) (network, address string) {
+	if len(addr) >= 3 && strings.EqualFold(addr[:3], "%2F") {
+		if p, err := url.PathUnescape(addr); err == nil {
+			return "unix", p
+		}
+	}
+	if strings.HasPrefix(addr, "/") || strings.HasSuffix(addr, ".sock") {
+		return "unix", addr
+	}
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return "tcp", addr
+	}
+	return "tcp", net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]"), DefaultPort)
+}
+
+func compressorName(c *Conn) string {
+	if !c.compress {
+		return "none"
+	}
+	return c.compressor.String()
+}
+
+func serviceIDString(c *Conn) string {
+	if id, ok := c.ServiceID(); ok {
+		return id.Hex()
+	}
+	return ""
+}
