@@ -1,0 +1,74 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ErrClosed is returned (wrapped in a *SelectionError) by SelectServer and
+// WaitHello once the topology is closed.
+var ErrClosed = errors.New("topology closed")
+
+// ErrSelectionTimeout is the cause of a *SelectionError when
+// ServerSelectionTimeout elapsed.
+var ErrSelectionTimeout = errors.New("server selection timed out")
+
+// HostUnreachableCode is the server error code a proxy should answer with
+// when selection fails: HostUnreachable (6) is retried by drivers, and,
+// unlike the state-change codes, does not make them drop their pool to us.
+const HostUnreachableCode int32 = 6
+
+// ServerStatus is one server's state at the moment selection gave up.
+type ServerStatus struct {
+	Address string
+	State   ServerState
+	Kind    Kind
+	// Err is why the server is Unknown; nil for a Usable server that was not
+	// selectable (for example a replica-set secondary).
+	Err error
+}
+
+// SelectionError reports that no server could be selected. Err is the cause:
+// ErrSelectionTimeout, ErrClosed, or the context's error; errors.Is sees it.
+// Clients should get it as a retryable HostUnreachable error (see Code).
+type SelectionError struct {
+	Topology string
+	// Waited is how long selection waited.
+	Waited  time.Duration
+	Servers []ServerStatus
+	Err     error
+}
+
+// Error names the topology, the cause and every server with its last error.
+func (e *SelectionError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "no usable server for %q after %v: %v", e.Topology, e.Waited.Round(time.Millisecond), e.Err)
+	for i, s := range e.Servers {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s is %s", s.Address, s.State)
+		if s.Kind != KindUnknown {
+			fmt.Fprintf(&b, " %s", s.Kind)
+		}
+		if s.Err != nil {
+			fmt.Fprintf(&b, " (%v)", s.Err)
+		} else if s.State == Usable {
+			b.WriteString(" (not selectable)")
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *SelectionError) Unwrap() error { return e.Err }
+
+// Code returns HostUnreachableCode, the error code to give clients.
+func (e *SelectionError) Code() int32 { return HostUnreachableCode }
+
+// CodeName returns "HostUnreachable".
+func (e *SelectionError) CodeName() string { return "HostUnreachable" }

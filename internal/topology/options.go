@@ -1,0 +1,143 @@
+package topology
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+)
+
+// Defaults for Options fields left at their zero value. They match the
+// defaults drivers use for the equivalent connection-string options.
+const (
+	DefaultHeartbeatInterval      = 10 * time.Second
+	DefaultMinHeartbeatInterval   = 500 * time.Millisecond
+	DefaultHeartbeatTimeout       = 10 * time.Second
+	DefaultServerSelectionTimeout = 30 * time.Second
+	DefaultLocalThreshold         = 15 * time.Millisecond
+)
+
+// Selection policy names accepted in Options.Selection.
+const (
+	SelectLeastBusy  = "least-busy"
+	SelectRoundRobin = "round-robin"
+)
+
+// Options configures a Topology.
+type Options struct {
+	// Hosts are the "host:port" addresses from the route's connection string:
+	// a single standalone (or replica-set member, or load balancer), or a list
+	// of mongos routers.
+	Hosts []string
+
+	// Pool is the template for every server's pool. The topology replaces
+	// OnBackgroundError (errors establishing connections in the background are
+	// handled like application errors) and wraps Monitor.
+	Pool pool.Options
+
+	// Dialer establishes pool connections.
+	Dialer pool.Connector
+
+	// MonitorDialer establishes monitoring connections. They are separate from
+	// the pool so that a check never waits behind application traffic. The
+	// dialer should not authenticate: hello needs no credentials.
+	MonitorDialer *upstream.Dialer
+
+	// HeartbeatInterval is the time between two checks of a server.
+	// Default 10s; it may not be below MinHeartbeatInterval.
+	HeartbeatInterval time.Duration
+
+	// MinHeartbeatInterval rate-limits checks requested out of turn (after an
+	// error or a failed selection). Default 500ms, as in SDAM; tests lower it.
+	MinHeartbeatInterval time.Duration
+
+	// HeartbeatTimeout bounds connecting the monitoring connection and each
+	// hello on it. Default 10s.
+	HeartbeatTimeout time.Duration
+
+	// ServerSelectionTimeout bounds how long SelectServer and WaitHello wait
+	// for a usable server. Default 30s.
+	ServerSelectionTimeout time.Duration
+
+	// LocalThreshold is the latency window: only servers whose RTT is within
+	// this much of the fastest selectable server are candidates. Default
+	// 15ms, as in the server-selection specification. A negative value
+	// disables the window.
+	LocalThreshold time.Duration
+
+	// Selection chooses among several candidate servers: "least-busy" (the
+	// default: fewest in-use, pending and waiting checkouts, ties broken by
+	// rotation) or "round-robin".
+	Selection string
+
+	// OnEvent, if set, receives heartbeat and server-change events. It is
+	// called from monitor goroutines without locks held and must not block.
+	OnEvent func(Event)
+
+	// Logger receives topology logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults returns a copy of o with zero fields defaulted, or an error
+// naming the first invalid field.
+func (o Options) withDefaults() (Options, error) {
+	if len(o.Hosts) == 0 {
+		return o, fmt.Errorf("topology: no hosts")
+	}
+	seen := make(map[string]bool, len(o.Hosts))
+	hosts := make([]string, 0, len(o.Hosts))
+	for _, h := range o.Hosts {
+		h = strings.TrimSpace(h)
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			return o, fmt.Errorf("topology: host %q: %w", h, err)
+		}
+		if seen[h] {
+			return o, fmt.Errorf("topology: host %q listed twice", h)
+		}
+		seen[h] = true
+		hosts = append(hosts, h)
+	}
+	o.Hosts = hosts
+	if o.Dialer == nil {
+		return o, fmt.Errorf("topology: Dialer is required")
+	}
+	if o.MonitorDialer == nil {
+		return o, fmt.Errorf("topology: MonitorDialer is required")
+	}
+	if o.MinHeartbeatInterval <= 0 {
+		o.MinHeartbeatInterval = DefaultMinHeartbeatInterval
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if o.HeartbeatInterval < o.MinHeartbeatInterval {
+		return o, fmt.Errorf("topology: HeartbeatInterval %v is below the minimum %v", o.HeartbeatInterval, o.MinHeartbeatInterval)
+	}
+	if o.HeartbeatTimeout < 0 || o.ServerSelectionTimeout < 0 {
+		return o, fmt.Errorf("topology: negative timeout")
+	}
+	if o.HeartbeatTimeout == 0 {
+		o.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if o.ServerSelectionTimeout == 0 {
+		o.ServerSelectionTimeout = DefaultServerSelectionTimeout
+	}
+	if o.LocalThreshold == 0 {
+		o.LocalThreshold = DefaultLocalThreshold
+	}
+	switch o.Selection {
+	case "":
+		o.Selection = SelectLeastBusy
+	case SelectLeastBusy, SelectRoundRobin:
+	default:
+		return o, fmt.Errorf("topology: unknown selection policy %q (want %q or %q)", o.Selection, SelectLeastBusy, SelectRoundRobin)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
