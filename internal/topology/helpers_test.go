@@ -35,9 +35,9 @@ func testLogger() *slog.Logger {
 
 // recorder collects pool and topology events.
 type recorder struct {
-	mu     sync.Mutex
-	pool   []pool.Event // guarded by mu
-	topo   []Event      // guarded by mu
+	mu   sync.Mutex
+	pool []pool.Event // guarded by mu
+	topo []Event      // guarded by mu
 }
 
 func (r *recorder) HandleEvent(e pool.Event) {
