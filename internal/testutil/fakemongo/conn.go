@@ -55,7 +55,8 @@ type conn struct {
 	// by mu for readers on other goroutines; the connection's goroutine,
 	// its only writer, reads it without locking.
 	appName string
-	// compressors were agreed in hello. Same locking as appName.
+	// compressors were agreed in hello. Guarded by mu: Server.Builtin on a
+	// cloned request may set them from another goroutine.
 	compressors []string
 	// awaiting is true while an awaitable hello waits, so
 	// BumpTopologyVersion knows whose read deadline it may cut short.
@@ -138,7 +139,10 @@ func (c *conn) serveOne() error {
 		if err != nil {
 			return err
 		}
-		if ch.Compressor != wire.CompressorNoop && !slices.Contains(c.compressors, ch.Compressor.String()) {
+		c.mu.Lock()
+		agreed := ch.Compressor == wire.CompressorNoop || slices.Contains(c.compressors, ch.Compressor.String())
+		c.mu.Unlock()
+		if !agreed {
 			return fmt.Errorf("fakemongo: compressor %s was not negotiated", ch.Compressor)
 		}
 		c.dec, err = wire.Decompress(c.dec[:0], msg, maxSize)

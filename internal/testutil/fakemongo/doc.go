@@ -32,6 +32,23 @@
 // allocate on the server side (see BenchmarkPingRoundTrip), so the load tool
 // can use the fake as a "fast upstream".
 //
+// Typical use:
+//
+//	s := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, InMemory: true})
+//	s.Handle("find", func(req *fakemongo.Request) fakemongo.Reply {
+//		if req.AppName == "slow" {
+//			r := s.Builtin(req)
+//			r.Delay = time.Second
+//			return r
+//		}
+//		return s.Builtin(req)
+//	})
+//	s.SetFailPoint(fakemongo.FailPoint{Mode: fakemongo.FailTimes, Times: 1,
+//		FailCommands: []string{"hello"}, ErrorCode: 91, AppName: "pool-test"})
+//	client := connect(s.URI()) // mongodb://127.0.0.1:port/?directConnection=true
+//	...
+//	if s.Requests("abortTransaction") != 1 { ... }
+//
 // Timing model: one goroutine per connection reads a request, answers it and
 // only then reads the next one, like a real server. Waits (Reply.Delay,
 // blockConnection, awaitable hello) end early when the client closes its

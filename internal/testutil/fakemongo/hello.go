@@ -11,17 +11,6 @@ func isHello(cmd string) bool {
 	return cmd == "hello" || cmd == "isMaster" || cmd == "ismaster"
 }
 
-// neverCompressed lists the commands whose replies (and requests) are never
-// compressed, per the OP_COMPRESSED specification.
-func neverCompressed(cmd string) bool {
-	switch cmd {
-	case "hello", "isMaster", "ismaster", "saslStart", "saslContinue", "getnonce", "authenticate",
-		"createUser", "updateUser", "copydbSaslStart", "copydbgetnonce", "copydb":
-		return true
-	}
-	return false
-}
-
 // helloAppName returns client.application.name from a hello body.
 func helloAppName(body bsoncore.Document) (string, bool) {
 	v, err := body.LookupErr("client", "application", "name")

@@ -852,3 +852,42 @@ func TestManyConnectionsCounters(t *testing.T) {
 		t.Fatalf("pings %d max %d accepted %d conns %d", s.Requests("ping"), s.MaxOpen(), s.Accepted(), len(s.Conns()))
 	}
 }
+
+func TestPipelinedRequestDuringDelay(t *testing.T) {
+	s := Start(t, Options{})
+	s.Handle("slow", func(*Request) Reply { return Reply{Delay: 100 * time.Millisecond, Docs: okDocs} })
+	c := dialRaw(t, s)
+	start := time.Now()
+	first := c.send(0, d{{"slow", 1}, {"$db", "x"}})
+	second := c.send(0, d{{"ping", 1}, {"$db", "x"}})
+	// The delay still runs its full course although bytes arrived, and
+	// replies come back in request order.
+	if m := c.recv(); m.Header.ResponseTo != first {
+		t.Fatalf("first reply answers %d, want %d", m.Header.ResponseTo, first)
+	}
+	if el := time.Since(start); el < 100*time.Millisecond {
+		t.Errorf("delay cut short: %v", el)
+	}
+	if m := c.recv(); m.Header.ResponseTo != second {
+		t.Fatalf("second reply answers %d, want %d", m.Header.ResponseTo, second)
+	}
+}
+
+func TestInsertAddsMissingID(t *testing.T) {
+	s := Start(t, Options{InMemory: true})
+	c := dialRaw(t, s)
+	mustOK(t, c.roundTrip(d{{"insert", "c"}, {"documents", bson.A{d{{"a", 1}}, d{{"_id", "mine"}}}}, {"$db", "db"}}))
+	docs := s.Collection("db", "c")
+	if len(docs) != 2 {
+		t.Fatalf("%d docs", len(docs))
+	}
+	if _, ok := docs[0].Lookup("_id").ObjectIDOK(); !ok {
+		t.Errorf("no generated _id: %v", docs[0])
+	}
+	if a, _ := docs[0].Lookup("a").AsInt64OK(); a != 1 {
+		t.Errorf("field lost: %v", docs[0])
+	}
+	if id, _ := docs[1].Lookup("_id").StringValueOK(); id != "mine" {
+		t.Errorf("_id replaced: %v", docs[1])
+	}
+}
