@@ -299,6 +299,8 @@ func snappyDecode(out, data []byte) error {
 		return sizeMismatch("snappy")
 	}
 	// Decode writes into out because its capacity equals the decoded length.
+	// It also accepts S2's extensions of the snappy block format; that is
+	// harmless here because the output size is fixed in advance.
 	res, err := s2.Decode(out, data)
 	if err != nil {
 		return corrupt("snappy", err)

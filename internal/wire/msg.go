@@ -136,7 +136,8 @@ func ParseMsg(msg []byte) (Msg, error) {
 //   - there is exactly one kind-0 section and only kinds 0 and 1
 //     (ErrBadSection);
 //   - each kind-1 size covers at least its identifier and fits in the
-//     message, identifiers are non-empty and unique (ErrBadSection);
+//     message, identifiers are non-empty and unique, and there are at most
+//     64 kind-1 sections (ErrBadSection);
 //   - every document, in the body and in the sequences, is valid BSON that
 //     fits exactly (ErrInvalidBSON; see ValidateDocument).
 //
