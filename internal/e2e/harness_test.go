@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongobouncer/mongobouncer/internal/app"
+	"github.com/mongobouncer/mongobouncer/internal/config"
+)
+
+// bouncer starts a whole mongobouncer with one "*" route to upstreamURI
+// (plus any extra routes) and returns its address.
+func bouncer(t testing.TB, upstreamURI string, tweak func(*config.Config)) (*app.App, string) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Global.Listen = "127.0.0.1:0"
+	cfg.Global.HeartbeatInterval = 500 * time.Millisecond
+	cfg.Global.ServerSelectionTimeout = 5 * time.Second
+	cfg.Global.WaitQueueTimeout = 10 * time.Second
+	cfg.Databases = map[string]config.Route{"*": {ConnectionString: config.URI(upstreamURI)}}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	level := slog.LevelWarn
+	if os.Getenv("MONGOBOUNCER_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	a, err := app.New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return a, a.Addrs()[0].String()
+}
+
+// driver connects the Go driver to addr as to a mongos.
+func driver(t testing.TB, addr string, extra string) *mongo.Client {
+	t.Helper()
+	uri := fmt.Sprintf("mongodb://%s/?serverSelectionTimeoutMS=10000&connectTimeoutMS=5000%s", addr, extra)
+	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Disconnect(ctx)
+	})
+	return c
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

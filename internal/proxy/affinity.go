@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// affinity is a bounded map that remembers which upstream server owns a
+// cursor or a transaction, so that getMore, killCursors and every command of
+// a transaction reach the server that holds the state. Entries are removed
+// when the cursor or transaction ends; a TTL and a size bound keep clients
+// that never finish from growing it without limit.
+type affinity[K comparable, V any] struct {
+	max int
+	ttl time.Duration
+
+	mu sync.Mutex // guards m and evicted
+	m  map[K]affinityEntry[V]
+	// evicted counts entries dropped to stay under max before they expired;
+	// each one may turn a later getMore into CursorNotFound, so it is
+	// reported.
+	evicted uint64
+}
+
+type affinityEntry[V any] struct {
+	v    V
+	seen time.Time
+}
+
+func newAffinity[K comparable, V any](max int, ttl time.Duration) *affinity[K, V] {
+	return &affinity[K, V]{max: max, ttl: ttl, m: make(map[K]affinityEntry[V])}
+}
+
+// put records k -> v, making room if the map is full.
+func (a *affinity[K, V]) put(k K, v V, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.m[k]; !ok && len(a.m) >= a.max {
+		a.makeRoomLocked(now)
+	}
+	a.m[k] = affinityEntry[V]{v: v, seen: now}
+}
+
+// get returns the value for k and refreshes its TTL.
+func (a *affinity[K, V]) get(k K, now time.Time) (V, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.m[k]
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	if a.ttl > 0 && now.Sub(e.seen) > a.ttl {
+		delete(a.m, k)
+		var zero V
+		return zero, false
+	}
+	e.seen = now
+	a.m[k] = e
+	return e.v, true
+}
+
+func (a *affinity[K, V]) delete(k K) {
+	a.mu.Lock()
+	delete(a.m, k)
+	a.mu.Unlock()
+}
+
+func (a *affinity[K, V]) len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.m)
+}
+
+// makeRoomLocked drops expired entries; if none expired, it drops the
+// oldest eighth of the map, so the cost of a full scan is paid once per
+// many insertions rather than on each.
+func (a *affinity[K, V]) makeRoomLocked(now time.Time) {
+	before := len(a.m)
+	if a.ttl > 0 {
+		for k, e := range a.m {
+			if now.Sub(e.seen) > a.ttl {
+				delete(a.m, k)
+			}
+		}
+	}
+	if len(a.m) < before {
+		return
+	}
+	// Nothing expired: find the age at or below which the oldest eighth
+	// lies. Sorting is O(n log n) once per n/8 insertions.
+	ages := make([]int64, 0, len(a.m))
+	for _, e := range a.m {
+		ages = append(ages, e.seen.UnixNano())
+	}
+	slices.Sort(ages)
+	cut := time.Unix(0, ages[len(ages)/8])
+	for k, e := range a.m {
+		if !e.seen.After(cut) {
+			delete(a.m, k)
+			a.evicted++
+		}
+	}
+}

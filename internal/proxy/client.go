@@ -1,0 +1,799 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// bodyReadTimeout bounds how long a client may take to send the rest of a
+// message once its header has arrived, so a stalled sender cannot hold a
+// large buffer forever.
+const bodyReadTimeout = 60 * time.Second
+
+// pin is an upstream connection a client keeps across requests: in session
+// mode for its whole life, in transaction mode while it has a transaction
+// open on that route.
+type pin struct {
+	route *Route
+	srv   *topology.Server
+	conn  *pool.Conn
+}
+
+// client is one driver connection. Its goroutine owns every field except
+// those guarded by mu, which other clients touch when they end a
+// transaction this client began.
+type client struct {
+	s         *Server
+	nc        net.Conn
+	id        int64
+	only      *Route
+	remote    string
+	connected time.Time
+	log       *slog.Logger
+
+	appName string
+	hello   bool // the client has sent its handshake
+	lb      bool // the client is in load-balanced mode
+	maxMsg  int
+	nextID  int32 // requestID of our own replies
+
+	hdr  [wire.HeaderLen]byte
+	in   *buffer // the request being handled
+	aux  *buffer // decompressed request
+	out  *buffer // replies we build, and compressed copies
+	msg  wire.Msg
+	req  request
+	comp [4]string // compressors agreed with the client (first wins)
+
+	mu sync.Mutex // guards pins, open and busy
+	// pins holds at most one pinned connection per route.
+	pins []pin
+	// open are the transactions begun through this client that have not
+	// ended; they are aborted if the client disconnects.
+	open map[txnKey]*Route
+	busy bool // a request is in progress: pins may not be released by others
+
+	closeOnce sync.Once
+}
+
+func newClient(s *Server, nc net.Conn, only *Route) *client {
+	id := s.nextClientID.Add(1)
+	c := &client{
+		s: s, nc: nc, id: id, only: only,
+		remote:    nc.RemoteAddr().String(),
+		connected: time.Now(),
+		maxMsg:    s.opts.MaxMessageSize,
+	}
+	c.log = s.log.With("client", id, "remote", c.remote)
+	return c
+}
+
+func (c *client) closeConn() {
+	c.closeOnce.Do(func() { c.nc.Close() })
+}
+
+// errClientGone ends the client loop without an error reply.
+var errClientGone = errors.New("client connection closed")
+
+// serve runs the client's request loop until it disconnects or breaks the
+// protocol.
+func (c *client) serve() {
+	c.log.Info("client connected")
+	var err error
+	defer func() {
+		c.cleanup()
+		c.closeConn()
+		c.releaseBuffers()
+		attrs := []any{"appName", c.appName, "duration", time.Since(c.connected).Round(time.Millisecond)}
+		if err != nil && !errors.Is(err, errClientGone) {
+			attrs = append(attrs, "error", err)
+		}
+		c.log.Info("client disconnected", attrs...)
+	}()
+	for {
+		var msg []byte
+		msg, err = c.read()
+		if err != nil {
+			return
+		}
+		if err = c.handle(msg); err != nil {
+			return
+		}
+		c.releaseBuffers()
+	}
+}
+
+// read reads one whole message from the client, bounded by the message size
+// limit. Too small or too large messages get an error reply and end the
+// client.
+func (c *client) read() ([]byte, error) {
+	if t := c.s.opts.ClientIdleTimeout; t > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(t))
+	} else {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+	if _, err := io.ReadFull(c.nc, c.hdr[:]); err != nil {
+		return nil, errClientGone
+	}
+	h, err := wire.ParseHeader(c.hdr[:])
+	if err != nil {
+		return nil, c.protocolError(int32(binary.LittleEndian.Uint32(c.hdr[4:])), err)
+	}
+	n := int(h.MessageLength)
+	if n < wire.HeaderLen || n > c.maxMsg {
+		return nil, c.protocolError(h.RequestID, fmt.Errorf("message length %d is outside [%d, %d]: %w",
+			n, wire.HeaderLen, c.maxMsg, wire.ErrMessageTooLarge))
+	}
+	c.in = getBuffer(n)
+	b := c.in.b[:n]
+	copy(b, c.hdr[:])
+	_ = c.nc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	if _, err := io.ReadFull(c.nc, b[wire.HeaderLen:]); err != nil {
+		return nil, errClientGone
+	}
+	return b, nil
+}
+
+// handle answers or forwards one client message. A returned error ends the
+// client.
+func (c *client) handle(msg []byte) error {
+	h, _ := wire.ParseHeader(msg)
+	var compID wire.CompressorID
+	compressed := false
+	if h.OpCode == wire.OpCompressed {
+		if len(msg) > wire.HeaderLen+8 {
+			compID = wire.CompressorID(msg[wire.HeaderLen+8])
+		}
+		c.aux = getBuffer(len(msg) * 4)
+		inner, err := wire.Decompress(c.aux.b[:0], msg, c.maxMsg)
+		if err != nil {
+			return c.protocolError(h.RequestID, err)
+		}
+		c.aux.b = inner[:0]
+		msg = inner
+		h, _ = wire.ParseHeader(msg)
+		compressed = true
+	}
+	switch h.OpCode {
+	case wire.OpMsg:
+		return c.handleMsg(msg, h, compressed, compID)
+	case wire.OpQuery:
+		return c.handleQuery(msg, h)
+	default:
+		return c.protocolError(h.RequestID, fmt.Errorf("opcode %d is not supported by mongobouncer: %w", int32(h.OpCode), wire.ErrUnknownOpCode))
+	}
+}
+
+// protocolError answers a malformed message with an error reply, when the
+// client can still read one, and ends the client.
+func (c *client) protocolError(requestID int32, err error) error {
+	c.log.Warn("client protocol error", "error", err)
+	code, codeName := int32(17), "ProtocolError"
+	if errors.Is(err, wire.ErrInvalidBSON) {
+		code, codeName = 22, "InvalidBSON"
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = c.writeError(requestID, false, 0, errorReply(code, codeName, "mongobouncer: "+err.Error()))
+	return err
+}
+
+// refuse answers a client over max_client_conn: it reads the first message
+// (with a short deadline) so that the error reply can name its request, and
+// closes the connection.
+func (c *client) refuse(reason string) {
+	defer c.closeConn()
+	c.log.Warn("client refused", "reason", reason)
+	_ = c.nc.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadFull(c.nc, c.hdr[:]); err != nil {
+		return
+	}
+	h, err := wire.ParseHeader(c.hdr[:])
+	if err != nil {
+		return
+	}
+	doc := errorReply(6, "HostUnreachable", reason)
+	if h.OpCode == wire.OpQuery {
+		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+		return
+	}
+	_ = c.writeError(h.RequestID, false, 0, doc)
+}
+
+// handleQuery serves legacy OP_QUERY, which modern drivers use only for the
+// first hello.
+func (c *client) handleQuery(msg []byte, h wire.Header) error {
+	q, err := wire.ParseQuery(msg)
+	if err != nil {
+		return c.protocolError(h.RequestID, err)
+	}
+	cmd := q.Query
+	if v, err := cmd.LookupErr("$query"); err == nil {
+		if d, ok := v.DocumentOK(); ok {
+			cmd = d
+		}
+	}
+	name := wire.CommandName(cmd)
+	if ci := commands[name]; ci.kind == kindHello && isCmdNamespace(q.FullCollectionName) {
+		doc := c.answerHello(cmd, name)
+		c.writeLegacyReply(h.RequestID, false, doc)
+		return nil
+	}
+	doc := errorReply(352, "UnsupportedOpQueryCommand",
+		fmt.Sprintf("mongobouncer: OP_QUERY is only supported for hello and isMaster, not %q on %q; the client driver may require an upgrade", name, q.FullCollectionName))
+	c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+	return nil
+}
+
+func isCmdNamespace(ns string) bool {
+	return len(ns) > 5 && ns[len(ns)-5:] == ".$cmd"
+}
+
+// legacyError adds the $err field that OP_REPLY query failures carry.
+func legacyError(doc bsoncore.Document) bsoncore.Document {
+	msg, _ := doc.Lookup("errmsg").StringValueOK()
+	out := bsoncore.AppendStringElement(nil, "$err", msg)
+	elems, _ := doc.Elements()
+	parts := [][]byte{out}
+	for _, e := range elems {
+		parts = append(parts, e)
+	}
+	return bsoncore.BuildDocument(nil, parts...)
+}
+
+// answerHello handles a client handshake or heartbeat.
+func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Document {
+	hr := parseHello(body, name)
+	if hr.apiVersion != "" && hr.apiVersion != "1" {
+		return errorReply(322, "APIVersionError", fmt.Sprintf("mongobouncer: API version %q is not supported", hr.apiVersion))
+	}
+	lim := c.s.waitLimits()
+	if !c.hello {
+		c.hello = true
+		c.appName = hr.appName
+		c.lb = hr.loadBalanced
+		c.log = c.log.With("appName", hr.appName)
+	}
+	if int(lim.maxMsg) < c.maxMsg {
+		c.maxMsg = int(lim.maxMsg)
+	}
+	compressor := ""
+	for _, want := range hr.compression {
+		if c.s.offers(want) {
+			compressor = want
+			break
+		}
+	}
+	return helloReply(hr, lim, c.id, compressor, c.s.serviceID)
+}
+
+// offers reports whether mongobouncer accepts compressor name from clients.
+func (s *Server) offers(name string) bool {
+	for _, o := range s.opts.Compressors {
+		if o == name {
+			_, ok := wire.CompressorByName(name)
+			return ok
+		}
+	}
+	return false
+}
+
+// handleMsg serves one OP_MSG request.
+func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
+	if err := wire.ParseMsgInto(msg, &c.msg); err != nil {
+		return c.protocolError(h.RequestID, err)
+	}
+	req := &c.req
+	req.inspect(c.msg.Body)
+	req.exhaust = c.msg.Flags&wire.FlagExhaustAllowed != 0
+	req.more = c.msg.Flags&wire.FlagMoreToCome != 0
+	switch req.info.kind {
+	case kindHello:
+		return c.reply(h.RequestID, compressed, compID, req.name(), c.answerHello(c.msg.Body, req.name()))
+	case kindAuth:
+		return c.replyError(h.RequestID, compressed, compID, req,
+			errorReply(115, "CommandNotSupported", "mongobouncer: authentication is not enabled on mongobouncer"))
+	}
+	if len(req.db) == 0 {
+		return c.replyError(h.RequestID, compressed, compID, req,
+			errorReply(40571, "Location40571", "mongobouncer: OP_MSG requests require a $db argument"))
+	}
+	route := c.only
+	if route == nil {
+		route = c.s.routeFor(req.db)
+	}
+	if route == nil {
+		if req.info.kind == kindEndSessions {
+			// Sessions expire on their own; with no route for admin there is
+			// nowhere to send this, and the driver needs no more than ok.
+			return c.reply(h.RequestID, compressed, compID, req.name(), okReply)
+		}
+		return c.replyError(h.RequestID, compressed, compID, req,
+			errorReply(70, "ShardNotFound", fmt.Sprintf("mongobouncer: no route for database %q (add [databases.%s] or a \"*\" route)", req.db, req.db)))
+	}
+	return c.forward(route, msg, h, compressed, compID)
+}
+
+var okReply = func() bsoncore.Document {
+	idx, d := bsoncore.AppendDocumentStart(nil)
+	d = bsoncore.AppendDoubleElement(d, "ok", 1)
+	d, _ = bsoncore.AppendDocumentEnd(d, idx)
+	return d
+}()
+
+// forward sends one request to an upstream connection chosen by the route's
+// pool mode and affinity, and relays the reply or the whole exhaust stream.
+func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
+	req := &c.req
+	key, inTxn := req.key()
+	var killIDs []int64
+	if req.info.kind == kindKillCursors && route.multi {
+		killIDs = cursorIDs(c.msg.Body)
+	}
+
+	srv, pc, pinned, err := c.acquire(route, req, key, inTxn)
+	if err != nil {
+		if req.more {
+			return nil
+		}
+		return c.replyError(h.RequestID, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+	}
+	if inTxn && req.startTxn {
+		c.beginTxn(route, srv, key)
+	}
+
+	uc := pc.Upstream().(*upstream.Conn)
+	if err := uc.WriteMessage(msg); err != nil {
+		c.fail(route, srv, pc, pinned, err)
+		if req.more {
+			return nil
+		}
+		return c.replyError(h.RequestID, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+	}
+	if req.more {
+		c.release(route, srv, pc, pinned)
+		return nil
+	}
+
+	respondTo := h.RequestID
+	rbuf := getBuffer(16 * 1024)
+	defer putBuffer(rbuf)
+	for {
+		reply, err := uc.ReadMessage(rbuf.b[:0])
+		if err != nil {
+			c.fail(route, srv, pc, pinned, err)
+			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+		}
+		if cap(reply) > cap(rbuf.b) {
+			rbuf.b = reply[:0]
+		}
+		rh, _ := wire.ParseHeader(reply)
+		flags, body := replyView(reply)
+		ri := inspectReply(body)
+		c.track(route, srv, req, key, inTxn, ri, killIDs)
+		stream := flags&wire.FlagMoreToCome != 0
+		if werr := c.writeRaw(reply, compressed, compID, req.name()); werr != nil {
+			// Unread replies of a stream may follow: never pool that conn.
+			if stream {
+				pc.MarkErrored(werr)
+			}
+			c.release(route, srv, pc, pinned)
+			return errClientGone
+		}
+		if !stream {
+			break
+		}
+		if !req.exhaust {
+			// A server must not stream to a request that did not allow it.
+			err := fmt.Errorf("upstream %s sent moreToCome to a request without exhaustAllowed", srv.Address())
+			c.fail(route, srv, pc, pinned, err)
+			return err
+		}
+		respondTo = rh.RequestID
+	}
+	c.release(route, srv, pc, pinned)
+	return nil
+}
+
+// replyView returns the flags and the body of an upstream OP_MSG reply
+// without validating it: the body is only read with bounds-checked element
+// walks, and the bytes are relayed unchanged.
+func replyView(msg []byte) (wire.MsgFlags, bsoncore.Document) {
+	if len(msg) < wire.HeaderLen+5 || wire.OpCode(int32(binary.LittleEndian.Uint32(msg[12:]))) != wire.OpMsg {
+		return 0, nil
+	}
+	flags := wire.MsgFlags(binary.LittleEndian.Uint32(msg[16:]))
+	end := len(msg)
+	if flags&wire.FlagChecksumPresent != 0 {
+		end -= 4
+	}
+	for p := wire.HeaderLen + 4; p < end; {
+		kind := msg[p]
+		p++
+		if p+4 > end {
+			break
+		}
+		n := int(int32(binary.LittleEndian.Uint32(msg[p:])))
+		if n < 5 || p+n > end {
+			break
+		}
+		if kind == 0 {
+			return flags, bsoncore.Document(msg[p : p+n])
+		}
+		p += n
+	}
+	return flags, nil
+}
+
+// acquire finds the upstream connection for a request: the client's pin for
+// the route when it has one and affinity allows, else a checkout from the
+// server that affinity names or that selection picks.
+func (c *client) acquire(route *Route, req *request, key txnKey, inTxn bool) (*topology.Server, *pool.Conn, bool, error) {
+	now := time.Now()
+	var need *topology.Server
+	if route.multi {
+		switch {
+		case req.info.kind == kindGetMore:
+			need, _ = route.cursors.get(req.cursorID, now)
+		case inTxn && !req.startTxn:
+			need, _ = route.txns.get(key, now)
+		}
+	}
+	c.mu.Lock()
+	c.busy = true
+	if p := c.pinLocked(route); p != nil && p.conn != nil && (need == nil || need == p.srv) {
+		c.mu.Unlock()
+		return p.srv, p.conn, true, nil
+	}
+	c.mu.Unlock()
+
+	srv := need
+	if srv == nil {
+		// SelectServer bounds its own wait by server_selection_timeout.
+		s, err := route.Topology.SelectServer(context.Background())
+		if err != nil {
+			return nil, nil, false, err
+		}
+		srv = s
+	}
+	pc, err := srv.Pool().CheckOut(context.Background())
+	if err != nil {
+		srv.HandleError(err, nil)
+		return nil, nil, false, err
+	}
+	pinNow := route.Mode == ModeSession || (route.Mode == ModeTransaction && (req.startTxn || (inTxn && c.hasOpen(route))))
+	if pinNow && (need == nil || !route.multi || c.pinServer(route) == nil || c.pinServer(route) == srv) {
+		c.mu.Lock()
+		c.setPinLocked(route, srv, pc)
+		c.mu.Unlock()
+		return srv, pc, true, nil
+	}
+	return srv, pc, false, nil
+}
+
+func (c *client) pinLocked(route *Route) *pin {
+	for i := range c.pins {
+		if c.pins[i].route == route {
+			return &c.pins[i]
+		}
+	}
+	return nil
+}
+
+func (c *client) pinServer(route *Route) *topology.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.pinLocked(route); p != nil && p.conn != nil {
+		return p.srv
+	}
+	return nil
+}
+
+func (c *client) setPinLocked(route *Route, srv *topology.Server, pc *pool.Conn) {
+	if p := c.pinLocked(route); p != nil {
+		p.srv, p.conn = srv, pc
+		return
+	}
+	c.pins = append(c.pins, pin{route: route, srv: srv, conn: pc})
+}
+
+func (c *client) hasOpen(route *Route) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hasOpenLocked(route)
+}
+
+func (c *client) hasOpenLocked(route *Route) bool {
+	for _, r := range c.open {
+		if r == route {
+			return true
+		}
+	}
+	return false
+}
+
+// release ends a request: a connection that is not pinned goes back to its
+// pool; a transaction-mode pin is dropped once no transaction holds it.
+func (c *client) release(route *Route, srv *topology.Server, pc *pool.Conn, pinned bool) {
+	c.mu.Lock()
+	c.busy = false
+	if pinned && route.Mode == ModeTransaction && !c.hasOpenLocked(route) {
+		if p := c.pinLocked(route); p != nil && p.conn == pc {
+			p.conn = nil
+			pinned = false
+		}
+	}
+	c.mu.Unlock()
+	if !pinned {
+		_ = srv.Pool().CheckIn(pc)
+	}
+}
+
+// fail handles an I/O error on an upstream connection: the connection is
+// closed at check-in, the server hears of the error (it may clear its pool),
+// and a pin on it is dropped.
+func (c *client) fail(route *Route, srv *topology.Server, pc *pool.Conn, pinned bool, err error) {
+	pc.MarkErrored(err)
+	srv.HandleError(err, pc)
+	c.s.log.Warn("upstream error", "route", route.Name, "server", srv.Address(), "client", c.id, "error", err)
+	c.mu.Lock()
+	c.busy = false
+	if p := c.pinLocked(route); p != nil && p.conn == pc {
+		p.conn = nil
+	}
+	c.mu.Unlock()
+	_ = srv.Pool().CheckIn(pc)
+}
+
+// beginTxn records a transaction begun through this client.
+func (c *client) beginTxn(route *Route, srv *topology.Server, key txnKey) {
+	c.mu.Lock()
+	if c.open == nil {
+		c.open = make(map[txnKey]*Route)
+	}
+	c.open[key] = route
+	c.mu.Unlock()
+	if route.multi {
+		route.txns.put(key, srv, time.Now())
+	}
+	c.s.setTxnOwner(key, c)
+}
+
+// track updates cursor and transaction affinity from one reply.
+func (c *client) track(route *Route, srv *topology.Server, req *request, key txnKey, inTxn bool, ri replyInfo, killIDs []int64) {
+	if route.multi {
+		switch {
+		case req.info.kind == kindGetMore && ri.cursorID == 0:
+			route.cursors.delete(req.cursorID)
+		case req.info.kind == kindKillCursors:
+			for _, id := range killIDs {
+				route.cursors.delete(id)
+			}
+		case ri.cursorID != 0 && req.info.kind != kindGetMore:
+			route.cursors.put(ri.cursorID, srv, time.Now())
+		}
+	}
+	if !inTxn {
+		return
+	}
+	switch {
+	case req.info.kind == kindCommit || req.info.kind == kindAbort:
+		if route.multi {
+			route.txns.delete(key)
+		}
+		c.s.endTxn(key, c)
+	case !ri.ok:
+		// The server aborts a transaction on a command error. Keep the
+		// server affinity (the driver will still send abortTransaction)
+		// but free the connection.
+		c.s.endTxn(key, c)
+	}
+}
+
+// setTxnOwner notes which client began a transaction, so that a commit that
+// arrives on another client connection (drivers pin the server, not the
+// connection) can release the first client's pinned connection.
+func (s *Server) setTxnOwner(key txnKey, c *client) {
+	s.txnMu.Lock()
+	if s.txnOwners == nil {
+		s.txnOwners = make(map[txnKey]*client)
+	}
+	s.txnOwners[key] = c
+	s.txnMu.Unlock()
+}
+
+// endTxn ends a transaction wherever it was begun.
+func (s *Server) endTxn(key txnKey, by *client) {
+	s.txnMu.Lock()
+	owner := s.txnOwners[key]
+	delete(s.txnOwners, key)
+	s.txnMu.Unlock()
+	if owner == nil {
+		owner = by
+	}
+	owner.txnEnded(key)
+}
+
+// txnEnded forgets an open transaction; if no transaction holds this
+// client's transaction-mode pin and the client is idle, the connection goes
+// back to the pool now rather than at the client's next request.
+func (c *client) txnEnded(key txnKey) {
+	c.mu.Lock()
+	route, ok := c.open[key]
+	if !ok {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.open, key)
+	var back pin
+	if !c.busy && route.Mode == ModeTransaction && !c.hasOpenLocked(route) {
+		if p := c.pinLocked(route); p != nil && p.conn != nil {
+			back = *p
+			p.conn = nil
+		}
+	}
+	c.mu.Unlock()
+	if back.conn != nil {
+		_ = back.srv.Pool().CheckIn(back.conn)
+	}
+}
+
+// cleanup runs when the client disconnects: open transactions are aborted
+// upstream, then pinned connections go back to their pools.
+func (c *client) cleanup() {
+	c.mu.Lock()
+	open := c.open
+	c.open = nil
+	c.mu.Unlock()
+	for key, route := range open {
+		c.abort(route, key)
+		c.s.txnMu.Lock()
+		if c.s.txnOwners[key] == c {
+			delete(c.s.txnOwners, key)
+		}
+		c.s.txnMu.Unlock()
+		if route.multi {
+			route.txns.delete(key)
+		}
+	}
+	c.mu.Lock()
+	pins := c.pins
+	c.pins = nil
+	c.mu.Unlock()
+	for _, p := range pins {
+		if p.conn != nil {
+			_ = p.srv.Pool().CheckIn(p.conn)
+		}
+	}
+}
+
+// abort sends abortTransaction for a transaction the client left open, on
+// its pinned connection if it has one, else on a connection to the server
+// that runs it.
+func (c *client) abort(route *Route, key txnKey) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.AbortTimeout)
+	defer cancel()
+	c.mu.Lock()
+	var srv *topology.Server
+	var pc *pool.Conn
+	pinned := false
+	if p := c.pinLocked(route); p != nil && p.conn != nil {
+		srv, pc, pinned = p.srv, p.conn, true
+	}
+	c.mu.Unlock()
+	if pc == nil {
+		if route.multi {
+			srv, _ = route.txns.get(key, time.Now())
+		}
+		if srv == nil {
+			s, err := route.Topology.SelectServer(ctx)
+			if err != nil {
+				c.log.Warn("cannot abort transaction of disconnected client", "route", route.Name, "error", err)
+				return
+			}
+			srv = s
+		}
+		var err error
+		pc, err = srv.Pool().CheckOut(ctx)
+		if err != nil {
+			c.log.Warn("cannot abort transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
+			return
+		}
+	}
+	uc := pc.Upstream().(*upstream.Conn)
+	_, err := uc.RoundTrip(ctx, "admin", abortCommand(key))
+	if err != nil && upstream.IsNetworkError(err) {
+		pc.MarkErrored(err)
+	}
+	c.log.Debug("aborted transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
+	if !pinned {
+		_ = srv.Pool().CheckIn(pc)
+	}
+}
+
+// abortCommand builds {abortTransaction: 1, lsid: {id}, txnNumber, autocommit: false}.
+func abortCommand(key txnKey) bsoncore.Document {
+	idx, d := bsoncore.AppendDocumentStart(nil)
+	d = bsoncore.AppendInt32Element(d, "abortTransaction", 1)
+	lidx, d2 := bsoncore.AppendDocumentElementStart(d, "lsid")
+	d2 = bsoncore.AppendBinaryElement(d2, "id", 4, key.lsid[:])
+	d, _ = bsoncore.AppendDocumentEnd(d2, lidx)
+	d = bsoncore.AppendInt64Element(d, "txnNumber", key.txn)
+	d = bsoncore.AppendBooleanElement(d, "autocommit", false)
+	d, _ = bsoncore.AppendDocumentEnd(d, idx)
+	return d
+}
+
+// reply sends a reply body we built.
+func (c *client) reply(responseTo int32, compressed bool, compID wire.CompressorID, name string, body bsoncore.Document) error {
+	c.nextID++
+	c.out = getBuffer(len(body) + 64)
+	msg := wire.AppendMsg(c.out.b[:0], c.nextID, responseTo, 0, body)
+	c.out.b = msg[:0]
+	return c.writeRaw(msg, compressed, compID, name)
+}
+
+// replyError sends an error reply; the client stays connected.
+func (c *client) replyError(responseTo int32, compressed bool, compID wire.CompressorID, req *request, body bsoncore.Document) error {
+	if req != nil && req.more {
+		return nil
+	}
+	return c.reply(responseTo, compressed, compID, "", body)
+}
+
+// writeError sends an uncompressed error reply.
+func (c *client) writeError(responseTo int32, compressed bool, compID wire.CompressorID, body bsoncore.Document) error {
+	return c.reply(responseTo, compressed, compID, "", body)
+}
+
+// writeLegacyReply answers an OP_QUERY with an OP_REPLY.
+func (c *client) writeLegacyReply(responseTo int32, failure bool, doc bsoncore.Document) {
+	c.nextID++
+	b := wire.AppendReply(nil, c.nextID, responseTo, doc)
+	if failure {
+		// responseFlags QueryFailure (bit 1) sits right after the header.
+		binary.LittleEndian.PutUint32(b[wire.HeaderLen:], 2)
+	}
+	_, _ = c.nc.Write(b)
+}
+
+// writeRaw writes a whole message to the client, compressed with the
+// client's compressor when the client compressed its request and the
+// command may be compressed.
+func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID, name string) error {
+	if compressed && name != "" && !wire.MustNotCompress(name) {
+		buf := getBuffer(len(msg) + 64)
+		defer putBuffer(buf)
+		out, err := wire.Compress(buf.b[:0], msg, compID)
+		if err == nil {
+			if cap(out) > cap(buf.b) {
+				buf.b = out[:0]
+			}
+			msg = out
+		}
+	}
+	if _, err := c.nc.Write(msg); err != nil {
+		return errClientGone
+	}
+	return nil
+}
+
+func (c *client) releaseBuffers() {
+	putBuffer(c.in)
+	putBuffer(c.aux)
+	putBuffer(c.out)
+	c.in, c.aux, c.out = nil, nil, nil
+}

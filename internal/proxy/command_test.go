@@ -1,0 +1,184 @@
+package proxy
+
+import (
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+)
+
+func mustDoc(t testing.TB, v any) bsoncore.Document {
+	t.Helper()
+	b, err := bson.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestInspectTransactionCommand(t *testing.T) {
+	uuid := bson.Binary{Subtype: 4, Data: []byte("0123456789abcdef")}
+	body := mustDoc(t, bson.D{
+		{Key: "insert", Value: "orders"},
+		{Key: "documents", Value: bson.A{bson.D{{Key: "x", Value: 1}}}},
+		{Key: "lsid", Value: bson.D{{Key: "id", Value: uuid}}},
+		{Key: "txnNumber", Value: int64(7)},
+		{Key: "startTransaction", Value: true},
+		{Key: "autocommit", Value: false},
+		{Key: "$db", Value: "shop"},
+	})
+	var r request
+	r.inspect(body)
+	if r.name() != "insert" || !r.info.write {
+		t.Fatalf("name=%q write=%v", r.name(), r.info.write)
+	}
+	if string(r.db) != "shop" {
+		t.Fatalf("db=%q", r.db)
+	}
+	key, ok := r.key()
+	if !ok || key.txn != 7 || string(key.lsid[:]) != "0123456789abcdef" || !r.startTxn {
+		t.Fatalf("key=%v ok=%v start=%v", key, ok, r.startTxn)
+	}
+}
+
+func TestInspectRetryableWriteIsNotTransaction(t *testing.T) {
+	body := mustDoc(t, bson.D{
+		{Key: "update", Value: "c"},
+		{Key: "lsid", Value: bson.D{{Key: "id", Value: bson.Binary{Subtype: 4, Data: make([]byte, 16)}}}},
+		{Key: "txnNumber", Value: int64(3)},
+		{Key: "$db", Value: "d"},
+	})
+	var r request
+	r.inspect(body)
+	if _, ok := r.key(); ok {
+		t.Fatal("a retryable write (no autocommit:false) must not count as a transaction")
+	}
+}
+
+func TestInspectGetMoreAndUnknown(t *testing.T) {
+	var r request
+	r.inspect(mustDoc(t, bson.D{{Key: "getMore", Value: int64(42)}, {Key: "collection", Value: "c"}, {Key: "$db", Value: "d"}}))
+	if r.info.kind != kindGetMore || r.cursorID != 42 {
+		t.Fatalf("kind=%v cursor=%d", r.info.kind, r.cursorID)
+	}
+	r.inspect(mustDoc(t, bson.D{{Key: "someNewCommand", Value: 1}, {Key: "$db", Value: "d"}}))
+	if r.name() != "someNewCommand" || r.info.kind != kindOther {
+		t.Fatalf("name=%q", r.name())
+	}
+	r.inspect(bsoncore.Document{5, 0, 0, 0, 0})
+	if r.name() != "" || r.db != nil {
+		t.Fatal("empty document must yield an empty request")
+	}
+}
+
+func TestInspectReply(t *testing.T) {
+	ri := inspectReply(mustDoc(t, bson.D{
+		{Key: "cursor", Value: bson.D{{Key: "firstBatch", Value: bson.A{}}, {Key: "id", Value: int64(99)}, {Key: "ns", Value: "d.c"}}},
+		{Key: "ok", Value: 1.0},
+	}))
+	if !ri.ok || ri.cursorID != 99 {
+		t.Fatalf("%+v", ri)
+	}
+	ri = inspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(251)}}))
+	if ri.ok || ri.code != 251 {
+		t.Fatalf("%+v", ri)
+	}
+}
+
+func TestErrorReplyShape(t *testing.T) {
+	doc := errorReply(6, "HostUnreachable", "mongobouncer: x", "RetryableWriteError")
+	var got struct {
+		OK       float64  `bson:"ok"`
+		Code     int32    `bson:"code"`
+		CodeName string   `bson:"codeName"`
+		ErrMsg   string   `bson:"errmsg"`
+		Labels   []string `bson:"errorLabels"`
+	}
+	if err := bson.Unmarshal(doc, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.OK != 0 || got.Code != 6 || got.CodeName != "HostUnreachable" || got.ErrMsg != "mongobouncer: x" ||
+		len(got.Labels) != 1 || got.Labels[0] != "RetryableWriteError" {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestLabels(t *testing.T) {
+	cases := []struct {
+		cmd   string
+		inTxn bool
+		want  []string
+	}{
+		{"insert", false, []string{"RetryableWriteError"}},
+		{"find", false, nil},
+		{"find", true, []string{"TransientTransactionError"}},
+		{"commitTransaction", true, []string{"RetryableWriteError", "UnknownTransactionCommitResult"}},
+		{"abortTransaction", true, []string{"RetryableWriteError"}},
+	}
+	for _, c := range cases {
+		var r request
+		r.inspect(mustDoc(t, bson.D{{Key: c.cmd, Value: 1}, {Key: "$db", Value: "d"}}))
+		got := labelsFor(&r, c.inTxn)
+		if len(got) != len(c.want) {
+			t.Fatalf("%s inTxn=%v: %v, want %v", c.cmd, c.inTxn, got, c.want)
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Fatalf("%s inTxn=%v: %v, want %v", c.cmd, c.inTxn, got, c.want)
+			}
+		}
+	}
+}
+
+func TestAffinityBounded(t *testing.T) {
+	a := newAffinity[int64, int](100, time.Minute)
+	now := time.Unix(1000, 0)
+	for i := int64(0); i < 1000; i++ {
+		a.put(i, int(i), now.Add(time.Duration(i)*time.Millisecond))
+	}
+	if n := a.len(); n > 100 {
+		t.Fatalf("affinity grew to %d entries, bound is 100", n)
+	}
+	// The newest entries survive eviction.
+	if v, ok := a.get(999, now.Add(time.Second)); !ok || v != 999 {
+		t.Fatalf("newest entry lost: %v %v", v, ok)
+	}
+	// Expired entries are not returned.
+	if _, ok := a.get(999, now.Add(time.Hour)); ok {
+		t.Fatal("expired entry returned")
+	}
+}
+
+func TestAffinityExpiredMakeRoomFirst(t *testing.T) {
+	a := newAffinity[int64, int](2, time.Second)
+	t0 := time.Unix(0, 0)
+	a.put(1, 1, t0)
+	a.put(2, 2, t0.Add(500*time.Millisecond))
+	a.put(3, 3, t0.Add(1200*time.Millisecond)) // 1 has expired: only it goes
+	if _, ok := a.get(2, t0.Add(1300*time.Millisecond)); !ok {
+		t.Fatal("live entry evicted while an expired one could go")
+	}
+	if a.evicted != 0 {
+		t.Fatalf("evicted=%d, want 0 (expiry is not eviction)", a.evicted)
+	}
+}
+
+func BenchmarkInspect(b *testing.B) {
+	body := mustDoc(b, bson.D{
+		{Key: "find", Value: "orders"},
+		{Key: "filter", Value: bson.D{{Key: "status", Value: "A"}}},
+		{Key: "batchSize", Value: int32(10)},
+		{Key: "lsid", Value: bson.D{{Key: "id", Value: bson.Binary{Subtype: 4, Data: make([]byte, 16)}}}},
+		{Key: "$clusterTime", Value: bson.D{{Key: "clusterTime", Value: bson.Timestamp{T: 1, I: 1}}}},
+		{Key: "$db", Value: "shop"},
+	})
+	b.ReportAllocs()
+	var r request
+	for b.Loop() {
+		r.inspect(body)
+	}
+	if string(r.db) != "shop" {
+		b.Fatal(string(r.db))
+	}
+}

@@ -1,0 +1,83 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+)
+
+// Error codes of the synthetic replies. They come from the set drivers
+// retry, and none of them is a "state change" code: those would make a
+// driver mark mongobouncer unknown and drop its pool to us for what is an
+// upstream problem.
+const (
+	codeHostUnreachable = 6
+	codeNetworkTimeout  = 89
+	codeSocketException = 9001
+)
+
+// upstreamError turns a failure to reach or use an upstream into an error
+// reply that drivers retry, labelled for writes and transactions.
+func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool) bsoncore.Document {
+	code, codeName := int32(codeSocketException), "SocketException"
+	var what string
+	var sel *topology.SelectionError
+	var wq *pool.WaitQueueTimeoutError
+	var cleared *pool.PoolClearedError
+	var closed *pool.PoolClosedError
+	var ne net.Error
+	switch {
+	case errors.As(err, &sel):
+		code, codeName = codeHostUnreachable, "HostUnreachable"
+		what = "no upstream server available"
+	case errors.As(err, &wq):
+		code, codeName = codeNetworkTimeout, "NetworkTimeout"
+		what = "timed out waiting for an upstream connection"
+	case errors.As(err, &cleared):
+		code, codeName = codeHostUnreachable, "HostUnreachable"
+		what = "upstream pool was cleared"
+	case errors.As(err, &closed):
+		code, codeName = codeHostUnreachable, "HostUnreachable"
+		what = "upstream pool is closed"
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		code, codeName = codeNetworkTimeout, "NetworkTimeout"
+		what = "upstream timed out"
+	case isConnectError(err):
+		code, codeName = codeHostUnreachable, "HostUnreachable"
+		what = "cannot connect to upstream"
+	default:
+		what = "upstream connection failed"
+	}
+	msg := fmt.Sprintf("mongobouncer: %s (route %q, command %s): %v", what, route.Name, req.name(), err)
+	return errorReply(code, codeName, msg, labelsFor(req, inTxn)...)
+}
+
+// labelsFor chooses the error labels that make drivers retry correctly.
+func labelsFor(req *request, inTxn bool) []string {
+	switch {
+	case inTxn && req.info.kind == kindCommit:
+		return []string{"RetryableWriteError", "UnknownTransactionCommitResult"}
+	case inTxn && req.info.kind == kindAbort:
+		return []string{"RetryableWriteError"}
+	case inTxn:
+		return []string{"TransientTransactionError"}
+	case req.info.write:
+		return []string{"RetryableWriteError"}
+	}
+	return nil
+}
+
+// isConnectError reports whether err is a failure to establish an upstream
+// connection (as opposed to one failing mid-request).
+func isConnectError(err error) bool {
+	var pe *pool.ConnectionError
+	var ue *upstream.ConnectError
+	return errors.As(err, &pe) || errors.As(err, &ue)
+}

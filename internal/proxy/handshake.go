@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+)
+
+// OurMaxWireVersion is the newest wire version mongobouncer understands
+// (MongoDB 8.0). Clients are told min(this, every upstream's).
+const OurMaxWireVersion = 25
+
+// helloRequest is what a client's hello/isMaster asks for.
+type helloRequest struct {
+	legacyName   bool // isMaster/ismaster: reply with "ismaster" instead of "isWritablePrimary"
+	helloOk      bool
+	loadBalanced bool
+	compression  []string // compressors the client offers, in its order
+	appName      string
+	apiVersion   string
+}
+
+// parseHello reads a hello/isMaster command document. Unknown fields are
+// ignored, as a server does.
+func parseHello(body bsoncore.Document, name string) helloRequest {
+	hr := helloRequest{legacyName: name != "hello"}
+	if v, err := body.LookupErr("helloOk"); err == nil {
+		hr.helloOk, _ = v.BooleanOK()
+	}
+	if v, err := body.LookupErr("loadBalanced"); err == nil {
+		hr.loadBalanced, _ = v.BooleanOK()
+	}
+	if v, err := body.LookupErr("compression"); err == nil {
+		if arr, ok := v.ArrayOK(); ok {
+			if vals, err := arr.Values(); err == nil {
+				for _, c := range vals {
+					if s, ok := c.StringValueOK(); ok {
+						hr.compression = append(hr.compression, s)
+					}
+				}
+			}
+		}
+	}
+	if v, err := body.LookupErr("client", "application", "name"); err == nil {
+		hr.appName, _ = v.StringValueOK()
+	}
+	if v, err := body.LookupErr("apiVersion"); err == nil {
+		hr.apiVersion, _ = v.StringValueOK()
+	}
+	return hr
+}
+
+// limits are the figures a hello reply passes on from the upstreams.
+type limits struct {
+	minWire, maxWire  int32
+	maxBSON, maxMsg   int32
+	maxBatch          int32
+	sessionTimeoutMin int32
+}
+
+// defaultLimits are MongoDB's own defaults, used until an upstream has
+// answered a hello.
+var defaultLimits = limits{
+	minWire: 0, maxWire: OurMaxWireVersion,
+	maxBSON: 16 * 1024 * 1024, maxMsg: 48_000_000, maxBatch: 100_000,
+	sessionTimeoutMin: 30,
+}
+
+// helloReply builds the reply mongobouncer gives as a mongos. compressor is
+// the agreed compressor name or "". topologyVersion is left out on purpose:
+// mongobouncer does not implement awaitable hello, and without
+// topologyVersion drivers poll with plain hellos (see docs/architecture.md).
+func helloReply(hr helloRequest, lim limits, connID int64, compressor string, serviceID bson.ObjectID) bsoncore.Document {
+	idx, doc := bsoncore.AppendDocumentStart(make([]byte, 0, 384))
+	if hr.legacyName {
+		doc = bsoncore.AppendBooleanElement(doc, "ismaster", true)
+	} else {
+		doc = bsoncore.AppendBooleanElement(doc, "isWritablePrimary", true)
+	}
+	doc = bsoncore.AppendStringElement(doc, "msg", "isdbgrid")
+	doc = bsoncore.AppendInt32Element(doc, "maxBsonObjectSize", lim.maxBSON)
+	doc = bsoncore.AppendInt32Element(doc, "maxMessageSizeBytes", lim.maxMsg)
+	doc = bsoncore.AppendInt32Element(doc, "maxWriteBatchSize", lim.maxBatch)
+	doc = bsoncore.AppendDateTimeElement(doc, "localTime", time.Now().UnixMilli())
+	doc = bsoncore.AppendInt32Element(doc, "logicalSessionTimeoutMinutes", lim.sessionTimeoutMin)
+	doc = bsoncore.AppendInt64Element(doc, "connectionId", connID)
+	doc = bsoncore.AppendInt32Element(doc, "minWireVersion", lim.minWire)
+	doc = bsoncore.AppendInt32Element(doc, "maxWireVersion", lim.maxWire)
+	doc = bsoncore.AppendBooleanElement(doc, "readOnly", false)
+	if compressor != "" {
+		aidx, d := bsoncore.AppendArrayElementStart(doc, "compression")
+		d = bsoncore.AppendStringElement(d, "0", compressor)
+		doc, _ = bsoncore.AppendArrayEnd(d, aidx)
+	}
+	if hr.helloOk {
+		doc = bsoncore.AppendBooleanElement(doc, "helloOk", true)
+	}
+	if hr.loadBalanced {
+		doc = bsoncore.AppendObjectIDElement(doc, "serviceId", serviceID)
+	}
+	doc = bsoncore.AppendDoubleElement(doc, "ok", 1)
+	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
+	return doc
+}
