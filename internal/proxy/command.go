@@ -13,14 +13,14 @@ import (
 type cmdKind uint8
 
 const (
-	kindOther cmdKind = iota
-	kindHello         // hello, isMaster, ismaster: answered by mongobouncer
-	kindAuth          // authentication commands: refused until client auth exists
-	kindGetMore       // routed by cursor id
-	kindKillCursors   // routed by cursor id
-	kindCommit        // commitTransaction
-	kindAbort         // abortTransaction
-	kindEndSessions   // endSessions: forwarded where possible, else answered
+	kindOther       cmdKind = iota
+	kindHello               // hello, isMaster, ismaster: answered by mongobouncer
+	kindAuth                // authentication commands: refused until client auth exists
+	kindGetMore             // routed by cursor id
+	kindKillCursors         // routed by cursor id
+	kindCommit              // commitTransaction
+	kindAbort               // abortTransaction
+	kindEndSessions         // endSessions: forwarded where possible, else answered
 )
 
 // cmdInfo is the static knowledge about one command name.
@@ -265,4 +265,3 @@ func errorReply(code int32, codeName, msg string, labels ...string) bsoncore.Doc
 	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
 	return doc
 }
-
