@@ -591,9 +591,11 @@ func matches(doc, filter bsoncore.Document) (bool, error) {
 }
 
 func valuesEqual(a, b bsoncore.Value) bool {
-	if a.IsNumber() && b.IsNumber() {
-		x, _ := a.AsFloat64OK()
-		y, _ := b.AsFloat64OK()
+	// Numbers compare by value across int32/int64/double, as in MongoDB;
+	// Decimal128 has no float64 view here and falls back to exact bytes.
+	x, okx := a.AsFloat64OK()
+	y, oky := b.AsFloat64OK()
+	if okx && oky {
 		return x == y
 	}
 	return a.Type == b.Type && bytes.Equal(a.Data, b.Data)
