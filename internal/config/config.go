@@ -1,0 +1,368 @@
+// Package config holds mongobouncer's configuration: plain data loaded from a
+// TOML file (Load, Parse), checked by Validate, and resolved per route by
+// Routes.
+//
+// A file has one [mongobouncer] table of global settings and one
+// [databases.<name>] table per route; see docs/configuration.md for every
+// key. Settings a route may override are the pool and limit keys gathered in
+// Pool. For each route the value in force is found by this precedence,
+// highest first:
+//
+//  1. the key in the route's own table ([databases.<name>]);
+//  2. the matching option in the route's connection string
+//     (maxPoolSize, minPoolSize, maxIdleTimeMS, maxConnecting,
+//     waitQueueTimeoutMS, connectTimeoutMS, heartbeatFrequencyMS,
+//     serverSelectionTimeoutMS, appName);
+//  3. the key in [mongobouncer];
+//  4. the built-in default (Default).
+//
+// Parse starts from Default and overlays the file, so levels 3 and 4 are
+// both already in Config.Global. A Config built in code should start from
+// Default too: the zero Config is safe to use and to validate, but
+// Validate reports its zero values that are not valid settings (no routes,
+// max_connecting 0, empty pool_mode, ...).
+//
+// The package does no I/O except reading the file in Load, and starts no
+// goroutines.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CatchAll is the route name that serves every database without a route of
+// its own, including admin.
+const CatchAll = "*"
+
+// Bounds on max_message_size. The upper bound is the MongoDB server's
+// maxMessageSizeBytes: no server sends or accepts a larger message, so a
+// higher limit would only let clients make the pooler buffer more. The lower
+// bound keeps the handshake and authentication exchanges (a hello request
+// with up to 512 bytes of client metadata plus speculative authentication,
+// and an upstream hello reply listing every replica-set member) well inside
+// the limit; below it the pooler could not even greet a driver.
+const (
+	MinMaxMessageSize = 16 * 1024
+	MaxMaxMessageSize = 48_000_000
+	// FullDocumentMessageSize is the smallest max_message_size that still
+	// carries a maximum-size (16 MiB) BSON document with the 16 KiB of
+	// headroom servers allow in replies. Smaller values are accepted, but
+	// clients and servers then cannot exchange the largest documents.
+	FullDocumentMessageSize = 16*1024*1024 + 16*1024
+)
+
+// MinHeartbeatInterval is the smallest heartbeat_interval accepted: the
+// server discovery and monitoring spec's minHeartbeatFrequencyMS. Checking a
+// server more often only adds load.
+const MinHeartbeatInterval = 500 * time.Millisecond
+
+// MaxAppNameBytes is the longest app_name accepted: the handshake spec caps
+// client.application.name at 128 bytes and servers reject longer names.
+const MaxAppNameBytes = 128
+
+// PoolMode says when a client's upstream connection returns to the pool.
+type PoolMode string
+
+// Pool modes.
+const (
+	// PoolModeSession pins an upstream connection to a client for the
+	// client's whole connection.
+	PoolModeSession PoolMode = "session"
+	// PoolModeTransaction returns the upstream connection after each
+	// command outside a transaction, and after the commit or abort of a
+	// transaction.
+	PoolModeTransaction PoolMode = "transaction"
+	// PoolModeStatement returns the upstream connection after every
+	// command; multi-statement transactions are refused.
+	PoolModeStatement PoolMode = "statement"
+)
+
+// Valid reports whether m is one of the defined pool modes.
+func (m PoolMode) Valid() bool {
+	switch m {
+	case PoolModeSession, PoolModeTransaction, PoolModeStatement:
+		return true
+	}
+	return false
+}
+
+// LogLevel is the lowest level of messages written to the log.
+type LogLevel string
+
+// Log levels.
+const (
+	LogLevelDebug LogLevel = "debug"
+	LogLevelInfo  LogLevel = "info"
+	LogLevelWarn  LogLevel = "warn"
+	LogLevelError LogLevel = "error"
+)
+
+// Valid reports whether l is one of the defined log levels.
+func (l LogLevel) Valid() bool {
+	switch l {
+	case LogLevelDebug, LogLevelInfo, LogLevelWarn, LogLevelError:
+		return true
+	}
+	return false
+}
+
+// Level maps l to its slog level; an invalid level maps to slog.LevelInfo.
+func (l LogLevel) Level() slog.Level {
+	switch l {
+	case LogLevelDebug:
+		return slog.LevelDebug
+	case LogLevelWarn:
+		return slog.LevelWarn
+	case LogLevelError:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// LogFormat selects the log handler.
+type LogFormat string
+
+// Log formats.
+const (
+	// LogFormatText writes slog's key=value text lines.
+	LogFormatText LogFormat = "text"
+	// LogFormatJSON writes one JSON object per line.
+	LogFormatJSON LogFormat = "json"
+)
+
+// Valid reports whether f is one of the defined log formats.
+func (f LogFormat) Valid() bool {
+	return f == LogFormatText || f == LogFormatJSON
+}
+
+// Pool holds the pool and limit settings. Global carries the values for
+// every route; a Route may override each of them (see Overrides), and
+// EffectiveRoute carries the values in force for one route.
+type Pool struct {
+	// PoolMode says when an upstream connection returns to the pool
+	// (pool_mode).
+	PoolMode PoolMode
+	// MaxPoolSize caps the upstream connections per server, in use or
+	// idle; 0 means no limit (max_pool_size, maxPoolSize).
+	MaxPoolSize int
+	// MinPoolSize is the number of upstream connections per server the
+	// pool keeps open even when idle (min_pool_size, minPoolSize).
+	MinPoolSize int
+	// MaxIdleTime closes upstream connections idle for longer; 0 keeps
+	// them (max_idle_time, maxIdleTimeMS).
+	MaxIdleTime time.Duration
+	// MaxConnecting caps the upstream connections being established at
+	// once per server; at least 1 (max_connecting, maxConnecting).
+	MaxConnecting int
+	// WaitQueueTimeout bounds how long a client command waits for an
+	// upstream connection before it fails; 0 waits until the client goes
+	// away (wait_queue_timeout, waitQueueTimeoutMS).
+	WaitQueueTimeout time.Duration
+	// HeartbeatInterval is the time between checks of each upstream
+	// server (heartbeat_interval, heartbeatFrequencyMS).
+	HeartbeatInterval time.Duration
+	// ConnectTimeout bounds establishing one upstream connection,
+	// handshake and authentication included (connect_timeout,
+	// connectTimeoutMS).
+	ConnectTimeout time.Duration
+	// ServerSelectionTimeout bounds the wait for a suitable upstream
+	// server (server_selection_timeout, serverSelectionTimeoutMS).
+	ServerSelectionTimeout time.Duration
+	// ClientIdleTimeout closes client connections idle for longer; 0 keeps
+	// them (client_idle_timeout).
+	ClientIdleTimeout time.Duration
+	// MaxMessageSize bounds every wire message in either direction, in
+	// bytes; an upstream advertising a smaller maxMessageSizeBytes wins at
+	// run time (max_message_size).
+	MaxMessageSize int
+	// AppName is the application name mongobouncer gives upstream servers
+	// in its handshake (app_name, appName).
+	AppName string
+}
+
+// Global is the [mongobouncer] table.
+type Global struct {
+	// Listen is the address clients connect to: host:port, or a unix
+	// socket path (starting with / or ending in .sock).
+	Listen string
+	// AdminListen is the address of the admin HTTP listener; "" disables
+	// it.
+	AdminListen string
+	// MaxClientConn caps the client connections across all listeners; 0
+	// means no limit.
+	MaxClientConn int
+	// LogLevel is the lowest level logged.
+	LogLevel LogLevel
+	// LogFormat selects text or JSON logs.
+	LogFormat LogFormat
+	// ShutdownTimeout bounds how long shutdown waits for in-flight
+	// commands before closing connections; 0 closes them at once.
+	ShutdownTimeout time.Duration
+	// Pool holds the defaults for every route.
+	Pool
+}
+
+// Overrides are a route's own values for the settings in Pool. A nil field
+// means the route inherits the value (see the package documentation for the
+// precedence).
+type Overrides struct {
+	PoolMode               *PoolMode      // pool_mode
+	MaxPoolSize            *int           // max_pool_size
+	MinPoolSize            *int           // min_pool_size
+	MaxIdleTime            *time.Duration // max_idle_time
+	MaxConnecting          *int           // max_connecting
+	WaitQueueTimeout       *time.Duration // wait_queue_timeout
+	HeartbeatInterval      *time.Duration // heartbeat_interval
+	ConnectTimeout         *time.Duration // connect_timeout
+	ServerSelectionTimeout *time.Duration // server_selection_timeout
+	ClientIdleTimeout      *time.Duration // client_idle_timeout
+	MaxMessageSize         *int           // max_message_size
+	AppName                *string        // app_name
+}
+
+// Route is one [databases.<name>] table: where commands for a database go.
+type Route struct {
+	// ConnectionString names the upstream deployment. It is a URI so that
+	// printing a Route never shows the password.
+	ConnectionString URI
+	// Listen, when not "", is a listener dedicated to this route: every
+	// client connecting there is served by this route, whatever database
+	// its commands name.
+	Listen string
+	// Overrides are the route's own pool and limit settings.
+	Overrides
+}
+
+// Config is a whole configuration.
+type Config struct {
+	// Global is the [mongobouncer] table.
+	Global Global
+	// Databases maps a database name, or CatchAll, to its route.
+	Databases map[string]Route
+	// Path is the file the configuration came from, or "".
+	Path string
+
+	// src locates keys in the file Parse read, so that problems found
+	// later by Validate still name file:line. Nil for a Config built in
+	// code.
+	src *source
+}
+
+// Default returns the built-in defaults. It has no routes, so it does not
+// validate until at least one is added.
+//
+// WaitQueueTimeout defaults to 30s although CMAP's default is to wait
+// forever: a pooler's clients are other programs' drivers, and a command
+// stuck behind an exhausted pool should fail with a clear error on the same
+// scale as a driver's own server selection timeout (30s), long enough to
+// ride out a replica-set election, rather than hang until the client's
+// socket timeout (often none).
+func Default() Config {
+	return Config{Global: Global{
+		Listen:          "127.0.0.1:27017",
+		AdminListen:     "",
+		MaxClientConn:   10000,
+		LogLevel:        LogLevelInfo,
+		LogFormat:       LogFormatText,
+		ShutdownTimeout: 30 * time.Second,
+		Pool: Pool{
+			PoolMode:               PoolModeTransaction,
+			MaxPoolSize:            100,
+			MinPoolSize:            0,
+			MaxIdleTime:            0,
+			MaxConnecting:          2,
+			WaitQueueTimeout:       30 * time.Second,
+			HeartbeatInterval:      10 * time.Second,
+			ConnectTimeout:         10 * time.Second,
+			ServerSelectionTimeout: 30 * time.Second,
+			ClientIdleTimeout:      0,
+			MaxMessageSize:         MaxMaxMessageSize,
+			AppName:                "mongobouncer",
+		},
+	}}
+}
+
+// URI is a connection string as written in the configuration. Its String,
+// GoString and LogValue methods hide the password and other secrets, so a
+// Config can be printed or logged whole; convert it with string(u) to get
+// the secret text.
+type URI string
+
+// String returns the connection string with secrets masked.
+func (u URI) String() string { return redactURI(string(u)) }
+
+// GoString returns the connection string with secrets masked, quoted, so
+// that %#v does not print secrets either.
+func (u URI) GoString() string { return strconv.Quote(u.String()) }
+
+// LogValue returns the connection string with secrets masked.
+func (u URI) LogValue() slog.Value { return slog.StringValue(u.String()) }
+
+// Parse parses the connection string; see ParseConnString.
+func (u URI) Parse() (ConnString, error) { return ParseConnString(string(u)) }
+
+// Listener networks returned by SplitListen.
+const (
+	NetworkTCP  = "tcp"
+	NetworkUnix = "unix"
+)
+
+// maxUnixPath is the longest unix socket path Linux accepts: sun_path holds
+// 108 bytes including the terminating NUL.
+const maxUnixPath = 107
+
+// SplitListen turns a listen address from the configuration into the
+// network and address net.Listen expects. An address that starts with / or
+// ends in .sock is a unix socket path; anything else must be host:port with
+// a numeric port (0 picks a free port; an empty host listens on every
+// interface; IPv6 hosts go in brackets). Errors wrap ErrInvalidValue.
+func SplitListen(addr string) (network, address string, err error) {
+	network, reason := splitListen(addr)
+	if reason != "" {
+		return "", "", fmt.Errorf("%w: listen address: %s", ErrInvalidValue, reason)
+	}
+	return network, addr, nil
+}
+
+// splitListen returns the network of addr, or why addr is not valid.
+func splitListen(addr string) (network, reason string) {
+	if addr == "" {
+		return "", "empty"
+	}
+	if strings.ContainsFunc(addr, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return "", "contains control characters"
+	}
+	if strings.HasPrefix(addr, "/") || strings.HasSuffix(addr, ".sock") {
+		if len(addr) > maxUnixPath {
+			return "", fmt.Sprintf("the unix socket path is %d bytes, the limit is %d", len(addr), maxUnixPath)
+		}
+		return NetworkUnix, ""
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", "use host:port (IPv6 as [::1]:27017) or a unix socket path ending in .sock"
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "", fmt.Sprintf("the port must be a number from 0 to 65535, as in %s", net.JoinHostPort(host, "27017"))
+	}
+	if strings.ContainsAny(host, " \t[]/") {
+		return "", fmt.Sprintf("%q is not a host name or IP address", host)
+	}
+	if strings.Contains(host, ":") && net.ParseIP(stripZone(host)) == nil {
+		return "", fmt.Sprintf("%q is not an IPv6 address", host)
+	}
+	return NetworkTCP, ""
+}
+
+// stripZone drops an IPv6 zone (%eth0) so the address itself can be parsed.
+func stripZone(host string) string {
+	if i := strings.IndexByte(host, '%'); i >= 0 {
+		return host[:i]
+	}
+	return host
+}

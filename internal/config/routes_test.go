@@ -1,0 +1,144 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPrecedence checks, for every pool key, each combination of where it
+// is set: route key > connection-string option > [mongobouncer] > default.
+func TestPrecedence(t *testing.T) {
+	type key struct {
+		name   string
+		global string // TOML value in [mongobouncer]
+		option string // connection-string option, "" when there is none
+		route  string // TOML value in the route
+		get    func(Pool) any
+		// expected values for default, global, option and route
+		def, g, o, r any
+	}
+	keys := []key{
+		{"pool_mode", `"session"`, "", `"statement"`, func(p Pool) any { return p.PoolMode },
+			PoolModeTransaction, PoolModeSession, nil, PoolModeStatement},
+		{"max_pool_size", "40", "maxPoolSize=30", "20", func(p Pool) any { return p.MaxPoolSize }, 100, 40, 30, 20},
+		{"min_pool_size", "3", "minPoolSize=2", "1", func(p Pool) any { return p.MinPoolSize }, 0, 3, 2, 1},
+		{"max_idle_time", `"3m"`, "maxIdleTimeMS=120000", `"1m"`, func(p Pool) any { return p.MaxIdleTime },
+			time.Duration(0), 3 * time.Minute, 2 * time.Minute, time.Minute},
+		{"max_connecting", "5", "maxConnecting=4", "3", func(p Pool) any { return p.MaxConnecting }, 2, 5, 4, 3},
+		{"wait_queue_timeout", `"3s"`, "waitQueueTimeoutMS=2000", `"1s"`, func(p Pool) any { return p.WaitQueueTimeout },
+			30 * time.Second, 3 * time.Second, 2 * time.Second, time.Second},
+		{"heartbeat_interval", `"3s"`, "heartbeatFrequencyMS=2000", `"1s"`, func(p Pool) any { return p.HeartbeatInterval },
+			10 * time.Second, 3 * time.Second, 2 * time.Second, time.Second},
+		{"connect_timeout", `"3s"`, "connectTimeoutMS=2000", `"1s"`, func(p Pool) any { return p.ConnectTimeout },
+			10 * time.Second, 3 * time.Second, 2 * time.Second, time.Second},
+		{"server_selection_timeout", `"3s"`, "serverSelectionTimeoutMS=2000", `"1s"`, func(p Pool) any { return p.ServerSelectionTimeout },
+			30 * time.Second, 3 * time.Second, 2 * time.Second, time.Second},
+		{"client_idle_timeout", `"3s"`, "", `"1s"`, func(p Pool) any { return p.ClientIdleTimeout },
+			time.Duration(0), 3 * time.Second, nil, time.Second},
+		{"max_message_size", "3000000", "", "1000000", func(p Pool) any { return p.MaxMessageSize },
+			48_000_000, 3_000_000, nil, 1_000_000},
+		{"app_name", `"g"`, "appName=o", `"r"`, func(p Pool) any { return p.AppName }, "mongobouncer", "g", "o", "r"},
+	}
+	if len(keys) != len(poolKeys) {
+		t.Fatalf("test covers %d keys, there are %d", len(keys), len(poolKeys))
+	}
+	for _, k := range keys {
+		for mask := range 8 {
+			inGlobal, inOption, inRoute := mask&1 != 0, mask&2 != 0, mask&4 != 0
+			if inOption && k.option == "" {
+				continue
+			}
+			var doc strings.Builder
+			if inGlobal {
+				fmt.Fprintf(&doc, "[mongobouncer]\n%s = %s\n", k.name, k.global)
+			}
+			uri := "mongodb://h/"
+			if inOption {
+				uri += "?" + k.option
+			}
+			fmt.Fprintf(&doc, "[databases.\"*\"]\nconnection_string = %q\n", uri)
+			if inRoute {
+				fmt.Fprintf(&doc, "%s = %s\n", k.name, k.route)
+			}
+			want, origin := k.def, FromGlobal
+			switch {
+			case inRoute:
+				want, origin = k.r, FromRoute
+			case inOption:
+				want, origin = k.o, FromConnString
+			case inGlobal:
+				want = k.g
+			}
+			name := fmt.Sprintf("%s/global=%v,option=%v,route=%v", k.name, inGlobal, inOption, inRoute)
+			c, err := Parse([]byte(doc.String()), "p.toml")
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			rs, err := c.Routes()
+			if err != nil || len(rs) != 1 {
+				t.Errorf("%s: Routes: %v", name, err)
+				continue
+			}
+			if got := k.get(rs[0].Pool); got != want {
+				t.Errorf("%s: got %v, want %v", name, got, want)
+			}
+			if got := rs[0].Origins[k.name]; got != origin {
+				t.Errorf("%s: origin %v, want %v", name, got, origin)
+			}
+		}
+	}
+}
+
+// The brief's example: the route's max_pool_size beats maxPoolSize in its
+// connection string, and other routes are untouched by it.
+func TestRoutesIndependent(t *testing.T) {
+	c, err := Parse([]byte(`
+[mongobouncer]
+min_pool_size = 1
+[databases.orders]
+connection_string = "mongodb://10.0.0.1:27017,10.0.0.2:27017/?maxPoolSize=50&minPoolSize=2"
+listen = "127.0.0.1:27018"
+pool_mode = "statement"
+max_pool_size = 20
+[databases.users]
+connection_string = "mongodb://10.0.0.3/?maxPoolSize=50"
+[databases."*"]
+connection_string = "mongodb://127.0.0.1:27019/"
+`), "r.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := c.Routes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, len(rs))
+	for i, r := range rs {
+		got[i] = fmt.Sprintf("%s:%s:%d:%d:%s:%q", r.Name, r.PoolMode, r.MaxPoolSize, r.MinPoolSize, r.Conn.Hosts, r.Listen)
+	}
+	want := []string{
+		`orders:statement:20:2:[10.0.0.1:27017 10.0.0.2:27017]:"127.0.0.1:27018"`,
+		`users:transaction:50:1:[10.0.0.3:27017]:""`,
+		`*:transaction:100:1:[127.0.0.1:27019]:""`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("routes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Overrides are per route: a route's pointer never leaks into another.
+	*c.Databases["orders"].MaxPoolSize = 7
+	rs2, _ := c.Routes()
+	if rs2[0].MaxPoolSize != 7 || rs2[1].MaxPoolSize != 50 || rs2[2].MaxPoolSize != 100 {
+		t.Fatalf("after changing orders: %d %d %d", rs2[0].MaxPoolSize, rs2[1].MaxPoolSize, rs2[2].MaxPoolSize)
+	}
+}
+
+func TestOriginString(t *testing.T) {
+	for o, want := range map[Origin]string{FromGlobal: "global", FromConnString: "connection string", FromRoute: "route", 9: "unknown"} {
+		if o.String() != want {
+			t.Errorf("%d: %q", int(o), o.String())
+		}
+	}
+}

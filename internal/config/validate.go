@@ -1,0 +1,299 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Validate checks every setting and reports all problems at once, joined
+// (see Problems). It works on any Config: one from Parse (problems then
+// name file:line) or one built in code, which should start from Default.
+func (c Config) Validate() error {
+	v := validator{c: &c}
+	v.global()
+	v.routes()
+	v.listeners()
+	return joinProblems(v.problems)
+}
+
+// validator collects the problems of one Config.
+type validator struct {
+	c        *Config
+	problems []*Error
+}
+
+// add records a problem about the key at path.
+func (v *validator) add(path []string, category error, msg string) {
+	e, _ := v.c.src.lookup(path)
+	file := v.c.Path
+	if v.c.src != nil {
+		file = v.c.src.file
+	}
+	v.problems = append(v.problems, &Error{
+		File: file, Line: e.pos.line, Column: e.pos.column,
+		Key: dotted(path), Msg: msg, Err: category,
+	})
+}
+
+func (v *validator) global() {
+	g := &v.c.Global
+	at := func(key string) []string { return []string{tableGlobal, key} }
+	if reason := listenReason(g.Listen); reason != "" {
+		v.add(at("listen"), ErrInvalidValue, fmt.Sprintf("listen = %s: %s", quote(g.Listen), reason))
+	}
+	if g.AdminListen != "" {
+		if reason := listenReason(g.AdminListen); reason != "" {
+			v.add(at("admin_listen"), ErrInvalidValue, fmt.Sprintf("admin_listen = %s: %s", quote(g.AdminListen), reason))
+		}
+	}
+	if g.MaxClientConn < 0 {
+		v.add(at("max_client_conn"), ErrInvalidValue, fmt.Sprintf("max_client_conn = %d: must be 0 (no limit) or more", g.MaxClientConn))
+	}
+	if !g.LogLevel.Valid() {
+		v.add(at("log_level"), ErrInvalidValue, enumMsg("log_level", string(g.LogLevel), "debug", "info", "warn", "error"))
+	}
+	if !g.LogFormat.Valid() {
+		v.add(at("log_format"), ErrInvalidValue, enumMsg("log_format", string(g.LogFormat), "text", "json"))
+	}
+	if g.ShutdownTimeout < 0 {
+		v.add(at("shutdown_timeout"), ErrInvalidValue, fmt.Sprintf("shutdown_timeout = %s: must not be negative", quote(g.ShutdownTimeout.String())))
+	}
+	show := func(key string) string { return key + " = " + poolValue(g.Pool, key) }
+	for _, is := range poolIssues(g.Pool) {
+		v.add(at(is.keys[0]), ErrInvalidValue, is.msg(show))
+	}
+}
+
+// listenReason says why addr cannot be listened on, or returns "".
+func listenReason(addr string) string {
+	if addr == "" {
+		return `empty: give an address such as "127.0.0.1:27017"`
+	}
+	_, reason := splitListen(addr)
+	return reason
+}
+
+// enumMsg explains a value outside a fixed set, suggesting the closest.
+func enumMsg(key, got string, allowed ...string) string {
+	msg := fmt.Sprintf("%s = %s: must be one of %s", key, quote(got), strings.Join(allowed, ", "))
+	if s := suggest(got, allowed); s != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return msg
+}
+
+func (v *validator) routes() {
+	if len(v.c.Databases) == 0 {
+		v.add([]string{tableDatabases}, ErrInvalidValue,
+			`no routes: add a [databases."*"] table with a connection_string for every database, or [databases.<name>] for one`)
+		return
+	}
+	seen := make(map[string]string) // lowercased name -> name
+	for _, name := range routeNames(v.c.Databases) {
+		r := v.c.Databases[name]
+		table := []string{tableDatabases, name}
+		at := func(key string) []string { return []string{tableDatabases, name, key} }
+
+		if reason := routeNameReason(name); reason != "" {
+			v.add(table, ErrInvalidValue, fmt.Sprintf("route name %q: %s", name, reason))
+		} else if other, dup := seen[strings.ToLower(name)]; dup {
+			v.add(table, ErrInvalidValue, fmt.Sprintf("routes %s and %s differ only in case, which MongoDB does not allow for database names: keep one",
+				tableName([]string{tableDatabases, other}), tableName(table)))
+		}
+		seen[strings.ToLower(name)] = name
+
+		var cs ConnString
+		if r.ConnectionString == "" {
+			v.add(at("connection_string"), ErrInvalidValue, fmt.Sprintf(`%s has no connection_string: add connection_string = "mongodb://host:27017/"`, tableName(table)))
+		} else {
+			var err error
+			if cs, err = r.ConnectionString.Parse(); err != nil {
+				// The problem wraps the parse error itself, so errors.Is
+				// finds ErrSRVUnsupported as well as ErrConnString.
+				reason := strings.TrimPrefix(err.Error(), ErrConnString.Error()+": ")
+				v.add(at("connection_string"), err, describe(at("connection_string"), "")+": "+reason)
+				cs = ConnString{}
+			}
+		}
+
+		if r.Listen != "" {
+			if reason := listenReason(r.Listen); reason != "" {
+				v.add(at("listen"), ErrInvalidValue, fmt.Sprintf("%s: %s", describe(at("listen"), quote(r.Listen)), reason))
+			}
+		}
+
+		pool, origins := resolve(v.c.Global.Pool, cs, r.Overrides)
+		show := func(key string) string {
+			switch origins[key] {
+			case FromRoute:
+				return describe(at(key), poolValue(pool, key))
+			case FromConnString:
+				return fmt.Sprintf("%s=%s in the connection_string of %s", connStringOption(key), optionValue(pool, key), tableName(table))
+			}
+			return fmt.Sprintf("%s = %s (from [mongobouncer])", key, poolValue(pool, key))
+		}
+		for _, is := range poolIssues(pool) {
+			// Report where the route can fix it; a problem made only of
+			// global values was reported once for [mongobouncer].
+			for _, k := range is.keys {
+				switch origins[k] {
+				case FromRoute:
+					v.add(at(k), ErrInvalidValue, is.msg(show))
+				case FromConnString:
+					v.add(at("connection_string"), ErrInvalidValue, is.msg(show))
+				default:
+					continue
+				}
+				break
+			}
+		}
+	}
+}
+
+// routeNameReason says why name cannot name a route, or returns "". Names
+// follow MongoDB's rules for database names on Linux.
+func routeNameReason(name string) string {
+	switch {
+	case name == CatchAll:
+		return ""
+	case name == "":
+		return `empty: use a database name, or "*" for every database`
+	case len(name) >= 64:
+		return fmt.Sprintf("%d bytes long: database names are shorter than 64 bytes", len(name))
+	case strings.ContainsAny(name, "/\\. \"$\x00"):
+		return `database names cannot contain / \ . space " $ or NUL`
+	}
+	return ""
+}
+
+// poolIssue is one problem with a set of pool values. keys are the keys
+// involved, the one to fix first; msg renders the message given how to show
+// each key with its value.
+type poolIssue struct {
+	keys []string
+	msg  func(show func(key string) string) string
+}
+
+// poolIssues checks pool values, alone and together.
+func poolIssues(p Pool) []poolIssue {
+	var out []poolIssue
+	one := func(key, problem string) {
+		out = append(out, poolIssue{keys: []string{key}, msg: func(show func(string) string) string {
+			return show(key) + ": " + problem
+		}})
+	}
+	if !p.PoolMode.Valid() {
+		problem := "must be one of session, transaction, statement"
+		if s := suggest(string(p.PoolMode), []string{"session", "transaction", "statement"}); s != "" {
+			problem += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		one("pool_mode", problem)
+	}
+	if p.MaxPoolSize < 0 {
+		one("max_pool_size", "must be 0 (no limit) or more")
+	}
+	if p.MinPoolSize < 0 {
+		one("min_pool_size", "must be 0 or more")
+	}
+	if p.MaxPoolSize > 0 && p.MinPoolSize > p.MaxPoolSize {
+		out = append(out, poolIssue{keys: []string{"min_pool_size", "max_pool_size"}, msg: func(show func(string) string) string {
+			return show("min_pool_size") + " is greater than " + show("max_pool_size") +
+				": lower min_pool_size or raise max_pool_size (0 means no limit)"
+		}})
+	}
+	if p.MaxConnecting < 1 {
+		one("max_connecting", "must be at least 1 (2 is the usual value)")
+	}
+	if p.MaxIdleTime < 0 {
+		one("max_idle_time", `must not be negative ("0s" keeps idle connections)`)
+	}
+	if p.WaitQueueTimeout < 0 {
+		one("wait_queue_timeout", `must not be negative ("0s" waits as long as the client does)`)
+	}
+	if p.HeartbeatInterval < MinHeartbeatInterval {
+		one("heartbeat_interval", "must be at least 500ms")
+	}
+	if p.ConnectTimeout <= 0 {
+		one("connect_timeout", `must be more than 0, as in "10s"`)
+	}
+	if p.ServerSelectionTimeout <= 0 {
+		one("server_selection_timeout", `must be more than 0, as in "30s"`)
+	}
+	if p.ClientIdleTimeout < 0 {
+		one("client_idle_timeout", `must not be negative ("0s" keeps idle clients)`)
+	}
+	if p.MaxMessageSize < MinMaxMessageSize || p.MaxMessageSize > MaxMaxMessageSize {
+		one("max_message_size", fmt.Sprintf("must be from %d to %d bytes (MongoDB's maxMessageSizeBytes)", MinMaxMessageSize, MaxMaxMessageSize))
+	}
+	if len(p.AppName) > MaxAppNameBytes {
+		one("app_name", fmt.Sprintf("%d bytes long: the handshake allows at most %d", len(p.AppName), MaxAppNameBytes))
+	}
+	return out
+}
+
+// listeners checks that no two listeners take the same address.
+func (v *validator) listeners() {
+	type listener struct {
+		path []string
+		addr string
+	}
+	var ls []listener
+	if g := v.c.Global; g.Listen != "" {
+		ls = append(ls, listener{[]string{tableGlobal, "listen"}, g.Listen})
+	}
+	if g := v.c.Global; g.AdminListen != "" {
+		ls = append(ls, listener{[]string{tableGlobal, "admin_listen"}, g.AdminListen})
+	}
+	for _, name := range routeNames(v.c.Databases) {
+		if l := v.c.Databases[name].Listen; l != "" {
+			ls = append(ls, listener{[]string{tableDatabases, name, "listen"}, l})
+		}
+	}
+	for i, b := range ls {
+		for _, a := range ls[:i] {
+			if listenConflict(a.addr, b.addr) {
+				v.add(b.path, ErrInvalidValue, fmt.Sprintf("%s: already taken by %s in %s; give each listener its own address",
+					describe(b.path, quote(b.addr)), a.path[len(a.path)-1], tableName(a.path[:len(a.path)-1])))
+				break
+			}
+		}
+	}
+}
+
+// listenConflict reports whether listening on a would stop b from binding.
+// TCP addresses clash on the same port when the hosts are the same or one
+// of them is a wildcard; port 0 never clashes, since each listener gets its
+// own free port.
+func listenConflict(a, b string) bool {
+	na, ra := splitListen(a)
+	nb, rb := splitListen(b)
+	if ra != "" || rb != "" || na != nb {
+		return false
+	}
+	if na == NetworkUnix {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	x, _ := strconv.Atoi(pa)
+	y, _ := strconv.Atoi(pb)
+	if x != y || x == 0 {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	if wildcard(ha) || wildcard(hb) {
+		return true
+	}
+	if ia, ib := net.ParseIP(stripZone(ha)), net.ParseIP(stripZone(hb)); ia != nil && ib != nil {
+		return ia.Equal(ib)
+	}
+	return strings.EqualFold(ha, hb)
+}
+
+// quote writes a string value as TOML would.
+func quote(s string) string { return strconv.Quote(s) }
+
+func itoa(n int) string { return strconv.Itoa(n) }
