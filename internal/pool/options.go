@@ -77,11 +77,11 @@ func DefaultOptions() Options {
 
 // Validate reports whether o is usable by New.
 func (o Options) Validate() error {
-	return o.limits().Validate()
+	return o.Limits().Validate()
 }
 
-// limits extracts the fields that SetLimits may change on a live pool.
-func (o Options) limits() Limits {
+// Limits returns the fields of o that SetLimits can change on a live pool.
+func (o Options) Limits() Limits {
 	return Limits{
 		MaxPoolSize:      o.MaxPoolSize,
 		MinPoolSize:      o.MinPoolSize,
