@@ -1,0 +1,228 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// ErrNoMeasurement reports a run that completed no measured operation, so
+// no ratio can be computed (the address is down, every operation failed,
+// or the warm-up used up the whole run).
+var ErrNoMeasurement = errors.New("loadgen: run measured no operations")
+
+// Side names used in RunRecord.Side.
+const (
+	SideDirect  = "direct"
+	SideProxied = "proxied"
+)
+
+// SideSummary aggregates every round of one side of a comparison.
+type SideSummary struct {
+	// Addr is the side's address.
+	Addr string `json:"addr"`
+	// Ops is the total of measured operations over all rounds.
+	Ops int64 `json:"ops"`
+	// Errors is the total of errors over all rounds.
+	Errors int64 `json:"errors"`
+	// ErrorSamples holds the first few error messages over all rounds.
+	ErrorSamples []string `json:"error_samples,omitempty"`
+	// Elapsed is the total measured time over all rounds.
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// OpsPerSec is Ops / Elapsed.
+	OpsPerSec float64 `json:"ops_per_sec"`
+	// Latency summarises all rounds' latencies merged.
+	Latency Latency `json:"latency"`
+
+	hist *Histogram
+}
+
+func (s *SideSummary) add(r *Result) {
+	if s.hist == nil {
+		s.hist = NewHistogram()
+	}
+	s.Ops += r.Ops
+	s.Errors += r.Errors
+	for _, m := range r.ErrorSamples {
+		if len(s.ErrorSamples) < maxErrorSamples {
+			s.ErrorSamples = append(s.ErrorSamples, m)
+		}
+	}
+	s.Elapsed += r.Elapsed
+	if s.Elapsed > 0 {
+		s.OpsPerSec = float64(s.Ops) / s.Elapsed.Seconds()
+	}
+	s.hist.Merge(r.hist)
+	s.Latency = s.hist.Summary()
+}
+
+// RunRecord is one run of a comparison, in the order it ran.
+type RunRecord struct {
+	// Round numbers the round pair, from 0.
+	Round int `json:"round"`
+	// Side is SideDirect or SideProxied.
+	Side string `json:"side"`
+	// Result is what the run measured.
+	Result Result `json:"result"`
+}
+
+// Report is the outcome of Compare. Durations marshal to JSON as integer
+// nanoseconds.
+type Report struct {
+	// Workload, Clients, Rounds, Duration, Warmup and MaxOps repeat the
+	// configuration (Duration and MaxOps are per run).
+	Workload string `json:"workload"`
+	// Clients is the number of concurrent clients per run.
+	Clients int `json:"clients"`
+	// Rounds is the number of direct+proxied round pairs.
+	Rounds int `json:"rounds"`
+	// Duration bounds each run.
+	Duration time.Duration `json:"duration_ns"`
+	// Warmup is excluded from each run's figures.
+	Warmup time.Duration `json:"warmup_ns"`
+	// MaxOps bounds each run's operations.
+	MaxOps int64 `json:"max_ops"`
+
+	// Direct aggregates the direct side.
+	Direct SideSummary `json:"direct"`
+	// Proxied aggregates the proxied side.
+	Proxied SideSummary `json:"proxied"`
+
+	// ThroughputRatio is Proxied.OpsPerSec / Direct.OpsPerSec.
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	// RoundRatios are the per-round proxied/direct throughput ratios; their
+	// spread shows how noisy the machine was.
+	RoundRatios []float64 `json:"round_ratios"`
+	// RatioMedian, RatioMin and RatioMax summarise RoundRatios.
+	RatioMedian float64 `json:"round_ratio_median"`
+	// RatioMin is the smallest per-round ratio.
+	RatioMin float64 `json:"round_ratio_min"`
+	// RatioMax is the largest per-round ratio.
+	RatioMax float64 `json:"round_ratio_max"`
+	// AddedP50 is Proxied.Latency.P50 - Direct.Latency.P50.
+	AddedP50 time.Duration `json:"added_p50_ns"`
+	// AddedP99 is Proxied.Latency.P99 - Direct.Latency.P99.
+	AddedP99 time.Duration `json:"added_p99_ns"`
+
+	// Runs lists every run in execution order.
+	Runs []RunRecord `json:"runs"`
+}
+
+// Compare runs cfg's workload against directAddr and proxiedAddr in
+// cfg.Rounds round pairs and reports both sides and their ratios. The
+// order alternates ABBA-style (direct, proxied, then proxied, direct, ...)
+// so slow drifts in machine load hit both sides alike. Each run is bounded
+// by cfg.Duration and cfg.MaxOps, so the whole comparison takes at most
+// about 2 * Rounds * Duration.
+//
+// It returns an error, with the rounds completed so far in the Report,
+// when ctx is cancelled or a run measures no operation (ErrNoMeasurement).
+func Compare(ctx context.Context, directAddr, proxiedAddr string, cfg Config) (Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return Report{}, err
+	}
+	rep := Report{
+		Workload: cfg.Workload, Clients: cfg.Clients, Rounds: cfg.Rounds,
+		Duration: cfg.Duration, Warmup: cfg.Warmup, MaxOps: cfg.MaxOps,
+		Direct:  SideSummary{Addr: directAddr},
+		Proxied: SideSummary{Addr: proxiedAddr},
+	}
+	for round := range cfg.Rounds {
+		order := []string{SideDirect, SideProxied}
+		if round%2 == 1 {
+			order = []string{SideProxied, SideDirect}
+		}
+		var perSide [2]float64
+		for _, side := range order {
+			addr, sum, idx := directAddr, &rep.Direct, 0
+			if side == SideProxied {
+				addr, sum, idx = proxiedAddr, &rep.Proxied, 1
+			}
+			// Start each run from a collected heap, so garbage left by
+			// the previous run (the driver workload makes plenty) is not
+			// billed to this one.
+			runtime.GC()
+			res, err := Run(ctx, addr, cfg)
+			rep.Runs = append(rep.Runs, RunRecord{Round: round, Side: side, Result: res})
+			sum.add(&res)
+			rep.finish()
+			cfg.Logger.Info("loadgen: run done", "round", round, "side", side, "addr", addr,
+				"ops", res.Ops, "errors", res.Errors, "ops_per_sec", int64(res.OpsPerSec),
+				"p50", res.Latency.P50, "p99", res.Latency.P99)
+			if err != nil {
+				return rep, err
+			}
+			if res.Ops == 0 {
+				first := "no error reported"
+				if len(res.ErrorSamples) > 0 {
+					first = res.ErrorSamples[0]
+				}
+				return rep, fmt.Errorf("%w: %s side %s, round %d: %d errors, first: %s",
+					ErrNoMeasurement, side, addr, round, res.Errors, first)
+			}
+			perSide[idx] = res.OpsPerSec
+		}
+		rep.RoundRatios = append(rep.RoundRatios, perSide[1]/perSide[0])
+		rep.finish()
+	}
+	return rep, nil
+}
+
+// finish recomputes the derived figures from the sides and round ratios.
+func (r *Report) finish() {
+	if r.Direct.OpsPerSec > 0 {
+		r.ThroughputRatio = r.Proxied.OpsPerSec / r.Direct.OpsPerSec
+	}
+	r.AddedP50 = r.Proxied.Latency.P50 - r.Direct.Latency.P50
+	r.AddedP99 = r.Proxied.Latency.P99 - r.Direct.Latency.P99
+	if n := len(r.RoundRatios); n > 0 {
+		s := slices.Sorted(slices.Values(r.RoundRatios))
+		r.RatioMin, r.RatioMax = s[0], s[n-1]
+		r.RatioMedian = s[n/2]
+		if n%2 == 0 {
+			r.RatioMedian = (s[n/2-1] + s[n/2]) / 2
+		}
+	}
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.1fµs", float64(d)/1e3) }
+
+// WriteTable prints the report as a human-readable table.
+func (r *Report) WriteTable(w io.Writer) error {
+	if _, err := fmt.Fprintf(w, "workload %s, %d clients, %d rounds x 2 sides x %v (warm-up %v, max %d ops per run)\n",
+		r.Workload, r.Clients, r.Rounds, r.Duration, r.Warmup, r.MaxOps); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "side\taddr\tops\terrors\tops/s\tp50\tp90\tp99\tmax\t")
+	for _, s := range []struct {
+		name string
+		s    *SideSummary
+	}{{SideDirect, &r.Direct}, {SideProxied, &r.Proxied}} {
+		l := s.s.Latency
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t\n",
+			s.name, s.s.Addr, s.s.Ops, s.s.Errors, s.s.OpsPerSec, us(l.P50), us(l.P90), us(l.P99), us(l.Max))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "proxied/direct throughput %.3f (per-round median %.3f, range %.3f-%.3f); added p50 %s, added p99 %s\n",
+		r.ThroughputRatio, r.RatioMedian, r.RatioMin, r.RatioMax, us(r.AddedP50), us(r.AddedP99))
+	if err != nil {
+		return err
+	}
+	for _, s := range []*SideSummary{&r.Direct, &r.Proxied} {
+		for _, m := range s.ErrorSamples {
+			if _, err := fmt.Fprintf(w, "error (%s): %s\n", s.Addr, m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

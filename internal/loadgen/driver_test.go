@@ -1,0 +1,79 @@
+package loadgen
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongobouncer/mongobouncer/internal/testutil/devmongo"
+)
+
+func TestDriverURI(t *testing.T) {
+	if got := driverURI("127.0.0.1:27017"); got != "mongodb://127.0.0.1:27017/?directConnection=true" {
+		t.Fatalf("host:port gave %q", got)
+	}
+	for _, u := range []string{"mongodb://a:1,b:2/?replicaSet=rs", "mongodb+srv://x.example"} {
+		if got := driverURI(u); got != u {
+			t.Fatalf("%q gave %q", u, got)
+		}
+	}
+}
+
+// TestRunDriver runs the driver workload against a real MongoDB-compatible
+// server (FerretDB through devmongo).
+func TestRunDriver(t *testing.T) {
+	s := devmongo.Start(t)
+	cfg := Config{Workload: WorkloadDriver, Clients: 3, Duration: 20 * time.Second, Warmup: 0, MaxOps: 300, MaxPoolSize: 2}
+	res, err := Run(context.Background(), s.Addr(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d ops in %v, %.0f ops/s, latency %+v", res.Ops, res.Elapsed, res.OpsPerSec, res.Latency)
+	if res.Errors != 0 {
+		t.Fatalf("%d errors: %q", res.Errors, res.ErrorSamples)
+	}
+	if res.Ops != 300 {
+		t.Fatalf("ops %d, want the 300-op budget", res.Ops)
+	}
+	checkLatency(t, res.Latency)
+
+	// The throw-away collection is dropped after the run.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(s.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	names, err := client.Database(DefaultDatabase).ListCollectionNames(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "run_") {
+			t.Fatalf("collection %s left behind", n)
+		}
+	}
+}
+
+// TestRunDriverUnreachable: driver errors are counted, not fatal, and the
+// run still ends on time.
+func TestRunDriverUnreachable(t *testing.T) {
+	start := time.Now()
+	res, err := Run(context.Background(), deadAddr(t), Config{Workload: WorkloadDriver, Clients: 2,
+		Duration: 1500 * time.Millisecond, OpTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("run took %v", took)
+	}
+	if res.Ops != 0 || res.Errors == 0 || !strings.Contains(res.ErrorSamples[0], "insertOne") {
+		t.Fatalf("ops %d errors %d samples %q", res.Ops, res.Errors, res.ErrorSamples)
+	}
+}

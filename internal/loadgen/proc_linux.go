@@ -1,0 +1,97 @@
+//go:build linux
+
+package loadgen
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// RaiseFileLimit raises this process's RLIMIT_NOFILE soft limit to its hard
+// limit and returns the new soft limit.
+func RaiseFileLimit() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, fmt.Errorf("loadgen: getrlimit: %w", err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return 0, fmt.Errorf("loadgen: setrlimit NOFILE to %d: %w", lim.Max, err)
+		}
+	}
+	return lim.Cur, nil
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs() (int, error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0, fmt.Errorf("loadgen: counting open descriptors: %w", err)
+	}
+	return len(ents), nil
+}
+
+// readRSS returns the VmRSS of pid in bytes.
+func readRSS(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, fmt.Errorf("loadgen: reading RSS of pid %d: %w", pid, err)
+	}
+	return parseVmRSS(b)
+}
+
+// parseVmRSS extracts VmRSS (reported in kB) from /proc/PID/status.
+func parseVmRSS(status []byte) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		line := sc.Bytes()
+		rest, ok := bytes.CutPrefix(line, []byte("VmRSS:"))
+		if !ok {
+			continue
+		}
+		f := bytes.Fields(rest)
+		if len(f) != 2 || string(f[1]) != "kB" {
+			return 0, fmt.Errorf("loadgen: unexpected VmRSS line %q", line)
+		}
+		kb, err := strconv.ParseInt(string(f[0]), 10, 64)
+		if err != nil || kb < 0 {
+			return 0, fmt.Errorf("loadgen: unexpected VmRSS line %q", line)
+		}
+		return kb * 1024, nil
+	}
+	return 0, fmt.Errorf("loadgen: no VmRSS in status (kernel thread or zombie?)")
+}
+
+// peerClosed reports, without blocking or consuming data, whether the peer
+// has closed (or reset) conn.
+func peerClosed(conn net.Conn) (bool, error) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return false, fmt.Errorf("loadgen: %T has no raw socket", conn)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	var closed bool
+	err = raw.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, e := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case e == syscall.EAGAIN || e == syscall.EINTR:
+			closed = false
+		case e != nil:
+			closed = true // reset or other socket error
+		default:
+			closed = n == 0
+		}
+		return true // never wait for readiness
+	})
+	return closed, err
+}

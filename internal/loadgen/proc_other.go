@@ -1,0 +1,22 @@
+//go:build !linux
+
+package loadgen
+
+import (
+	"errors"
+	"fmt"
+	"net"
+)
+
+// errNoProc explains why the idle probe cannot run here.
+var errNoProc = fmt.Errorf("loadgen: idle probe needs Linux /proc: %w", errors.ErrUnsupported)
+
+// RaiseFileLimit is implemented on Linux only; elsewhere it returns an
+// error matching errors.ErrUnsupported.
+func RaiseFileLimit() (uint64, error) { return 0, errNoProc }
+
+func openFDs() (int, error) { return 0, errNoProc }
+
+func readRSS(int) (int64, error) { return 0, errNoProc }
+
+func peerClosed(net.Conn) (bool, error) { return false, errNoProc }
