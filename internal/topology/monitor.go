@@ -67,9 +67,9 @@ func (s *Server) emit(e Event) {
 func (s *Server) monitor(ctx context.Context) {
 	defer s.closeMonitorConn()
 	o := &s.topo.opts
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(o.HeartbeatInterval)
+	timer.Stop()
 	defer timer.Stop()
-	<-timer.C
 	for {
 		wasUsable := s.State() == Usable
 		start := time.Now()
@@ -92,10 +92,7 @@ func (s *Server) monitor(ctx context.Context) {
 		case <-s.checkNow:
 		}
 		// A requested check: honour the rate limit counted from the last
-		// check's start.
-		if !timer.Stop() {
-			<-timer.C
-		}
+		// check's start. (Since Go 1.23, Reset discards a pending expiry.)
 		if wait := time.Until(start.Add(o.MinHeartbeatInterval)); wait > 0 {
 			timer.Reset(wait)
 			select {

@@ -29,9 +29,11 @@ const (
 
 // Options configures a Topology.
 type Options struct {
-	// Hosts are the "host:port" addresses from the route's connection string:
-	// a single standalone (or replica-set member, or load balancer), or a list
-	// of mongos routers.
+	// Hosts are the addresses from the route's connection string: a single
+	// standalone (or replica-set member, or load balancer), or a list of
+	// mongos routers. They are normalized as the dialer reads them: "host"
+	// means "host:27017", host names are lowered, and a path is a Unix
+	// socket. Server.Address returns the normalized form.
 	Hosts []string
 
 	// Pool is the template for every server's pool. The topology replaces
@@ -74,8 +76,12 @@ type Options struct {
 	// rotation) or "round-robin".
 	Selection string
 
-	// OnEvent, if set, receives heartbeat and server-change events. It is
-	// called from monitor goroutines without locks held and must not block.
+	// OnEvent, if set, receives heartbeat and server-change events (for
+	// metrics and tests). It runs on the monitor goroutine, or for
+	// ServerChanged on whichever goroutine changed the server (a HandleError
+	// caller), with that server's state lock held so that one server's
+	// changes arrive in order. It must be fast and must not call
+	// Server.HandleError.
 	OnEvent func(Event)
 
 	// Logger receives topology logs. Default slog.Default().
@@ -92,9 +98,22 @@ func (o Options) withDefaults() (Options, error) {
 	hosts := make([]string, 0, len(o.Hosts))
 	for _, h := range o.Hosts {
 		h = strings.TrimSpace(h)
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			return o, fmt.Errorf("topology: host %q: %w", h, err)
+		if h == "" {
+			return o, fmt.Errorf("topology: empty host")
 		}
+		// The dialer's own normalization ("host" gets port 27017, escaped
+		// socket paths are unescaped), so that one server is not listed
+		// twice under two spellings.
+		network, addr := upstream.ParseAddress(h)
+		if network == "tcp" {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil || host == "" || port == "" {
+				return o, fmt.Errorf("topology: host %q is not host:port", h)
+			}
+			// Host names are case-insensitive; SDAM compares them lowered.
+			addr = net.JoinHostPort(strings.ToLower(host), port)
+		}
+		h = addr
 		if seen[h] {
 			return o, fmt.Errorf("topology: host %q listed twice", h)
 		}

@@ -121,8 +121,8 @@ func (t *Topology) SelectionTimeout() time.Duration { return t.opts.ServerSelect
 // Servers returns the topology's servers in configuration order.
 func (t *Topology) Servers() []*Server { return slices.Clone(t.servers) }
 
-// ServerByAddress returns the server with address addr ("host:port" as
-// configured), or nil. Cursors and transactions use it to return to the
+// ServerByAddress returns the server whose (normalized, see Options.Hosts)
+// address is addr, or nil. Cursors and transactions use it to return to the
 // server that holds their state.
 func (t *Topology) ServerByAddress(addr string) *Server { return t.byAddr[addr] }
 
@@ -167,16 +167,20 @@ func (t *Topology) serverChanged(s *Server, prev, d *Description) {
 			close(t.helloReady)
 		}
 	}
-	old := t.sel.Load()
-	var list []*Server
-	for _, srv := range t.servers {
-		if t.selectable(srv.desc.Load()) {
-			list = append(list, srv)
+	// Selectability depends only on State and Kind, which most heartbeats
+	// leave unchanged.
+	if prev.State != d.State || prev.Kind != d.Kind {
+		old := t.sel.Load()
+		var list []*Server
+		for _, srv := range t.servers {
+			if t.selectable(srv.desc.Load()) {
+				list = append(list, srv)
+			}
 		}
-	}
-	if !slices.Equal(list, old.servers) {
-		t.sel.Store(&selection{servers: list, changed: make(chan struct{})})
-		close(old.changed)
+		if !slices.Equal(list, old.servers) {
+			t.sel.Store(&selection{servers: list, changed: make(chan struct{})})
+			close(old.changed)
+		}
 	}
 	t.mu.Unlock()
 
