@@ -311,7 +311,7 @@ func ParseConnString(s string) (ConnString, error) {
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		msg := fmt.Sprintf("unknown option %q", unknown[0])
+		msg := fmt.Sprintf("unknown option %q", optionAsWritten(rest, unknown[0]))
 		if s := suggest(unknown[0], knownOptions); s != "" {
 			msg += fmt.Sprintf("; did you mean %q?", s)
 		}
@@ -321,6 +321,20 @@ func ParseConnString(s string) (ConnString, error) {
 		return ConnString{}, connStringError(ErrConnString, "%s", msg)
 	}
 	return cs, nil
+}
+
+// optionAsWritten finds how the connection string spells an option the
+// driver reports in lowercase, so the message shows what the user typed.
+func optionAsWritten(rest, lower string) string {
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		for _, pair := range strings.FieldsFunc(rest[i+1:], func(r rune) bool { return r == '&' || r == ';' }) {
+			k, _, _ := strings.Cut(pair, "=")
+			if key, err := url.QueryUnescape(k); err == nil && strings.ToLower(key) == lower {
+				return key
+			}
+		}
+	}
+	return lower
 }
 
 // knownOptions are the option names suggested for misspelt ones.

@@ -210,6 +210,10 @@ func unknownKeyProblem(src *source, de *toml.DecodeError) *Error {
 	}
 	p.Msg = fmt.Sprintf("unknown key %q %s", name, where)
 	switch {
+	case at == 0 && len(key) == 1 && slices.Contains(globalKeys, name):
+		p.Msg += fmt.Sprintf("; %s belongs in [mongobouncer]: put that table header above it", name)
+	case at == 0 && len(key) == 1 && name == "connection_string":
+		p.Msg += `; connection_string belongs in a route table such as [databases."*"]`
 	case at == 2 && slices.Contains(globalOnlyKeys, name):
 		p.Msg += fmt.Sprintf("; %s is global: set it in [mongobouncer]", name)
 	case at == 1 && name == "connection_string":
@@ -393,9 +397,12 @@ func kindOf(v any) string {
 	return "a date or time"
 }
 
-// truncate shortens a value quoted in a message.
+// truncate shortens a value quoted in a message and keeps it on one line.
 func truncate(s string) string {
 	const max = 60
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i] + "..."
+	}
 	if len(s) <= max {
 		return s
 	}
