@@ -122,7 +122,8 @@ func newServer(t *Topology, addr string) *Server {
 	return s
 }
 
-// Address returns the server's "host:port".
+// Address returns the server's normalized address: "host:port" or a Unix
+// socket path.
 func (s *Server) Address() string { return s.addr }
 
 // Pool returns the server's connection pool.
