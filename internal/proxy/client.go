@@ -344,7 +344,7 @@ func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed boo
 		killIDs = cursorIDs(c.msg.Body)
 	}
 
-	srv, pc, pinned, err := c.acquire(route, req, key, inTxn)
+	srv, pc, pinned, err := c.acquire(route, req, key, inTxn, killIDs)
 	if err != nil {
 		if req.more {
 			return nil
@@ -441,13 +441,18 @@ func replyView(msg []byte) (wire.MsgFlags, bsoncore.Document) {
 // acquire finds the upstream connection for a request: the client's pin for
 // the route when it has one and affinity allows, else a checkout from the
 // server that affinity names or that selection picks.
-func (c *client) acquire(route *Route, req *request, key txnKey, inTxn bool) (*topology.Server, *pool.Conn, bool, error) {
+func (c *client) acquire(route *Route, req *request, key txnKey, inTxn bool, killIDs []int64) (*topology.Server, *pool.Conn, bool, error) {
 	now := time.Now()
 	var need *topology.Server
 	if route.multi {
 		switch {
 		case req.info.kind == kindGetMore:
 			need, _ = route.cursors.get(req.cursorID, now)
+		case req.info.kind == kindKillCursors && len(killIDs) > 0:
+			// Drivers kill one cursor per command; several would all belong
+			// to the server of the first, as they come from one cursor's
+			// namespace.
+			need, _ = route.cursors.get(killIDs[0], now)
 		case inTxn && !req.startTxn:
 			need, _ = route.txns.get(key, now)
 		}
