@@ -234,6 +234,8 @@ func (p *Pool) ClearWithError(cause error, interruptInUse bool) {
 	p.generation++
 	p.state = StatePaused
 	p.clearCause = cause
+	// Every waiter is evicted in the same instant; their failure events follow.
+	evicted := p.queue.detach()
 	if interruptInUse {
 		p.interruptPending = true
 		p.interruptGen = prev
@@ -247,11 +249,8 @@ func (p *Pool) ClearWithError(cause error, interruptInUse bool) {
 	if !wasPaused && p.mon != nil {
 		p.emitLocked(Event{Type: PoolCleared, Generation: p.generation, InterruptInUseConnections: interruptInUse})
 	}
-	if p.queue.n > 0 {
-		err := &PoolClearedError{Address: p.address, Cause: cause}
-		for w := p.queue.front(); w != nil; w = p.queue.front() {
-			p.failWaiterLocked(w, ReasonConnectionError, err)
-		}
+	if evicted != nil {
+		p.failEvictedLocked(evicted, ReasonConnectionError, &PoolClearedError{Address: p.address, Cause: cause})
 	}
 	p.mu.Unlock()
 	p.kick()
@@ -292,6 +291,7 @@ func (p *Pool) Close() {
 		return
 	}
 	p.state = StateClosed
+	evicted := p.queue.detach()
 	for n := len(p.idle); n > 0; n = len(p.idle) {
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
@@ -307,11 +307,8 @@ func (p *Pool) Close() {
 	if p.mon != nil {
 		p.emitLocked(Event{Type: PoolClosed})
 	}
-	if p.queue.n > 0 {
-		err := &PoolClosedError{Address: p.address}
-		for w := p.queue.front(); w != nil; w = p.queue.front() {
-			p.failWaiterLocked(w, ReasonPoolClosed, err)
-		}
+	if evicted != nil {
+		p.failEvictedLocked(evicted, ReasonPoolClosed, &PoolClosedError{Address: p.address})
 	}
 	p.mu.Unlock()
 	close(p.done)
@@ -615,6 +612,18 @@ func (p *Pool) failWaiterLocked(w *waiter, reason Reason, err error) {
 	w.state = waiterDone
 	p.emitFailedLocked(w.start, reason, err)
 	w.ch <- struct{}{}
+}
+
+// failEvictedLocked fails, in queue order, the waiters of a list taken with
+// waitQueue.detach.
+func (p *Pool) failEvictedLocked(w *waiter, reason Reason, err error) {
+	for w != nil {
+		next := w.next
+		w.prev, w.next = nil, nil
+		w.state = waiterDone // no longer queued: failWaiterLocked must not unlink it
+		p.failWaiterLocked(w, reason, err)
+		w = next
+	}
 }
 
 // bindLocked takes w out of the queue's competition: c is being established for it.

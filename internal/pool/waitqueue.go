@@ -80,3 +80,11 @@ func (q *waitQueue) remove(w *waiter) {
 	w.prev, w.next = nil, nil
 	q.n--
 }
+
+// detach empties the queue and returns its former head; the waiters stay linked
+// through next, in order.
+func (q *waitQueue) detach() *waiter {
+	h := q.head
+	*q = waitQueue{}
+	return h
+}
