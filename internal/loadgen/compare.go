@@ -159,12 +159,11 @@ func Compare(ctx context.Context, directAddr, proxiedAddr string, cfg Config) (R
 				return rep, err
 			}
 			if res.Ops == 0 {
-				first := "no error reported"
+				why := fmt.Sprintf("no error, %d operations during the warm-up: the server stalled or the run is too short", res.WarmupOps)
 				if len(res.ErrorSamples) > 0 {
-					first = res.ErrorSamples[0]
+					why = fmt.Sprintf("%d errors, first: %s", res.Errors, res.ErrorSamples[0])
 				}
-				return rep, fmt.Errorf("%w: %s side %s, round %d: %d errors, first: %s",
-					ErrNoMeasurement, side, addr, round, res.Errors, first)
+				return rep, fmt.Errorf("%w: %s side %s, round %d: %s", ErrNoMeasurement, side, addr, round, why)
 			}
 			perSide[idx] = res.OpsPerSec
 		}
@@ -191,7 +190,14 @@ func (r *Report) finish() {
 	}
 }
 
-func us(d time.Duration) string { return fmt.Sprintf("%.1fµs", float64(d)/1e3) }
+// us formats d in microseconds, the unit of loopback round trips; the
+// decimal only matters for small values.
+func us(d time.Duration) string {
+	if v := float64(d) / 1e3; v > -100 && v < 100 {
+		return fmt.Sprintf("%.1fµs", v)
+	}
+	return fmt.Sprintf("%.0fµs", float64(d)/1e3)
+}
 
 // WriteTable prints the report as a human-readable table.
 func (r *Report) WriteTable(w io.Writer) error {

@@ -106,3 +106,14 @@ func TestCompareCancelled(t *testing.T) {
 		t.Fatalf("err %v, want context.Canceled", err)
 	}
 }
+
+// TestCompareStalledSide: a side that completes nothing and reports no
+// error is still an ErrNoMeasurement, and the message says why.
+func TestCompareStalledSide(t *testing.T) {
+	direct := startResponder(t, responderOpts{})
+	hung := startResponder(t, responderOpts{hang: true})
+	_, err := Compare(context.Background(), direct.addr(), hung.addr(), Config{Clients: 1, Duration: 300 * time.Millisecond, Rounds: 1})
+	if !errors.Is(err, ErrNoMeasurement) || !strings.Contains(err.Error(), "stalled") {
+		t.Fatalf("err %v, want ErrNoMeasurement saying the server stalled", err)
+	}
+}

@@ -1,0 +1,140 @@
+// Command mongobouncer-bench measures mongobouncer against a direct
+// connection, side by side in one run, and reports ratios (proxied/direct
+// throughput, added latency), which are what mean something on a small,
+// noisy machine. It can also measure what an idle client connection costs
+// the proxy process.
+//
+//	mongobouncer-bench -direct 127.0.0.1:27017 -proxied 127.0.0.1:27018 -workload ping -clients 16
+//	mongobouncer-bench -proxied 127.0.0.1:27018 -idle 5000 -pid $(pidof mongobouncer)
+//
+// The logic lives in internal/loadgen; this is flag parsing and printing.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/loadgen"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// output is what -json prints.
+type output struct {
+	Compare *loadgen.Report     `json:"compare,omitempty"`
+	Idle    *loadgen.IdleReport `json:"idle,omitempty"`
+	Error   string              `json:"error,omitempty"`
+}
+
+// run parses args, runs what they ask for and returns the exit status:
+// 0 on success, 1 when a measurement failed, 2 on bad usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mongobouncer-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		cfg      loadgen.Config
+		direct   = fs.String("direct", "", "address of the server without the proxy (host:port; a mongodb:// URI for -workload driver)")
+		proxied  = fs.String("proxied", "", "address of mongobouncer in front of the same server")
+		idle     = fs.Int("idle", 0, "open this many idle client connections to -proxied and report the RSS growth of -pid (0: skip)")
+		pid      = fs.Int("pid", 0, "process whose RSS the -idle probe measures (the proxy)")
+		settle   = fs.Duration("settle", loadgen.DefaultIdleSettle, "how long idle connections sit before RSS is read again")
+		asJSON   = fs.Bool("json", false, "print the results as JSON on stdout (the table then goes to stderr)")
+		verbose  = fs.Bool("v", false, "log progress to stderr")
+		maxOps   = fs.Int64("max-ops", loadgen.DefaultMaxOps, "maximum operations per run (each side of each round)")
+		poolSize = fs.Uint64("pool", loadgen.DefaultMaxPoolSize, "driver maxPoolSize (-workload driver)")
+	)
+	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client) or driver (insert/find/update through the Go driver)")
+	fs.IntVar(&cfg.Clients, "clients", loadgen.DefaultClients, "concurrent clients")
+	fs.DurationVar(&cfg.Duration, "duration", loadgen.DefaultDuration, "length of each run (each side of each round), warm-up included")
+	fs.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "leading part of each run excluded from the figures")
+	fs.IntVar(&cfg.Rounds, "rounds", loadgen.DefaultRounds, "direct+proxied round pairs, alternated to cancel machine noise")
+	fs.DurationVar(&cfg.OpTimeout, "op-timeout", loadgen.DefaultOpTimeout, "timeout of each operation")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: mongobouncer-bench -direct ADDR -proxied ADDR [flags]\n"+
+			"       mongobouncer-bench -proxied ADDR -idle K -pid PID [flags]\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	compare := *direct != "" || *proxied != "" && *idle == 0
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "mongobouncer-bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	case compare && (*direct == "" || *proxied == ""):
+		fmt.Fprintln(stderr, "mongobouncer-bench: a comparison needs both -direct and -proxied")
+		return 2
+	case !compare && *idle == 0:
+		fs.Usage()
+		return 2
+	case *idle < 0 || *idle > 0 && (*pid <= 0 || *proxied == ""):
+		fmt.Fprintln(stderr, "mongobouncer-bench: -idle K needs -proxied and the proxy's -pid")
+		return 2
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.MaxOps, cfg.MaxPoolSize, cfg.Logger = *maxOps, *poolSize, logger
+
+	table := stdout
+	if *asJSON {
+		table = stderr
+	}
+	var out output
+	var err error
+	if compare {
+		var rep loadgen.Report
+		rep, err = loadgen.Compare(ctx, *direct, *proxied, cfg)
+		if len(rep.Runs) > 0 {
+			out.Compare = &rep
+			_ = rep.WriteTable(table)
+		}
+	}
+	if err == nil && *idle > 0 {
+		var rep loadgen.IdleReport
+		rep, err = loadgen.ProbeIdle(ctx, *proxied, loadgen.IdleConfig{Conns: *idle, PID: *pid, Settle: *settle, DialTimeout: cfg.OpTimeout, Logger: logger})
+		if err == nil {
+			out.Idle = &rep
+			_ = rep.WriteTable(table)
+		}
+	}
+	if err != nil {
+		out.Error = err.Error()
+		fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(out); jerr != nil {
+			fmt.Fprintf(stderr, "mongobouncer-bench: writing JSON: %v\n", jerr)
+			return 1
+		}
+	}
+	if err != nil {
+		if errors.Is(err, loadgen.ErrInvalidConfig) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+	"go.uber.org/goleak"
+
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// okServer answers every OP_MSG with {ok: 1} on a loopback port.
+func okServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	ok := bsoncore.NewDocumentBuilder().AppendDouble("ok", 1).Build()
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = true
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					msg, err := wire.ReadMessage(br, nil, 1<<20)
+					if err != nil {
+						return
+					}
+					h, err := wire.ParseHeader(msg)
+					if err != nil {
+						return
+					}
+					if _, err := c.Write(wire.AppendMsg(nil, 1, h.RequestID, 0, ok)); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return ln.Addr().String()
+}
+
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func runArgs(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = run(context.Background(), args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"-direct", "127.0.0.1:1"},
+		{"-proxied", "127.0.0.1:1"},
+		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "extra"},
+		{"-proxied", "127.0.0.1:1", "-idle", "5"},
+		{"-idle", "5", "-pid", "1"},
+		{"-nosuchflag"},
+		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-workload", "nope"},
+		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-duration", "100ms", "-warmup", "200ms"},
+	} {
+		if code, _, stderr := runArgs(args...); code != 2 || stderr == "" {
+			t.Errorf("%q: exit %d, stderr %q; want 2 with a message", args, code, stderr)
+		}
+	}
+	if code, _, _ := runArgs("-h"); code != 0 {
+		t.Errorf("-h: exit %d", code)
+	}
+}
+
+func TestCompareJSON(t *testing.T) {
+	a, b := okServer(t), okServer(t)
+	code, stdout, stderr := runArgs("-direct", a, "-proxied", b, "-clients", "2", "-duration", "300ms",
+		"-warmup", "50ms", "-rounds", "1", "-json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var out struct {
+		Compare struct {
+			ThroughputRatio float64 `json:"throughput_ratio"`
+			Direct          struct {
+				Addr string `json:"addr"`
+				Ops  int64  `json:"ops"`
+			} `json:"direct"`
+			Runs []json.RawMessage `json:"runs"`
+		} `json:"compare"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout)
+	}
+	if out.Compare.ThroughputRatio <= 0 || out.Compare.Direct.Addr != a || out.Compare.Direct.Ops == 0 ||
+		len(out.Compare.Runs) != 2 || out.Error != "" {
+		t.Fatalf("JSON %s", stdout)
+	}
+	if !strings.Contains(stderr, "proxied/direct throughput") {
+		t.Fatalf("table missing from stderr: %s", stderr)
+	}
+}
+
+func TestCompareTableAndIdle(t *testing.T) {
+	a, b := okServer(t), okServer(t)
+	code, stdout, stderr := runArgs("-direct", a, "-proxied", b, "-clients", "1", "-duration", "300ms",
+		"-warmup", "0s", "-rounds", "1", "-idle", "10", "-pid", strconv.Itoa(os.Getpid()), "-settle", "50ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"proxied/direct throughput", "10 connections to " + b, "per idle client"} {
+		if !strings.Contains(stdout, want) {
+			t.Fatalf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestFailureExit(t *testing.T) {
+	b := okServer(t)
+	code, stdout, stderr := runArgs("-direct", deadAddr(t), "-proxied", b, "-clients", "1", "-duration", "300ms", "-json")
+	if code != 1 || !strings.Contains(stderr, "measured no operations") {
+		t.Fatalf("exit %d stderr %q", code, stderr)
+	}
+	var out output
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || out.Error == "" || out.Compare == nil {
+		t.Fatalf("JSON %q (%v): want the partial report and the error", stdout, err)
+	}
+}
