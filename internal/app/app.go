@@ -143,10 +143,9 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*proxy.Route, error) {
 			return nil, fmt.Errorf("route %q: %w", er.Name, err)
 		}
 	}
+	// er.AppName already applies the precedence (route > connection
+	// string > global).
 	appName := er.AppName
-	if cs.AppName != "" {
-		appName = cs.AppName
-	}
 	hosts := make([]string, len(cs.Hosts))
 	for i, h := range cs.Hosts {
 		hosts[i] = h.Address

@@ -52,6 +52,12 @@ type client struct {
 	nextID  int32 // requestID of our own replies
 
 	hdr  [wire.HeaderLen]byte
+	// rbuf holds bytes read from the client but not yet consumed
+	// (rbuf[rlo:rhi]); small enough to keep idle clients cheap, large
+	// enough for most commands to arrive in one read.
+	rbuf     [512]byte
+	rlo, rhi int
+	deadline bool // a read deadline is set on nc
 	in   *buffer // the request being handled
 	aux  *buffer // decompressed request
 	out  *buffer // replies we build, and compressed copies
@@ -119,19 +125,32 @@ func (c *client) serve() {
 
 // read reads one whole message from the client, bounded by the message size
 // limit. Too small or too large messages get an error reply and end the
-// client.
+// client. Bytes arrive through the client's small inline buffer, so a small
+// command costs one read system call; the rest of a larger message is read
+// straight into a pooled buffer.
 func (c *client) read() ([]byte, error) {
 	if t := c.s.opts.ClientIdleTimeout; t > 0 {
 		_ = c.nc.SetReadDeadline(time.Now().Add(t))
-	} else {
+		c.deadline = true
+	} else if c.deadline {
 		_ = c.nc.SetReadDeadline(time.Time{})
+		c.deadline = false
 	}
-	if _, err := io.ReadFull(c.nc, c.hdr[:]); err != nil {
-		return nil, errClientGone
+	for c.rhi-c.rlo < wire.HeaderLen {
+		if c.rlo > 0 {
+			c.rhi = copy(c.rbuf[:], c.rbuf[c.rlo:c.rhi])
+			c.rlo = 0
+		}
+		n, err := c.nc.Read(c.rbuf[c.rhi:])
+		c.rhi += n
+		if err != nil && c.rhi-c.rlo < wire.HeaderLen {
+			return nil, errClientGone
+		}
 	}
-	h, err := wire.ParseHeader(c.hdr[:])
+	hdr := c.rbuf[c.rlo : c.rlo+wire.HeaderLen]
+	h, err := wire.ParseHeader(hdr)
 	if err != nil {
-		return nil, c.protocolError(int32(binary.LittleEndian.Uint32(c.hdr[4:])), err)
+		return nil, c.protocolError(int32(binary.LittleEndian.Uint32(hdr[4:])), err)
 	}
 	n := int(h.MessageLength)
 	if n < wire.HeaderLen || n > c.maxMsg {
@@ -140,10 +159,17 @@ func (c *client) read() ([]byte, error) {
 	}
 	c.in = getBuffer(n)
 	b := c.in.b[:n]
-	copy(b, c.hdr[:])
-	_ = c.nc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	if _, err := io.ReadFull(c.nc, b[wire.HeaderLen:]); err != nil {
-		return nil, errClientGone
+	got := copy(b, c.rbuf[c.rlo:c.rhi])
+	c.rlo += got
+	if c.rlo == c.rhi {
+		c.rlo, c.rhi = 0, 0
+	}
+	if got < n {
+		_ = c.nc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+		c.deadline = true
+		if _, err := io.ReadFull(c.nc, b[got:]); err != nil {
+			return nil, errClientGone
+		}
 	}
 	return b, nil
 }

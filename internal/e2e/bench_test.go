@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// benchPing runs b.N raw ping round trips against addr over conns
+// connections, and reports allocations of the whole process (proxy
+// included when addr is mongobouncer).
+func benchPing(b *testing.B, addr string, conns int) {
+	ping := docOf(b, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
+	clients := make([]net.Conn, conns)
+	for i := range clients {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		clients[i] = c
+		r := &rawClient{t: b, c: c}
+		r.hello()
+		_ = c.SetDeadline(time.Time{})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	per := b.N / conns
+	for i, c := range clients {
+		n := per
+		if i == 0 {
+			n += b.N % conns
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := wire.AppendMsg(nil, 1, 0, 0, ping)
+			var buf []byte
+			for j := 0; j < n; j++ {
+				if _, err := c.Write(out); err != nil {
+					b.Error(err)
+					return
+				}
+				msg, err := wire.ReadMessage(c, buf[:0], wire.DefaultMaxMessageSize)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				buf = msg[:0]
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+}
+
+func BenchmarkPing(b *testing.B) {
+	up := fakemongo.Start(b, fakemongo.Options{})
+	_, addr := bouncer(b, up.URI(), mode("statement", 10))
+	for _, conns := range []int{1, 100} {
+		b.Run("direct/clients="+itoa(conns), func(b *testing.B) { benchPing(b, up.Addr(), conns) })
+		b.Run("proxied/clients="+itoa(conns), func(b *testing.B) { benchPing(b, addr, conns) })
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
