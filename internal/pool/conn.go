@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -48,8 +47,8 @@ type Conn struct {
 	owner      *waiter            // checkout this pending connection is established for
 	cancel     context.CancelFunc // cancels establishment (pending only)
 	cancelled  Reason             // why the pool cancelled establishment ("" = not cancelled)
-	createdAt  time.Time          // for ConnectionReady.Duration (only with a monitor)
-	idleSince  time.Time          // when it became available (only with MaxIdleTime)
+	createdAt  instant            // for ConnectionReady.Duration (only with a monitor)
+	idleSince  instant            // when it became available (only with MaxIdleTime)
 	errored    error              // MarkErrored
 	upClosed   bool               // Upstream.Close already scheduled
 }

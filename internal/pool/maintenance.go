@@ -58,9 +58,9 @@ func (p *Pool) run() {
 // available ones while the pool is above MaxPoolSize (after SetLimits lowered it).
 // Each is removed from p.idle before it is closed so that every event's counts add up.
 func (p *Pool) pruneLocked() {
-	var now time.Time
+	var now instant
 	if p.opts.MaxIdleTime > 0 {
-		now = time.Now()
+		now = monoNow()
 	}
 	for i := 0; i < len(p.idle); {
 		c := p.idle[i]
@@ -68,7 +68,7 @@ func (p *Pool) pruneLocked() {
 		switch {
 		case p.staleLocked(c):
 			reason = ReasonStale
-		case !now.IsZero() && now.Sub(c.idleSince) > p.opts.MaxIdleTime:
+		case now != 0 && now.sub(c.idleSince) > p.opts.MaxIdleTime:
 			reason = ReasonIdle
 		case p.opts.MaxPoolSize > 0 && len(p.conns) > p.opts.MaxPoolSize:
 			reason = ReasonIdle

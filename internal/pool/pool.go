@@ -176,7 +176,7 @@ func (p *Pool) SetLimits(l Limits) error {
 	}
 	if p.opts.MaxIdleTime == 0 && l.MaxIdleTime > 0 {
 		// idleSince is only recorded while MaxIdleTime is set; start the clock now.
-		now := time.Now()
+		now := monoNow()
 		for _, c := range p.idle {
 			c.idleSince = now
 		}
@@ -325,9 +325,9 @@ func (p *Pool) Close() {
 // *ConnectionError (establishing the connection made for this checkout failed).
 func (p *Pool) CheckOut(ctx context.Context) (*Conn, error) {
 	p.mu.Lock()
-	var start time.Time
+	var start instant
 	if p.mon != nil {
-		start = time.Now()
+		start = monoNow()
 		p.emitLocked(Event{Type: ConnectionCheckOutStarted})
 	}
 	if p.state != StateReady {
@@ -350,8 +350,8 @@ func (p *Pool) CheckOut(ctx context.Context) (*Conn, error) {
 			return c, nil
 		}
 	}
-	if start.IsZero() {
-		start = time.Now()
+	if start == 0 {
+		start = monoNow()
 	}
 	w := getWaiter()
 	w.start = start
@@ -552,7 +552,7 @@ func (p *Pool) dispatchLocked() {
 // perished, closing the perished ones it meets. LIFO keeps the busy set of connections
 // warm and lets surplus ones age out through MaxIdleTime.
 func (p *Pool) popAvailableLocked() *Conn {
-	var now time.Time
+	var now instant
 	for n := len(p.idle); n > 0; n = len(p.idle) {
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
@@ -562,10 +562,10 @@ func (p *Pool) popAvailableLocked() *Conn {
 			continue
 		}
 		if p.opts.MaxIdleTime > 0 {
-			if now.IsZero() {
-				now = time.Now()
+			if now == 0 {
+				now = monoNow()
 			}
-			if now.Sub(c.idleSince) > p.opts.MaxIdleTime {
+			if now.sub(c.idleSince) > p.opts.MaxIdleTime {
 				p.closeLocked(c, ReasonIdle, nil)
 				continue
 			}
@@ -576,12 +576,12 @@ func (p *Pool) popAvailableLocked() *Conn {
 }
 
 // handOutLocked marks c (just popped, or just established) in use.
-func (p *Pool) handOutLocked(c *Conn, start time.Time) {
+func (p *Pool) handOutLocked(c *Conn, start instant) {
 	c.state = connInUse
 	c.lease++
 	p.inUse++
 	if p.mon != nil {
-		p.emitLocked(Event{Type: ConnectionCheckedOut, ConnectionID: c.id, Generation: c.generation, Duration: time.Since(start)})
+		p.emitLocked(Event{Type: ConnectionCheckedOut, ConnectionID: c.id, Generation: c.generation, Duration: since(start)})
 	}
 }
 
@@ -589,7 +589,7 @@ func (p *Pool) handOutLocked(c *Conn, start time.Time) {
 func (p *Pool) makeAvailableLocked(c *Conn) {
 	c.state = connAvailable
 	if p.opts.MaxIdleTime > 0 {
-		c.idleSince = time.Now()
+		c.idleSince = monoNow()
 	}
 	p.idle = append(p.idle, c)
 }
@@ -644,7 +644,7 @@ func (p *Pool) createLocked(background bool) *Conn {
 	p.conns[c.id] = c
 	p.pending++
 	if p.mon != nil {
-		c.createdAt = time.Now()
+		c.createdAt = monoNow()
 		p.emitLocked(Event{Type: ConnectionCreated, ConnectionID: c.id, Generation: c.generation})
 	}
 	return c
@@ -763,7 +763,7 @@ func (p *Pool) completePendingLocked(c *Conn, up Upstream, sid bson.ObjectID) {
 		c.serviceID, c.hasServiceID, c.generation = sid, true, s.gen
 	}
 	if p.mon != nil {
-		p.emitLocked(Event{Type: ConnectionReady, ConnectionID: c.id, Generation: c.generation, Duration: time.Since(c.createdAt)})
+		p.emitLocked(Event{Type: ConnectionReady, ConnectionID: c.id, Generation: c.generation, Duration: since(c.createdAt)})
 	}
 	p.pending--
 	p.removeUnclaimedLocked(c)
@@ -867,10 +867,10 @@ func (p *Pool) unavailableLocked() (error, Reason) {
 	return &PoolClearedError{Address: p.address, Cause: p.clearCause}, ReasonConnectionError
 }
 
-func (p *Pool) timeoutErrLocked(cause error, start time.Time) *WaitQueueTimeoutError {
+func (p *Pool) timeoutErrLocked(cause error, start instant) *WaitQueueTimeoutError {
 	var waited time.Duration
-	if !start.IsZero() {
-		waited = time.Since(start)
+	if start != 0 {
+		waited = since(start)
 	}
 	c := p.countsLocked()
 	return &WaitQueueTimeoutError{
@@ -906,8 +906,8 @@ func (p *Pool) emitLocked(e Event) {
 	p.mon.HandleEvent(e)
 }
 
-func (p *Pool) emitFailedLocked(start time.Time, reason Reason, err error) {
+func (p *Pool) emitFailedLocked(start instant, reason Reason, err error) {
 	if p.mon != nil {
-		p.emitLocked(Event{Type: ConnectionCheckOutFailed, Duration: time.Since(start), Reason: reason, Err: err})
+		p.emitLocked(Event{Type: ConnectionCheckOutFailed, Duration: since(start), Reason: reason, Err: err})
 	}
 }

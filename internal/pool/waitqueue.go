@@ -22,10 +22,10 @@ const (
 type waiter struct {
 	prev, next *waiter
 	state      waiterState
-	start      time.Time // checkout start, for durations
-	pending    *Conn     // when waiterBound
-	conn       *Conn     // result
-	err        error     // result
+	start      instant // checkout start, for durations
+	pending    *Conn   // when waiterBound
+	conn       *Conn   // result
+	err        error   // result
 	ch         chan struct{}
 	timer      *time.Timer // reused WaitQueueTimeout timer (owned by the waiting goroutine)
 }
@@ -42,7 +42,7 @@ func putWaiter(w *waiter) {
 	}
 	w.prev, w.next, w.pending, w.conn, w.err = nil, nil, nil, nil, nil
 	w.state = waiterFree
-	w.start = time.Time{}
+	w.start = 0
 	waiterPool.Put(w)
 }
 
