@@ -95,6 +95,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.MaxOps, cfg.MaxPoolSize, cfg.Logger = *maxOps, *poolSize, logger
+	// Every ping client holds a socket; many clients would otherwise hit a
+	// low default soft limit and show up as dial errors.
+	if _, err := loadgen.RaiseFileLimit(); err != nil {
+		logger.Warn("could not raise the open-file limit", "err", err)
+	}
 
 	table := stdout
 	if *asJSON {

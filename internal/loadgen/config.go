@@ -29,8 +29,9 @@ const (
 )
 
 // maxClients bounds Config.Clients so a typo cannot start a million
-// goroutines and sockets.
-const maxClients = 100_000
+// goroutines and sockets; each client also owns a 16 KiB histogram. Use
+// ProbeIdle for more (idle) connections.
+const maxClients = 10_000
 
 // ErrInvalidConfig is matched (errors.Is) by every configuration error.
 var ErrInvalidConfig = errors.New("loadgen: invalid configuration")

@@ -20,9 +20,10 @@ import (
 // address costs a few errors per client per second, not a busy loop.
 const reconnectBackoff = 20 * time.Millisecond
 
-// maxReplySize bounds a reply; a ping or hello reply is a few hundred bytes,
-// so anything near the protocol maximum is a broken peer anyway.
-const maxReplySize = wire.DefaultMaxMessageSize
+// maxReplySize bounds a reply (and so the read buffer a client may grow
+// to): a ping or hello reply is well under a kilobyte, so anything larger
+// than this is a broken peer.
+const maxReplySize = 1 << 20
 
 var (
 	pingBody = bsoncore.NewDocumentBuilder().
