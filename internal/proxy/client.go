@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,10 @@ import (
 // message once its header has arrived, so a stalled sender cannot hold a
 // large buffer forever.
 const bodyReadTimeout = 60 * time.Second
+
+// initialBodyBuffer is the first allocation for a message that does not fit
+// the inline buffer; it doubles as bytes arrive.
+const initialBodyBuffer = 64 * 1024
 
 // pin is an upstream connection a client keeps across requests: in session
 // mode for its whole life, in transaction mode while it has a transaction
@@ -51,19 +56,19 @@ type client struct {
 	maxMsg  int
 	nextID  int32 // requestID of our own replies
 
-	hdr  [wire.HeaderLen]byte
+	hdr [wire.HeaderLen]byte
 	// rbuf holds bytes read from the client but not yet consumed
 	// (rbuf[rlo:rhi]); small enough to keep idle clients cheap, large
 	// enough for most commands to arrive in one read.
 	rbuf     [512]byte
 	rlo, rhi int
-	deadline bool // a read deadline is set on nc
-	in   *buffer // the request being handled
-	aux  *buffer // decompressed request
-	out  *buffer // replies we build, and compressed copies
-	msg  wire.Msg
-	req  request
-	comp [4]string // compressors agreed with the client (first wins)
+	deadline bool    // a read deadline is set on nc
+	in       *buffer // the request being handled
+	aux      *buffer // decompressed request
+	out      *buffer // replies we build, and compressed copies
+	msg      wire.Msg
+	req      request
+	comp     [4]string // compressors agreed with the client (first wins)
 
 	mu sync.Mutex // guards pins, open and busy
 	// pins holds at most one pinned connection per route.
@@ -157,20 +162,42 @@ func (c *client) read() ([]byte, error) {
 		return nil, c.protocolError(h.RequestID, fmt.Errorf("message length %d is outside [%d, %d]: %w",
 			n, wire.HeaderLen, c.maxMsg, wire.ErrMessageTooLarge))
 	}
-	c.in = getBuffer(n)
-	b := c.in.b[:n]
-	got := copy(b, c.rbuf[c.rlo:c.rhi])
-	c.rlo += got
-	if c.rlo == c.rhi {
-		c.rlo, c.rhi = 0, 0
+	avail := c.rhi - c.rlo
+	if n <= avail {
+		c.in = getBuffer(n)
+		b := c.in.b[:n]
+		copy(b, c.rbuf[c.rlo:c.rlo+n])
+		c.rlo += n
+		if c.rlo == c.rhi {
+			c.rlo, c.rhi = 0, 0
+		}
+		return b, nil
 	}
-	if got < n {
-		_ = c.nc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-		c.deadline = true
-		if _, err := io.ReadFull(c.nc, b[got:]); err != nil {
+	// The rest of the message must come from the socket. The buffer grows
+	// with the bytes that arrive, not with the length the client claims, so
+	// stalled senders of huge headers cost what they sent.
+	c.in = getBuffer(min(n, initialBodyBuffer))
+	b := c.in.b[:0]
+	b = append(b, c.rbuf[c.rlo:c.rhi]...)
+	c.rlo, c.rhi = 0, 0
+	timeout := bodyReadTimeout
+	if t := c.s.opts.ClientIdleTimeout; t > 0 && t < timeout {
+		timeout = t
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
+	c.deadline = true
+	for len(b) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(n, 2*cap(b))-len(b))
+		}
+		m, err := c.nc.Read(b[len(b):min(n, cap(b))])
+		b = b[:len(b)+m]
+		if err != nil && len(b) < n {
+			c.in.b = b[:0]
 			return nil, errClientGone
 		}
 	}
+	c.in.b = b[:0]
 	return b, nil
 }
 
@@ -207,13 +234,25 @@ func (c *client) handle(msg []byte) error {
 // protocolError answers a malformed message with an error reply, when the
 // client can still read one, and ends the client.
 func (c *client) protocolError(requestID int32, err error) error {
+	return c.protocolErrorOp(requestID, wire.OpMsg, err)
+}
+
+// protocolErrorOp is protocolError for a request of opcode op: a legacy
+// OP_QUERY client can only read an OP_REPLY.
+func (c *client) protocolErrorOp(requestID int32, op wire.OpCode, err error) error {
 	c.log.Warn("client protocol error", "error", err)
 	code, codeName := int32(17), "ProtocolError"
 	if errors.Is(err, wire.ErrInvalidBSON) {
 		code, codeName = 22, "InvalidBSON"
 	}
+	doc := errorReply(code, codeName, "mongobouncer: "+err.Error())
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	_ = c.writeError(requestID, false, 0, errorReply(code, codeName, "mongobouncer: "+err.Error()))
+	if op == wire.OpQuery {
+		c.writeLegacyReply(requestID, true, legacyError(doc))
+	} else {
+		_ = c.writeError(requestID, false, 0, doc)
+	}
+	_ = c.nc.SetWriteDeadline(time.Time{})
 	return err
 }
 
@@ -244,7 +283,7 @@ func (c *client) refuse(reason string) {
 func (c *client) handleQuery(msg []byte, h wire.Header) error {
 	q, err := wire.ParseQuery(msg)
 	if err != nil {
-		return c.protocolError(h.RequestID, err)
+		return c.protocolErrorOp(h.RequestID, wire.OpQuery, err)
 	}
 	cmd := q.Query
 	if v, err := cmd.LookupErr("$query"); err == nil {
