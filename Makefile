@@ -14,6 +14,13 @@ all: build
 
 build: devmongo
 	$(GO) build -o $(BIN)/mongobouncer ./cmd/mongobouncer
+	$(GO) build -o $(BIN)/mongobouncer-bench ./cmd/mongobouncer-bench
+	$(GO) build -o $(BIN)/mongobouncer-demo ./cmd/mongobouncer-demo
+
+# demo runs mongobouncer for real: embedded FerretDB upstream, the pooler,
+# and a bounded workload of 100 clients through a pool of 10 for 10 s.
+demo: build
+	$(BIN)/mongobouncer-demo -mongobouncer $(BIN)/mongobouncer
 
 # devmongo is a separate module (tools/devmongo) so FerretDB and its SQLite
 # backend never enter the main go.mod.
