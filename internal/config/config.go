@@ -78,7 +78,8 @@ const (
 	// transaction.
 	PoolModeTransaction PoolMode = "transaction"
 	// PoolModeStatement returns the upstream connection after every
-	// command; multi-statement transactions are refused.
+	// command and its complete reply; a transaction keeps its server, not
+	// a connection.
 	PoolModeStatement PoolMode = "statement"
 )
 
