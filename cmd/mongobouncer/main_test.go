@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/goleak"
+
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestVersionHelpAndUsageErrors(t *testing.T) {
+	var out, errb syncBuffer
+	if code := run([]string{"--version"}, &out, &errb, nil); code != 0 || !strings.Contains(out.String(), "mongobouncer ") {
+		t.Fatalf("--version: %d %q", code, out.String())
+	}
+	if code := run([]string{"--help"}, &out, &errb, nil); code != 0 || !strings.Contains(errb.String(), "--upstream") && !strings.Contains(errb.String(), "-upstream") {
+		t.Fatalf("--help: %d %q", code, errb.String())
+	}
+	for _, args := range [][]string{{}, {"--nope"}, {"extra"}, {"--upstream", "mongodb://x/", "--pool-mode", "sessions"}} {
+		var e syncBuffer
+		if code := run(args, &out, &e, nil); code != 2 || e.String() == "" {
+			t.Fatalf("%v: exit %d, stderr %q", args, code, e.String())
+		}
+	}
+}
+
+func TestBadConfigFileNamesFileAndLine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mb.toml")
+	os.WriteFile(path, []byte("[mongobouncer]\nlisten = \"127.0.0.1:0\"\nmax_pool = 3\n\n[databases.\"*\"]\nconnection_string = \"mongodb://127.0.0.1:1/\"\n"), 0o600)
+	var out, errb syncBuffer
+	if code := run([]string{"--config", path}, &out, &errb, nil); code != 2 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(errb.String(), "mb.toml:3") || !strings.Contains(errb.String(), "max_pool_size") {
+		t.Fatalf("message does not name file:line and the fix: %q", errb.String())
+	}
+}
+
+func TestPortInUseExitsNonZero(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var out, errb syncBuffer
+	code := run([]string{"--listen", l.Addr().String(), "--upstream", "mongodb://127.0.0.1:1/"}, &out, &errb, nil)
+	if code == 0 || !strings.Contains(errb.String(), "address already in use") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+func TestServesOnUnixSocketAndStopsCleanly(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{})
+	sock := filepath.Join(t.TempDir(), "mb.sock")
+	var out, errb syncBuffer
+	stop := make(chan struct{})
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"--listen", sock, "--upstream", up.URI(), "--pool-mode", "statement", "--log-format", "json"}, &out, &errb, stop)
+	}()
+	var c net.Conn
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if c, err = net.Dial("unix", sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no unix socket: %v; stderr %s", err, errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	defer c.Close()
+	body, _ := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(wire.AppendMsg(nil, 1, 0, 0, body)); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := wire.ReadMessage(c, nil, wire.DefaultMaxMessageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := wire.ParseMsg(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := bson.Raw(m.Body).Lookup("ok").AsFloat64OK(); ok != 1 {
+		t.Fatalf("ping through unix socket: %v", bson.Raw(m.Body))
+	}
+	close(stop)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d; stderr %s", code, errb.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("did not stop")
+	}
+	if !strings.Contains(errb.String(), `"msg":"mongobouncer stopped"`) {
+		t.Fatalf("json logs missing the stop line: %s", errb.String())
+	}
+}
