@@ -6,6 +6,11 @@
 //
 //	mongobouncer-bench -direct 127.0.0.1:27017 -proxied 127.0.0.1:27018 -workload ping -clients 16
 //	mongobouncer-bench -proxied 127.0.0.1:27018 -idle 5000 -pid $(pidof mongobouncer)
+//	mongobouncer-bench -spawn bin/mongobouncer -clients 100 -idle 10000
+//
+// With -spawn, the tool starts a fast fake upstream in its own process and
+// the given mongobouncer binary in front of it, compares the two, probes the
+// idle cost against that mongobouncer's PID, and stops both.
 //
 // The logic lives in internal/loadgen; this is flag parsing and printing.
 package main
@@ -56,6 +61,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		verbose  = fs.Bool("v", false, "log progress to stderr")
 		maxOps   = fs.Int64("max-ops", loadgen.DefaultMaxOps, "maximum operations per run (each side of each round)")
 		poolSize = fs.Uint64("pool", loadgen.DefaultMaxPoolSize, "driver maxPoolSize (-workload driver)")
+		spawnBin = fs.String("spawn", "", "start a fake upstream here and this mongobouncer `binary` in front of it, and measure them")
+		bPool    = fs.Int("bouncer-pool", 10, "max_pool_size of the spawned mongobouncer")
+		bMode    = fs.String("bouncer-mode", "statement", "pool_mode of the spawned mongobouncer")
 	)
 	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client) or driver (insert/find/update through the Go driver)")
 	fs.IntVar(&cfg.Clients, "clients", loadgen.DefaultClients, "concurrent clients")
@@ -73,6 +81,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if *spawnBin != "" {
+		if *direct != "" || *proxied != "" || *pid != 0 {
+			fmt.Fprintln(stderr, "mongobouncer-bench: -spawn sets -direct, -proxied and -pid itself")
+			return 2
+		}
+		sp, err := spawn(*spawnBin, *bPool, *bMode)
+		if err != nil {
+			fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)
+			return 1
+		}
+		defer sp.stop()
+		*direct, *proxied = sp.direct, sp.proxied
+		if *idle > 0 {
+			*pid = sp.pid()
+		}
+		fmt.Fprintf(stderr, "spawned: fake upstream %s, mongobouncer %s (pid %d, pool %d, %s mode)\n",
+			sp.direct, sp.proxied, sp.pid(), *bPool, *bMode)
 	}
 	compare := *direct != "" || *proxied != "" && *idle == 0
 	switch {
