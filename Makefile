@@ -8,7 +8,7 @@ PKGS      := ./...
 # Tests find the embedded FerretDB server and the CMAP suite through these.
 export MONGOBOUNCER_DEVMONGO := $(DEVMONGO)
 
-.PHONY: all build devmongo test vet fmt-check bench fuzz demo clean
+.PHONY: all build devmongo node-tools test vet fmt-check bench fuzz demo clean
 
 all: build
 
@@ -28,13 +28,24 @@ devmongo: $(DEVMONGO)
 $(DEVMONGO): $(shell find tools/devmongo -name '*.go' -o -name go.mod -o -name go.sum 2>/dev/null)
 	cd tools/devmongo && $(GO) build -o $(DEVMONGO) .
 
+# node-tools installs mongosh (pinned in tools/node/package-lock.json) for
+# the end-to-end tests. The stamp lives inside node_modules, so a missing
+# node_modules or a changed lock reinstalls; otherwise nothing runs.
+# --ignore-scripts: mongosh needs none of its optional native addons, and
+# skipping them needs no compiler on a fresh machine.
+NODE_TOOLS := tools/node/node_modules/.mongobouncer-installed
+node-tools: $(NODE_TOOLS)
+$(NODE_TOOLS): tools/node/package.json tools/node/package-lock.json
+	npm ci --prefix tools/node --ignore-scripts --no-audit --no-fund
+	touch $@
+
 vet:
 	$(GO) vet $(PKGS)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: devmongo fmt-check vet
+test: devmongo node-tools fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 
 bench:
