@@ -884,3 +884,87 @@ func waitUntil(t *testing.T, cond func() bool, format string, args ...any) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// blockingUpstream's Close blocks until released, like a TLS close_notify stuck on a
+// full send buffer.
+type blockingUpstream struct {
+	*mockUpstream
+	release <-chan struct{}
+}
+
+func (u blockingUpstream) Close() error {
+	<-u.release
+	return u.mockUpstream.Close()
+}
+
+// Closing sockets never blocks the pool's callers.
+func TestSocketCloseNeverBlocks(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	mc := &mockConnector{wrap: func(u *mockUpstream) pool.Upstream { return blockingUpstream{u, release} }}
+	p, _ := newTestPool(t, mc, pool.DefaultOptions())
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	c1, err := p.CheckOut(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := p.CheckOut(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckIn(c2); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c1.MarkErrored(errors.New("i/o timeout"))
+		if err := p.CheckIn(c1); err != nil { // closes c1
+			t.Error(err)
+		}
+		p.Close() // closes c2
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("CheckIn/Close blocked on a socket close")
+	}
+	if s := p.Stats(); s.Total != 0 {
+		t.Fatalf("connections still counted: %+v", s.Counts)
+	}
+}
+
+// ConnectionReady.Duration covers the establishment, and ConnectionCheckedOut.Duration
+// the whole checkout including it.
+func TestEventDurations(t *testing.T) {
+	const dial = 200 * time.Millisecond
+	mc := &mockConnector{delay: func(int64) time.Duration { return dial }}
+	p, rec := newTestPool(t, mc, pool.DefaultOptions())
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.CheckOut(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := onlyTypes(rec.snapshot(), pool.ConnectionReady, pool.ConnectionCheckedOut)
+	if len(ev) != 2 || ev[0].Duration < dial || ev[1].Duration < ev[0].Duration {
+		t.Fatalf("durations: %v ready %v, checked out %v", types(ev), ev[0].Duration, ev[1].Duration)
+	}
+	if err := p.CheckIn(c); err != nil {
+		t.Fatal(err)
+	}
+	c, err = p.CheckOut(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev = onlyTypes(rec.snapshot(), pool.ConnectionCheckedOut)
+	if d := ev[len(ev)-1].Duration; d >= dial {
+		t.Errorf("reusing an available connection took %v", d)
+	}
+	if err := p.CheckIn(c); err != nil {
+		t.Fatal(err)
+	}
+}
