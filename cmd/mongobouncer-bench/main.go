@@ -42,7 +42,10 @@ func main() {
 type output struct {
 	Compare *loadgen.Report     `json:"compare,omitempty"`
 	Idle    *loadgen.IdleReport `json:"idle,omitempty"`
-	Error   string              `json:"error,omitempty"`
+	// CPUPerOp is the spawned mongobouncer's CPU time per proxied
+	// operation (-spawn only).
+	CPUPerOp time.Duration `json:"cpu_per_op_ns,omitempty"`
+	Error    string        `json:"error,omitempty"`
 }
 
 // run parses args, runs what they ask for and returns the exit status:
@@ -82,6 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	spawnedPID := 0
 	if *spawnBin != "" {
 		if *direct != "" || *proxied != "" || *pid != 0 {
 			fmt.Fprintln(stderr, "mongobouncer-bench: -spawn sets -direct, -proxied and -pid itself")
@@ -93,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer sp.stop()
+		spawnedPID = sp.pid()
 		*direct, *proxied = sp.direct, sp.proxied
 		if *idle > 0 {
 			*pid = sp.pid()
@@ -134,11 +139,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var out output
 	var err error
 	if compare {
+		var cpu0 time.Duration
+		if spawnedPID != 0 {
+			cpu0, _ = cpuTime(spawnedPID)
+		}
 		var rep loadgen.Report
 		rep, err = loadgen.Compare(ctx, *direct, *proxied, cfg)
 		if len(rep.Runs) > 0 {
 			out.Compare = &rep
 			_ = rep.WriteTable(table)
+		}
+		if cpu1, cerr := cpuTime(spawnedPID); spawnedPID != 0 && cerr == nil && rep.Proxied.Ops > 0 {
+			// Warm-up operations are not in Ops, so this is an upper bound.
+			per := (cpu1 - cpu0) / time.Duration(rep.Proxied.Ops)
+			out.CPUPerOp = per
+			fmt.Fprintf(table, "mongobouncer CPU per proxied operation: %v (user+system, at most)\n", per)
 		}
 	}
 	if err == nil && *idle > 0 {
