@@ -8,7 +8,7 @@ PKGS      := ./...
 # Tests find the embedded FerretDB server and the CMAP suite through these.
 export MONGOBOUNCER_DEVMONGO := $(DEVMONGO)
 
-.PHONY: all build devmongo node-tools test vet fmt-check bench fuzz demo clean
+.PHONY: all build devmongo node-tools python-tools test vet fmt-check bench fuzz demo clean
 
 all: build
 
@@ -39,13 +39,23 @@ $(NODE_TOOLS): tools/node/package.json tools/node/package-lock.json
 	npm ci --prefix tools/node --ignore-scripts --no-audit --no-fund
 	touch $@
 
+# python-tools installs pymongo (Debian's python3-pymongo, for
+# /usr/bin/python3) for the end-to-end tests. It needs root for apt-get;
+# without root it only says what to run, and the pymongo test skips (it
+# fails under CI, which runs as root).
+python-tools:
+	@if /usr/bin/python3 -c 'import pymongo' 2>/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pymongo; \
+	else echo "python-tools: as root, run: apt-get install python3-pymongo"; fi
+
 vet:
 	$(GO) vet $(PKGS)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: devmongo node-tools fmt-check vet
+test: devmongo node-tools python-tools fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 
 bench:

@@ -11,6 +11,8 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -56,6 +58,7 @@ func TestDevmongoDrivers(t *testing.T) {
 		for _, name := range []string{"snappy", "zlib", "zstd"} {
 			t.Run("Compression/"+name, func(t *testing.T) { testCompression(t, addr, name) })
 		}
+		t.Run("Pymongo", func(t *testing.T) { testPymongo(t, addr) })
 	})
 	t.Run("RetryableWrites", func(t *testing.T) { testRetryableWrites(t, up) })
 	t.Run("ManyClients", func(t *testing.T) { testManyClients(t, up) })
@@ -1049,5 +1052,44 @@ func testManyClients(t *testing.T, up *devmongo.Server) {
 		if maxUp.Load() < 2 {
 			t.Fatalf("at most %d upstream connection seen: the sampler missed the pool", maxUp.Load())
 		}
+	}
+}
+
+// debianPython is the interpreter Debian's python3-pymongo installs for; a
+// python3 earlier in PATH (pyenv, venv) would not see it.
+const debianPython = "/usr/bin/python3"
+
+// testPymongo runs a pymongo script through the bouncer. pymongo 3.11
+// (Debian 12's) shakes hands with legacy OP_QUERY isMaster, then speaks
+// OP_MSG: a second real driver, and the legacy handshake path.
+func testPymongo(t *testing.T, addr string) {
+	if err := exec.Command(debianPython, "-c", "import pymongo").Run(); err != nil {
+		msg := fmt.Sprintf("pymongo is not installed for %s (%v): run `make python-tools` as root", debianPython, err)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, debianPython, filepath.Join("testdata", "pymongo_smoke.py"), "mongodb://"+addr+"/")
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pymongo script: %v (ctx %v); output:\n%s", err, ctx.Err(), out)
+	}
+	want := []string{
+		"inserted: 20",
+		"find: [0,2,4,6,8,10,12,14,16,18]",
+		`aggregate: [{"_id":"a","total":20},{"_id":"b","total":25}]`,
+		"update: [10,10]",
+		"count: 10",
+		"bulk: [2,1,1,[[1,11000]]]",
+		"ping: 1.0",
+		"unknown command: 59",
+	}
+	got := strings.TrimSpace(strings.ReplaceAll(string(out), "\r\n", "\n"))
+	if got != strings.Join(want, "\n") {
+		t.Fatalf("pymongo output:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))
 	}
 }
