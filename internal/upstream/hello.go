@@ -67,11 +67,11 @@ type Hello struct {
 	Raw bsoncore.Document
 }
 
-// parseHello decodes a hello reply. raw must be a validated document; it is
+// ParseHello decodes a hello reply, from a handshake or a monitoring check. raw must be a validated document; it is
 // retained, so the caller passes an owned copy. Fields with an unexpected
 // type are an error rather than silently zero: a server that says something
 // we misread is worse than one we refuse.
-func parseHello(raw bsoncore.Document) (*Hello, error) {
+func ParseHello(raw bsoncore.Document) (*Hello, error) {
 	h := &Hello{Raw: raw}
 	elems, err := raw.Elements()
 	if err != nil {

@@ -178,7 +178,7 @@ func (d *Dialer) Dial(ctx context.Context, address string, id int64) (*Conn, err
 	if err != nil {
 		return fail("hello", err)
 	}
-	h, err := parseHello(reply)
+	h, err := ParseHello(reply)
 	if err != nil {
 		return fail("hello", &NetworkError{Addr: address, Op: "read", Err: fmt.Errorf("%w: %w", ErrBadReply, err)})
 	}

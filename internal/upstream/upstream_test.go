@@ -659,7 +659,7 @@ func TestParseHello(t *testing.T) {
 			})).
 			AppendDouble("ok", 1)
 	})
-	h, err := parseHello(raw)
+	h, err := ParseHello(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -674,7 +674,7 @@ func TestParseHello(t *testing.T) {
 		doc(func(b *bsoncore.DocumentBuilder) { b.AppendString("hosts", "a:1") }),
 		doc(func(b *bsoncore.DocumentBuilder) { b.AppendString("serviceId", "x") }),
 	} {
-		if _, err := parseHello(bad); err == nil {
+		if _, err := ParseHello(bad); err == nil {
 			t.Errorf("%s: accepted", bad)
 		}
 	}
