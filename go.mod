@@ -15,3 +15,6 @@ require (
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
+
+// tools/node holds npm packages (mongosh) for the end-to-end tests, never Go code.
+ignore ./tools/node
