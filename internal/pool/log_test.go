@@ -213,8 +213,26 @@ func actOutLogTest(t *testing.T, lt unifiedLogTest) ([]logRecord, bool) {
 		if err := rec.waitFor(pool.ConnectionReady, 1, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
+		// The recorder may hear the event before the log monitor has
+		// written its record: wait for the record itself.
+		deadline := time.Now().Add(5 * time.Second)
+		for !hasMessage(capt.records(), "Connection ready") {
+			if time.Now().After(deadline) {
+				t.Fatal("no \"Connection ready\" log record after 5s")
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 	return capt.records(), true
+}
+
+func hasMessage(recs []logRecord, msg string) bool {
+	for _, r := range recs {
+		if r.msg == msg {
+			return true
+		}
+	}
+	return false
 }
 
 func messages(recs []logRecord) []string {
