@@ -8,8 +8,8 @@
 //	mongobouncer-bench -proxied 127.0.0.1:27018 -idle 5000 -pid $(pidof mongobouncer)
 //	mongobouncer-bench -spawn bin/mongobouncer -clients 100 -idle 10000
 //
-// With -spawn, the tool starts a fast fake upstream in its own process and
-// the given mongobouncer binary in front of it, compares the two, probes the
+// With -spawn, the tool starts a fast fake upstream (this binary again, in
+// a process of its own) and the given mongobouncer binary in front of it, compares the two, probes the
 // idle cost against that mongobouncer's PID, and stops both.
 //
 // The logic lives in internal/loadgen; this is flag parsing and printing.
@@ -32,6 +32,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == fakeUpstreamFlag {
+		os.Exit(serveFake())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

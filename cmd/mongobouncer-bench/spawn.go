@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,45 +16,117 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 )
 
-// spawned is a fast fake upstream in this process and a real mongobouncer
-// process in front of it: the setup for measuring proxied against direct
-// traffic on one machine in one run.
+// spawned is a fast fake upstream and a real mongobouncer in front of it,
+// each in its own process as a mongod and a pooler would be, so that direct
+// and proxied traffic both cross process boundaries the same way.
 type spawned struct {
-	fake    *fakemongo.Server
-	cmd     *exec.Cmd
-	exited  chan error
-	direct  string
-	proxied string
+	fake, bouncer *child
+	direct        string
+	proxied       string
 }
 
-// spawn starts the fake upstream and bin as mongobouncer in statement mode
-// with a pool of poolSize.
-func spawn(bin string, poolSize int, mode string) (*spawned, error) {
+// child is a started process with its exit watched.
+type child struct {
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+func startChild(cmd *exec.Cmd) (*child, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, exited: make(chan error, 1)}
+	go func() { c.exited <- cmd.Wait() }()
+	return c, nil
+}
+
+// stop sends SIGTERM, then SIGKILL after 15s.
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(15 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+// fakeUpstreamFlag makes the bench binary serve a fake upstream instead of
+// measuring (see serveFake); spawn runs it as a child process.
+const fakeUpstreamFlag = "-serve-fake-upstream"
+
+// serveFake runs a fake upstream on a free loopback port, prints its
+// address on stdout, and serves until SIGTERM or SIGINT.
+func serveFake() int {
 	fake, err := fakemongo.Listen("127.0.0.1:0", fakemongo.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake upstream:", err)
+		return 1
+	}
+	fmt.Println(fake.Addr())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	fake.Close()
+	return 0
+}
+
+// spawn starts the fake upstream process and bin as mongobouncer in front
+// of it, with a pool of poolSize in the given mode.
+func spawn(bin string, poolSize int, mode string) (*spawned, error) {
+	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
+	fcmd := exec.Command(self, fakeUpstreamFlag)
+	fcmd.Stderr = os.Stderr
+	out, err := fcmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	fake, err := startChild(fcmd)
+	if err != nil {
+		return nil, fmt.Errorf("start fake upstream: %w", err)
+	}
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			line <- sc.Text()
+		}
+		close(line)
+	}()
+	var direct string
+	select {
+	case direct = <-line:
+	case <-time.After(10 * time.Second):
+	}
+	if direct == "" {
+		fake.stop()
+		return nil, errors.New("fake upstream did not start")
+	}
+
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		fake.Close()
+		fake.stop()
 		return nil, err
 	}
 	listen := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(bin, "--listen", listen, "--upstream", fake.URI(), "--pool-mode", mode,
+	cmd := exec.Command(bin, "--listen", listen, "--upstream", "mongodb://"+direct+"/", "--pool-mode", mode,
 		"--max-pool-size", strconv.Itoa(poolSize), "--max-client-conn", "0", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		fake.Close()
+	bouncer, err := startChild(cmd)
+	if err != nil {
+		fake.stop()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	s := &spawned{fake: fake, cmd: cmd, exited: make(chan error, 1), direct: fake.Addr(), proxied: listen}
-	go func() { s.exited <- cmd.Wait() }()
+	s := &spawned{fake: fake, bouncer: bouncer, direct: direct, proxied: listen}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		select {
-		case err := <-s.exited:
-			fake.Close()
+		case err := <-bouncer.exited:
+			fake.stop()
 			return nil, fmt.Errorf("%s exited at start: %v", bin, err)
 		default:
 		}
@@ -68,19 +142,12 @@ func spawn(bin string, poolSize int, mode string) (*spawned, error) {
 	}
 }
 
-func (s *spawned) pid() int { return s.cmd.Process.Pid }
+func (s *spawned) pid() int { return s.bouncer.cmd.Process.Pid }
 
-// stop terminates mongobouncer (SIGTERM, then SIGKILL after 15s) and the
-// fake upstream.
+// stop terminates mongobouncer, then the fake upstream.
 func (s *spawned) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
-	s.fake.Close()
+	s.bouncer.stop()
+	s.fake.stop()
 }
 
 // cpuTime returns the user+system CPU time consumed so far by process pid,

@@ -450,27 +450,30 @@ func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed boo
 		ri := inspectReply(body)
 		c.track(route, srv, req, key, inTxn, ri, killIDs)
 		stream := flags&wire.FlagMoreToCome != 0
-		if werr := c.writeRaw(reply, compressed, compID, req.name()); werr != nil {
-			// Unread replies of a stream may follow: never pool that conn.
-			if stream {
-				pc.MarkErrored(werr)
+		if stream && !req.exhaust {
+			// A server must not stream to a request that did not allow it;
+			// the rest of its stream would be unread bytes on the conn.
+			err := fmt.Errorf("upstream %s sent moreToCome to a request without exhaustAllowed", srv.Address())
+			c.fail(route, srv, pc, pinned, err)
+			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+		}
+		if !stream {
+			// The whole reply is in our buffer: the upstream connection can
+			// serve someone else while the reply goes to this client.
+			c.release(route, srv, pc, pinned)
+			if werr := c.writeRaw(reply, compressed, compID, req.name()); werr != nil {
+				return errClientGone
 			}
+			return nil
+		}
+		if werr := c.writeRaw(reply, compressed, compID, req.name()); werr != nil {
+			// Unread replies of the stream follow: never pool that conn.
+			pc.MarkErrored(werr)
 			c.release(route, srv, pc, pinned)
 			return errClientGone
 		}
-		if !stream {
-			break
-		}
-		if !req.exhaust {
-			// A server must not stream to a request that did not allow it.
-			err := fmt.Errorf("upstream %s sent moreToCome to a request without exhaustAllowed", srv.Address())
-			c.fail(route, srv, pc, pinned, err)
-			return err
-		}
 		respondTo = rh.RequestID
 	}
-	c.release(route, srv, pc, pinned)
-	return nil
 }
 
 // replyView returns the flags and the body of an upstream OP_MSG reply

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +29,10 @@ type Conn struct {
 	// raw is nc without TLS; Close closes it directly because tls.Conn.Close
 	// may block for seconds sending close_notify to a peer that is not
 	// reading, and upstreams do not need the alert.
-	raw  net.Conn
+	raw net.Conn
+	// br buffers reads so that a small reply (header and body) costs one
+	// read system call instead of two; only the reading goroutine uses it.
+	br   *bufio.Reader
 	addr string
 	id   int64
 
@@ -56,8 +60,12 @@ type Conn struct {
 	closeErr  error // written once inside closeOnce
 }
 
+// readBufferSize is the read buffer of each upstream connection: enough for
+// most replies in one read, and cheap because upstream connections are few.
+const readBufferSize = 8 * 1024
+
 func newConn(nc, raw net.Conn, addr string, id int64, maxMsg int) *Conn {
-	return &Conn{nc: nc, raw: raw, addr: addr, id: id, maxMsg: maxMsg}
+	return &Conn{nc: nc, raw: raw, br: bufio.NewReaderSize(nc, readBufferSize), addr: addr, id: id, maxMsg: maxMsg}
 }
 
 // Hello returns the server's handshake reply. The caller must not modify it.
@@ -127,7 +135,7 @@ func (c *Conn) WriteMessage(msg []byte) error {
 // returned decompressed, with its original opcode. Every error is a
 // *NetworkError: after one the connection must be closed.
 func (c *Conn) ReadMessage(buf []byte) ([]byte, error) {
-	msg, err := wire.ReadMessage(c.nc, buf, c.maxMsg)
+	msg, err := wire.ReadMessage(c.br, buf, c.maxMsg)
 	if err != nil {
 		return nil, c.ioError("read", err)
 	}
