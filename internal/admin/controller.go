@@ -1,0 +1,127 @@
+// Package admin is mongobouncer's operator interface: the admin commands
+// answered on the virtual "mongobouncer" database over the wire, and the
+// admin HTTP listener (/metrics, /healthz, /readyz, /admin/..., /status).
+// It reads and steers the running pooler only through Controller.
+package admin
+
+import (
+	"net"
+	"time"
+)
+
+// Controller is what the running pooler (internal/app) offers the admin
+// interface. Snapshots are plain data, safe to keep and marshal. Methods
+// are safe for concurrent use.
+type Controller interface {
+	// Pools describes every pool: one per route and upstream server.
+	Pools() []PoolInfo
+	// Clients describes every connected client.
+	Clients() []ClientInfo
+	// Servers describes every upstream connection of every pool.
+	Servers() []ServerConnInfo
+	// Stats returns totals since start.
+	Stats() StatsInfo
+	// Config returns the effective configuration with secrets redacted,
+	// as nested maps/slices of strings, numbers and bools.
+	Config() map[string]any
+	// Ready reports whether every route has a ready pool on at least one
+	// server, and if not, why (one line per route that is not).
+	Ready() (bool, []string)
+
+	// Pause stops handing out upstream connections for route ("" = every
+	// route); requests wait until Resume, in-flight ones finish.
+	Pause(route string) error
+	// Resume undoes Pause for route ("" = every route).
+	Resume(route string) error
+	// Reconnect clears the pools of route ("" = every route) gracefully:
+	// in-use connections finish their request and are then closed, and new
+	// requests get new connections.
+	Reconnect(route string) error
+	// Reload re-reads the configuration file and applies it; on error the
+	// running configuration stays.
+	Reload() error
+	// Shutdown starts a graceful shutdown and returns at once.
+	Shutdown()
+}
+
+// PoolInfo is one pool: SHOW POOLS.
+type PoolInfo struct {
+	Route       string `json:"route" bson:"route"`
+	Server      string `json:"server" bson:"server"`
+	Mode        string `json:"mode" bson:"mode"`     // session | transaction | statement
+	State       string `json:"state" bson:"state"`   // paused | ready | closed (CMAP state)
+	Paused      bool   `json:"paused" bson:"paused"` // paused by the pause admin command
+	Usable      bool   `json:"usable" bson:"usable"` // the server's monitor state
+	Generation  uint64 `json:"generation" bson:"generation"`
+	Total       int    `json:"total" bson:"total"`
+	Available   int    `json:"available" bson:"available"`
+	InUse       int    `json:"inUse" bson:"inUse"`
+	Pending     int    `json:"pending" bson:"pending"`
+	Waiters     int    `json:"waiters" bson:"waiters"`
+	MaxPoolSize int    `json:"maxPoolSize" bson:"maxPoolSize"`
+	MinPoolSize int    `json:"minPoolSize" bson:"minPoolSize"`
+}
+
+// ClientState is where a client is: idle (no request), waiting (for an
+// upstream connection), active (a request in flight), pinned (holding an
+// upstream connection between requests).
+type ClientState string
+
+// Client states.
+const (
+	ClientIdle    ClientState = "idle"
+	ClientWaiting ClientState = "waiting"
+	ClientActive  ClientState = "active"
+	ClientPinned  ClientState = "pinned"
+)
+
+// ClientInfo is one client: SHOW CLIENTS.
+type ClientInfo struct {
+	ID           int64       `json:"id" bson:"id"`
+	Addr         string      `json:"addr" bson:"addr"`
+	AppName      string      `json:"appName" bson:"appName"`
+	Listener     string      `json:"listener" bson:"listener"`
+	ConnectedAt  time.Time   `json:"connectedAt" bson:"connectedAt"`
+	State        ClientState `json:"state" bson:"state"`
+	PinnedServer string      `json:"pinnedServer,omitempty" bson:"pinnedServer,omitempty"`
+	Requests     uint64      `json:"requests" bson:"requests"`
+}
+
+// ServerConnInfo is one upstream connection: SHOW SERVERS.
+type ServerConnInfo struct {
+	Route      string    `json:"route" bson:"route"`
+	Server     string    `json:"server" bson:"server"`
+	ID         int64     `json:"id" bson:"id"`
+	State      string    `json:"state" bson:"state"` // pending | available | in use
+	Generation uint64    `json:"generation" bson:"generation"`
+	CreatedAt  time.Time `json:"createdAt" bson:"createdAt"`
+	LastUsed   time.Time `json:"lastUsed" bson:"lastUsed"`
+}
+
+// StatsInfo are totals since start: SHOW STATS. Rates are computed by the
+// admin package from two snapshots.
+type StatsInfo struct {
+	Uptime         time.Duration `json:"uptimeNs" bson:"uptimeNs"`
+	ClientsCurrent int           `json:"clientsCurrent" bson:"clientsCurrent"`
+	ClientsTotal   uint64        `json:"clientsTotal" bson:"clientsTotal"`
+	Operations     uint64        `json:"operations" bson:"operations"`
+	Errors         uint64        `json:"errors" bson:"errors"`
+	BytesIn        uint64        `json:"bytesIn" bson:"bytesIn"`
+	BytesOut       uint64        `json:"bytesOut" bson:"bytesOut"`
+	WaitAvg        time.Duration `json:"waitAvgNs" bson:"waitAvgNs"`
+	WaitP99        time.Duration `json:"waitP99Ns" bson:"waitP99Ns"`
+	QueryAvg       time.Duration `json:"queryAvgNs" bson:"queryAvgNs"`
+	QueryP99       time.Duration `json:"queryP99Ns" bson:"queryP99Ns"`
+}
+
+// IsAdminPeer reports whether a peer may run admin commands over the wire:
+// loopback TCP peers and unix-socket peers (client auth comes later).
+func IsAdminPeer(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.UnixAddr:
+		return true
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	}
+	return false
+}
