@@ -1,0 +1,450 @@
+package metrics
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mongobouncer/mongobouncer/internal/admin"
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+)
+
+// Connection states as SHOW SERVERS reports them.
+const (
+	ConnPending   = "pending"
+	ConnAvailable = "available"
+	ConnInUse     = "in use"
+)
+
+// serverKey identifies the pool series of one server of one route.
+type serverKey struct{ route, server string }
+
+// serverSeries are the counter and histogram children of one (route,
+// server), shared by the pools of that pair (a pool and the one replacing it
+// may coexist while the first drains) and resolved once per pool.
+type serverSeries struct {
+	key      serverKey
+	refs     int // live pool states using these series; guarded by Metrics.mu
+	checkout prometheus.Observer
+	created  prometheus.Counter
+	cleared  prometheus.Counter
+	// Indexed by failIndex / closeIndex; the last slot is created on first
+	// use of a reason the pool package does not define today.
+	failures [4]atomic.Pointer[prometheus.Counter]
+	closed   [5]atomic.Pointer[prometheus.Counter]
+}
+
+var (
+	failReasons  = [...]pool.Reason{pool.ReasonTimeout, pool.ReasonConnectionError, pool.ReasonPoolClosed}
+	closeReasons = [...]pool.Reason{pool.ReasonStale, pool.ReasonIdle, pool.ReasonError, pool.ReasonPoolClosed}
+)
+
+func failIndex(r pool.Reason) int {
+	switch r {
+	case pool.ReasonTimeout:
+		return 0
+	case pool.ReasonConnectionError:
+		return 1
+	case pool.ReasonPoolClosed:
+		return 2
+	}
+	return 3
+}
+
+func closeIndex(r pool.Reason) int {
+	switch r {
+	case pool.ReasonStale:
+		return 0
+	case pool.ReasonIdle:
+		return 1
+	case pool.ReasonError:
+		return 2
+	case pool.ReasonPoolClosed:
+		return 3
+	}
+	return 4
+}
+
+// failure returns the checkout-failure counter of reason.
+func (s *serverSeries) failure(m *Metrics, r pool.Reason) prometheus.Counter {
+	i := failIndex(r)
+	if c := s.failures[i].Load(); c != nil {
+		return *c
+	}
+	c := m.checkoutFailures.WithLabelValues(s.key.route, s.key.server, reasonLabel(r, i == len(s.failures)-1))
+	s.failures[i].Store(&c)
+	return c
+}
+
+// closedBy returns the connections-closed counter of reason.
+func (s *serverSeries) closedBy(m *Metrics, r pool.Reason) prometheus.Counter {
+	i := closeIndex(r)
+	if c := s.closed[i].Load(); c != nil {
+		return *c
+	}
+	c := m.connsClosed.WithLabelValues(s.key.route, s.key.server, reasonLabel(r, i == len(s.closed)-1))
+	s.closed[i].Store(&c)
+	return c
+}
+
+func reasonLabel(r pool.Reason, other bool) string {
+	if other {
+		return OtherLabel
+	}
+	return string(r)
+}
+
+// acquireSeries returns the series of key, creating their children on first
+// use. The caller holds m.mu.
+func (m *Metrics) acquireSeriesLocked(key serverKey) *serverSeries {
+	s := m.servers[key]
+	if s == nil {
+		s = &serverSeries{
+			key:      key,
+			checkout: m.checkoutDuration.WithLabelValues(key.route, key.server),
+			created:  m.connsCreated.WithLabelValues(key.route, key.server),
+			cleared:  m.poolCleared.WithLabelValues(key.route, key.server),
+		}
+		// The known reasons are exported from the start, at 0, so that
+		// rate() and alerts see them before the first failure.
+		for i, r := range failReasons {
+			c := m.checkoutFailures.WithLabelValues(key.route, key.server, string(r))
+			s.failures[i].Store(&c)
+		}
+		for i, r := range closeReasons {
+			c := m.connsClosed.WithLabelValues(key.route, key.server, string(r))
+			s.closed[i].Store(&c)
+		}
+		m.servers[key] = s
+	}
+	s.refs++
+	return s
+}
+
+// releaseSeriesLocked drops one reference to s; the last one deletes its
+// series from the registry, so that removed routes and servers stop being
+// exported. The caller holds m.mu.
+func (m *Metrics) releaseSeriesLocked(s *serverSeries) {
+	if s.refs--; s.refs > 0 {
+		return
+	}
+	delete(m.servers, s.key)
+	l := prometheus.Labels{"route": s.key.route, "server": s.key.server}
+	m.checkoutDuration.DeletePartialMatch(l)
+	m.checkoutFailures.DeletePartialMatch(l)
+	m.connsCreated.DeletePartialMatch(l)
+	m.connsClosed.DeletePartialMatch(l)
+	m.poolCleared.DeletePartialMatch(l)
+}
+
+// poolState is what one pool's events tell about it: its counts (the pool
+// gauges, read at scrape time) and its connections (SHOW SERVERS).
+type poolState struct {
+	key    serverKey
+	series *serverSeries
+
+	// Counts as of the pool's last event (see setCounts), written only by
+	// the pool's events (which never run concurrently for one pool) and
+	// read by scrapes.
+	available, inUse, pending, waiters atomic.Int64
+	// maxPoolSize is from PoolCreated's Options or SetPoolLimit; 0 means
+	// unlimited.
+	maxPoolSize atomic.Int64
+	// closed is set by PoolClosed.
+	closed atomic.Bool
+	// detached is set once the state left Metrics.pools (closed and
+	// drained, or replaced); it makes leaving happen once.
+	detached atomic.Bool
+
+	mu sync.Mutex
+	// conns are the pool's connections by ID. Guarded by mu: written by
+	// the pool's events, read by Connections.
+	conns map[int64]*connEntry
+}
+
+// connEntry is one upstream connection in the registry. Guarded by its
+// poolState's mu.
+type connEntry struct {
+	id         int64
+	state      string
+	generation uint64
+	createdAt  time.Time
+	lastUsed   time.Time
+}
+
+// setCounts records the pool's counts from e. Counts are a snapshot taken
+// under the pool's lock, so the last event's counts are the pool's, with
+// three exceptions the pool documents or implies, corrected here:
+// ConnectionCheckedIn and ConnectionReady carry the counts from before the
+// connection moves on (when it becomes available no other event follows;
+// when it is closed or handed to a waiter, ConnectionClosed or
+// ConnectionCheckedOut follows and sets the counts again), and
+// ConnectionCheckOutStarted carries them from before the checkout joins the
+// wait queue (when it does not wait, the CheckedOut or CheckOutFailed that
+// follows at once sets the counts again).
+func (st *poolState) setCounts(t pool.EventType, c pool.Counts) {
+	switch t {
+	case pool.ConnectionCheckedIn:
+		c.InUse--
+		c.Available++
+	case pool.ConnectionReady:
+		c.Pending--
+		c.Available++
+	case pool.ConnectionCheckOutStarted:
+		c.Waiters++
+	}
+	st.available.Store(int64(c.Available))
+	st.inUse.Store(int64(c.InUse))
+	st.pending.Store(int64(c.Pending))
+	st.waiters.Store(int64(c.Waiters))
+}
+
+// poolMonitor is the pool.Monitor of the pools of one route.
+type poolMonitor struct {
+	m     *Metrics
+	route string
+	// states holds the state of each server's pool, by address:
+	// copy-on-write, read without a lock by events, written under mu.
+	states atomic.Pointer[map[string]*poolState]
+	mu     sync.Mutex
+}
+
+// PoolMonitor returns the pool.Monitor for the pools of route (one pool per
+// server): give it in pool.Options.Monitor. The server label is the event's
+// Address.
+//
+// A Monitor tells pools apart by address only: a pool created for an
+// address replaces the Monitor's previous pool of that address. A pool
+// that replaces another of the same server while that one still drains (a
+// reload that changes a route's connection string) needs a Monitor of its
+// own: call PoolMonitor again for the new pools. The gauges of pools of the
+// same route and server are then summed.
+//
+// Like every Monitor it runs under its pool's lock; it only does atomic
+// updates, plus a short map update under a mutex of its own for the
+// connection registry, and never calls back into the pool.
+func (m *Metrics) PoolMonitor(route string) pool.Monitor {
+	pm := &poolMonitor{m: m, route: route}
+	empty := map[string]*poolState{}
+	pm.states.Store(&empty)
+	return pm
+}
+
+// HandleEvent implements pool.Monitor.
+func (pm *poolMonitor) HandleEvent(e pool.Event) {
+	st := (*pm.states.Load())[e.Address]
+	if st == nil || e.Type == pool.PoolCreated {
+		st = pm.attach(e)
+	}
+	s := st.series
+	switch e.Type {
+	case pool.PoolCleared:
+		s.cleared.Inc()
+	case pool.PoolClosed:
+		st.closed.Store(true)
+		st.mu.Lock()
+		clear(st.conns)
+		st.mu.Unlock()
+	case pool.ConnectionCreated:
+		s.created.Inc()
+		now := time.Now()
+		st.mu.Lock()
+		st.conns[e.ConnectionID] = &connEntry{id: e.ConnectionID, state: ConnPending, generation: e.Generation, createdAt: now, lastUsed: now}
+		st.mu.Unlock()
+	case pool.ConnectionReady:
+		st.mu.Lock()
+		if c := st.conns[e.ConnectionID]; c != nil {
+			// In load-balancer mode the generation is known only now.
+			c.state, c.generation = ConnAvailable, e.Generation
+		}
+		st.mu.Unlock()
+	case pool.ConnectionClosed:
+		s.closedBy(pm.m, e.Reason).Inc()
+		st.mu.Lock()
+		delete(st.conns, e.ConnectionID)
+		st.mu.Unlock()
+	case pool.ConnectionCheckOutFailed:
+		s.failure(pm.m, e.Reason).Inc()
+	case pool.ConnectionCheckedOut:
+		s.checkout.Observe(e.Duration.Seconds())
+		pm.m.waitHist.record(e.Duration)
+		st.touch(e.ConnectionID, ConnInUse)
+	case pool.ConnectionCheckedIn:
+		st.touch(e.ConnectionID, ConnAvailable)
+	}
+	st.setCounts(e.Type, e.Counts)
+	if e.Counts.Total == 0 && st.closed.Load() && !st.detached.Load() {
+		pm.m.detach(st)
+	}
+}
+
+// touch records a checkout or check-in of connection id.
+func (st *poolState) touch(id int64, state string) {
+	now := time.Now()
+	st.mu.Lock()
+	if c := st.conns[id]; c != nil {
+		c.state, c.lastUsed = state, now
+	}
+	st.mu.Unlock()
+}
+
+// attach starts tracking the pool of e.Address: on PoolCreated, or on the
+// first event of a pool whose PoolCreated this Monitor did not see.
+func (pm *poolMonitor) attach(e pool.Event) *poolState {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	cur := *pm.states.Load()
+	old := cur[e.Address]
+	if old != nil && e.Type != pool.PoolCreated {
+		return old // another event attached it meanwhile
+	}
+	st := &poolState{key: serverKey{pm.route, e.Address}, conns: make(map[int64]*connEntry)}
+	if e.Options != nil {
+		st.maxPoolSize.Store(int64(e.Options.MaxPoolSize))
+	}
+	m := pm.m
+	m.mu.Lock()
+	st.series = m.acquireSeriesLocked(st.key)
+	m.pools[st] = struct{}{}
+	if old != nil && old.detached.CompareAndSwap(false, true) {
+		delete(m.pools, old)
+		m.releaseSeriesLocked(old.series)
+	}
+	m.mu.Unlock()
+	next := maps.Clone(cur)
+	next[e.Address] = st
+	pm.states.Store(&next)
+	return st
+}
+
+// detach stops exporting a pool that is closed and has no connection left.
+// The Monitor keeps its state so that later events (checkouts failing on
+// the closed pool) still find it; they count on series no longer exported.
+func (m *Metrics) detach(st *poolState) {
+	if !st.detached.CompareAndSwap(false, true) {
+		return
+	}
+	m.mu.Lock()
+	delete(m.pools, st)
+	m.releaseSeriesLocked(st.series)
+	m.mu.Unlock()
+}
+
+// SetPoolLimit records a pool's new maxPoolSize (0 = unlimited) after a
+// live change (pool.SetLimits on reload), for the utilization ratio; the
+// pool emits no event for it. server is the pool's address as in its
+// events.
+func (m *Metrics) SetPoolLimit(route, server string, maxPoolSize int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for st := range m.pools {
+		if st.key == (serverKey{route, server}) && !st.closed.Load() {
+			st.maxPoolSize.Store(int64(maxPoolSize))
+		}
+	}
+}
+
+// livePools returns the live pool states.
+func (m *Metrics) livePools() []*poolState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Keys(m.pools))
+}
+
+// Connections returns the upstream connections of every live pool, for
+// SHOW SERVERS, ordered by route, server and ID. A connection is listed from
+// ConnectionCreated until ConnectionClosed or its pool's PoolClosed.
+func (m *Metrics) Connections() []admin.ServerConnInfo {
+	var out []admin.ServerConnInfo
+	for _, st := range m.livePools() {
+		st.mu.Lock()
+		for _, c := range st.conns {
+			out = append(out, admin.ServerConnInfo{
+				Route:      st.key.route,
+				Server:     st.key.server,
+				ID:         c.id,
+				State:      c.state,
+				Generation: c.generation,
+				CreatedAt:  c.createdAt,
+				LastUsed:   c.lastUsed,
+			})
+		}
+		st.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b admin.ServerConnInfo) int {
+		return cmp.Or(cmp.Compare(a.Route, b.Route), cmp.Compare(a.Server, b.Server), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+// poolCollector exports the pool gauges from the live pool states at scrape
+// time. Pools of the same route and server are summed.
+type poolCollector struct{ m *Metrics }
+
+var (
+	descPoolConns = prometheus.NewDesc(Namespace+"_pool_connections",
+		"Upstream connections by state: available (idle in the pool), in_use (checked out), pending (being established).",
+		[]string{"route", "server", "state"}, nil)
+	descPoolWaiters = prometheus.NewDesc(Namespace+"_pool_wait_queue_length",
+		"Checkouts waiting in the pool's wait queue.", []string{"route", "server"}, nil)
+	descPoolMax = prometheus.NewDesc(Namespace+"_pool_max_size",
+		"The pool's maxPoolSize; 0 means unlimited.", []string{"route", "server"}, nil)
+	descPoolUtil = prometheus.NewDesc(Namespace+"_pool_utilization_ratio",
+		"Connections in use divided by maxPoolSize; not exported for unlimited pools.", []string{"route", "server"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descPoolConns
+	ch <- descPoolWaiters
+	ch <- descPoolMax
+	ch <- descPoolUtil
+}
+
+// Collect implements prometheus.Collector.
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	type agg struct {
+		available, inUse, pending, waiters int64
+		max                                int64
+		live, unlimited                    bool
+	}
+	sums := map[serverKey]*agg{}
+	for _, st := range c.m.livePools() {
+		a := sums[st.key]
+		if a == nil {
+			a = &agg{}
+			sums[st.key] = a
+		}
+		a.available += st.available.Load()
+		a.inUse += st.inUse.Load()
+		a.pending += st.pending.Load()
+		a.waiters += st.waiters.Load()
+		// A draining pool's limit no longer bounds anything.
+		if !st.closed.Load() {
+			a.live = true
+			mx := st.maxPoolSize.Load()
+			a.max += mx
+			a.unlimited = a.unlimited || mx <= 0
+		}
+	}
+	for k, a := range sums {
+		ch <- prometheus.MustNewConstMetric(descPoolConns, prometheus.GaugeValue, float64(a.available), k.route, k.server, "available")
+		ch <- prometheus.MustNewConstMetric(descPoolConns, prometheus.GaugeValue, float64(a.inUse), k.route, k.server, "in_use")
+		ch <- prometheus.MustNewConstMetric(descPoolConns, prometheus.GaugeValue, float64(a.pending), k.route, k.server, "pending")
+		ch <- prometheus.MustNewConstMetric(descPoolWaiters, prometheus.GaugeValue, float64(a.waiters), k.route, k.server)
+		if !a.live {
+			continue
+		}
+		if a.unlimited {
+			ch <- prometheus.MustNewConstMetric(descPoolMax, prometheus.GaugeValue, 0, k.route, k.server)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descPoolMax, prometheus.GaugeValue, float64(a.max), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descPoolUtil, prometheus.GaugeValue, float64(a.inUse)/float64(a.max), k.route, k.server)
+	}
+}
