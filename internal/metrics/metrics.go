@@ -196,6 +196,11 @@ func New() *Metrics {
 	return m
 }
 
+// now returns the time since New on the monotonic clock: one clock read,
+// where time.Now makes two (wall and monotonic), which matters under the
+// pool's lock on a checkout. Wall times are derived from it as start+now.
+func (m *Metrics) now() time.Duration { return time.Since(m.start) }
+
 // Registerer returns the registry, so that other parts of the process can
 // add collectors that Handler then serves.
 func (m *Metrics) Registerer() prometheus.Registerer { return m.reg }

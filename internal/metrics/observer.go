@@ -3,8 +3,10 @@ package metrics
 import (
 	"maps"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -80,13 +82,23 @@ func (m *Metrics) ForgetRoute(route string) {
 	next := maps.Clone(cur)
 	delete(next, route)
 	m.routes.Store(&next)
-	l := prometheus.Labels{"route": route}
+	l := prometheus.Labels{"route": labelValue(route)}
 	m.operations.DeletePartialMatch(l)
 	m.requestDuration.DeletePartialMatch(l)
 	m.bytesIn.DeletePartialMatch(l)
 	m.bytesOut.DeletePartialMatch(l)
 	m.requestErrors.DeletePartialMatch(l)
 	m.upstreamErrors.DeletePartialMatch(l)
+}
+
+// labelValue makes s usable as a label value: Prometheus refuses (panics
+// on) invalid UTF-8, and server addresses may one day come from the network
+// (replica-set discovery).
+func labelValue(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // route returns the series of route, creating them on first sight.
@@ -112,13 +124,14 @@ func (m *Metrics) addRoute(name string) *routeSeries {
 			return rs
 		}
 	}
+	l := labelValue(name)
 	rs := &routeSeries{
 		m:        m,
-		name:     name,
-		duration: m.requestDuration.WithLabelValues(name),
-		bytesIn:  m.bytesIn.WithLabelValues(name),
-		bytesOut: m.bytesOut.WithLabelValues(name),
-		errors:   m.requestErrors.WithLabelValues(name),
+		name:     l,
+		duration: m.requestDuration.WithLabelValues(l),
+		bytesIn:  m.bytesIn.WithLabelValues(l),
+		bytesOut: m.bytesOut.WithLabelValues(l),
+		errors:   m.requestErrors.WithLabelValues(l),
 	}
 	cmds := map[string]prometheus.Counter{}
 	rs.commands.Store(&cmds)
@@ -148,7 +161,7 @@ func (rs *routeSeries) command(name string) prometheus.Counter {
 			return c
 		}
 	}
-	c := m.operations.WithLabelValues(rs.name, name)
+	c := m.operations.WithLabelValues(rs.name, labelValue(name))
 	next := maps.Clone(cur)
 	next[name] = c
 	rs.commands.Store(&next)

@@ -28,11 +28,13 @@ type serverKey struct{ route, server string }
 // server), shared by the pools of that pair (a pool and the one replacing it
 // may coexist while the first drains) and resolved once per pool.
 type serverSeries struct {
-	key      serverKey
-	refs     int // live pool states using these series; guarded by Metrics.mu
-	checkout prometheus.Observer
-	created  prometheus.Counter
-	cleared  prometheus.Counter
+	key serverKey
+	// lroute and lserver are key as label values.
+	lroute, lserver string
+	refs            int // live pool states using these series; guarded by Metrics.mu
+	checkout        prometheus.Observer
+	created         prometheus.Counter
+	cleared         prometheus.Counter
 	// Indexed by failIndex / closeIndex; the last slot is created on first
 	// use of a reason the pool package does not define today.
 	failures [4]atomic.Pointer[prometheus.Counter]
@@ -76,7 +78,7 @@ func (s *serverSeries) failure(m *Metrics, r pool.Reason) prometheus.Counter {
 	if c := s.failures[i].Load(); c != nil {
 		return *c
 	}
-	c := m.checkoutFailures.WithLabelValues(s.key.route, s.key.server, reasonLabel(r, i == len(s.failures)-1))
+	c := m.checkoutFailures.WithLabelValues(s.lroute, s.lserver, reasonLabel(r, i == len(s.failures)-1))
 	s.failures[i].Store(&c)
 	return c
 }
@@ -87,7 +89,7 @@ func (s *serverSeries) closedBy(m *Metrics, r pool.Reason) prometheus.Counter {
 	if c := s.closed[i].Load(); c != nil {
 		return *c
 	}
-	c := m.connsClosed.WithLabelValues(s.key.route, s.key.server, reasonLabel(r, i == len(s.closed)-1))
+	c := m.connsClosed.WithLabelValues(s.lroute, s.lserver, reasonLabel(r, i == len(s.closed)-1))
 	s.closed[i].Store(&c)
 	return c
 }
@@ -104,20 +106,23 @@ func reasonLabel(r pool.Reason, other bool) string {
 func (m *Metrics) acquireSeriesLocked(key serverKey) *serverSeries {
 	s := m.servers[key]
 	if s == nil {
+		lr, ls := labelValue(key.route), labelValue(key.server)
 		s = &serverSeries{
 			key:      key,
-			checkout: m.checkoutDuration.WithLabelValues(key.route, key.server),
-			created:  m.connsCreated.WithLabelValues(key.route, key.server),
-			cleared:  m.poolCleared.WithLabelValues(key.route, key.server),
+			lroute:   lr,
+			lserver:  ls,
+			checkout: m.checkoutDuration.WithLabelValues(lr, ls),
+			created:  m.connsCreated.WithLabelValues(lr, ls),
+			cleared:  m.poolCleared.WithLabelValues(lr, ls),
 		}
 		// The known reasons are exported from the start, at 0, so that
 		// rate() and alerts see them before the first failure.
 		for i, r := range failReasons {
-			c := m.checkoutFailures.WithLabelValues(key.route, key.server, string(r))
+			c := m.checkoutFailures.WithLabelValues(lr, ls, string(r))
 			s.failures[i].Store(&c)
 		}
 		for i, r := range closeReasons {
-			c := m.connsClosed.WithLabelValues(key.route, key.server, string(r))
+			c := m.connsClosed.WithLabelValues(lr, ls, string(r))
 			s.closed[i].Store(&c)
 		}
 		m.servers[key] = s
@@ -134,7 +139,7 @@ func (m *Metrics) releaseSeriesLocked(s *serverSeries) {
 		return
 	}
 	delete(m.servers, s.key)
-	l := prometheus.Labels{"route": s.key.route, "server": s.key.server}
+	l := prometheus.Labels{"route": s.lroute, "server": s.lserver}
 	m.checkoutDuration.DeletePartialMatch(l)
 	m.checkoutFailures.DeletePartialMatch(l)
 	m.connsCreated.DeletePartialMatch(l)
@@ -168,13 +173,14 @@ type poolState struct {
 }
 
 // connEntry is one upstream connection in the registry. Guarded by its
-// poolState's mu.
+// poolState's mu. Times are monotonic offsets from Metrics.start (see
+// Metrics.now).
 type connEntry struct {
 	id         int64
 	state      string
 	generation uint64
-	createdAt  time.Time
-	lastUsed   time.Time
+	createdAt  time.Duration
+	lastUsed   time.Duration
 }
 
 // setCounts records the pool's counts from e. Counts are a snapshot taken
@@ -252,7 +258,7 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 		st.mu.Unlock()
 	case pool.ConnectionCreated:
 		s.created.Inc()
-		now := time.Now()
+		now := pm.m.now()
 		st.mu.Lock()
 		st.conns[e.ConnectionID] = &connEntry{id: e.ConnectionID, state: ConnPending, generation: e.Generation, createdAt: now, lastUsed: now}
 		st.mu.Unlock()
@@ -273,9 +279,9 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 	case pool.ConnectionCheckedOut:
 		s.checkout.Observe(e.Duration.Seconds())
 		pm.m.waitHist.record(e.Duration)
-		st.touch(e.ConnectionID, ConnInUse)
+		st.touch(e.ConnectionID, ConnInUse, pm.m.now())
 	case pool.ConnectionCheckedIn:
-		st.touch(e.ConnectionID, ConnAvailable)
+		st.touch(e.ConnectionID, ConnAvailable, pm.m.now())
 	}
 	st.setCounts(e.Type, e.Counts)
 	if e.Counts.Total == 0 && st.closed.Load() && !st.detached.Load() {
@@ -283,9 +289,8 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 	}
 }
 
-// touch records a checkout or check-in of connection id.
-func (st *poolState) touch(id int64, state string) {
-	now := time.Now()
+// touch records a checkout or check-in of connection id at now.
+func (st *poolState) touch(id int64, state string, now time.Duration) {
 	st.mu.Lock()
 	if c := st.conns[id]; c != nil {
 		c.state, c.lastUsed = state, now
@@ -370,8 +375,8 @@ func (m *Metrics) Connections() []admin.ServerConnInfo {
 				ID:         c.id,
 				State:      c.state,
 				Generation: c.generation,
-				CreatedAt:  c.createdAt,
-				LastUsed:   c.lastUsed,
+				CreatedAt:  m.start.Add(c.createdAt),
+				LastUsed:   m.start.Add(c.lastUsed),
 			})
 		}
 		st.mu.Unlock()
@@ -432,7 +437,8 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 			a.unlimited = a.unlimited || mx <= 0
 		}
 	}
-	for k, a := range sums {
+	for key, a := range sums {
+		k := serverKey{labelValue(key.route), labelValue(key.server)}
 		ch <- prometheus.MustNewConstMetric(descPoolConns, prometheus.GaugeValue, float64(a.available), k.route, k.server, "available")
 		ch <- prometheus.MustNewConstMetric(descPoolConns, prometheus.GaugeValue, float64(a.inUse), k.route, k.server, "in_use")
 		ch <- prometheus.MustNewConstMetric(descPoolConns, prometheus.GaugeValue, float64(a.pending), k.route, k.server, "pending")

@@ -330,3 +330,9 @@ func TestConnectionsOrder(t *testing.T) {
 		}
 	}
 }
+
+func poolCreated(addr string, maxPoolSize int) pool.Event {
+	o := pool.DefaultOptions()
+	o.MaxPoolSize = maxPoolSize
+	return pool.Event{Type: pool.PoolCreated, Address: addr, Options: &o}
+}
