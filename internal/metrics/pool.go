@@ -192,7 +192,8 @@ type connEntry struct {
 // ConnectionCheckedOut follows and sets the counts again), and
 // ConnectionCheckOutStarted carries them from before the checkout joins the
 // wait queue (when it does not wait, the CheckedOut or CheckOutFailed that
-// follows at once sets the counts again).
+// follows at once sets the counts again). What stays inexact until the
+// pool's next event is described in docs/metrics.md.
 func (st *poolState) setCounts(t pool.EventType, c pool.Counts) {
 	switch t {
 	case pool.ConnectionCheckedIn:
