@@ -6,7 +6,8 @@
 // and request metrics come from the proxy through the proxy.Observer methods
 // of *Metrics. Both run on hot paths (a Monitor even under the pool's lock),
 // so their steady state is a few atomic operations on label children
-// resolved once and cached, without allocation or lock. docs/metrics.md
+// resolved once and cached, without allocation; the only lock taken is the
+// pool's own connection-registry mutex, by the Monitor. docs/metrics.md
 // lists every metric.
 package metrics
 
