@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/app"
 	"github.com/mongobouncer/mongobouncer/internal/config"
@@ -41,6 +40,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		maxClients  = fs.Int("max-client-conn", -1, "client connection limit (0 = unlimited); overrides the file")
 		logLevel    = fs.String("log-level", "", "log level: debug, info, warn or error; overrides the file")
 		logFormat   = fs.String("log-format", "", "log format: text or json; overrides the file")
+		adminListen = fs.String("admin-listen", "", "admin HTTP listen `address` (metrics, health, admin, status page); overrides the file")
 		showVersion = fs.Bool("version", false, "print the version and exit")
 	)
 	fs.Usage = func() {
@@ -78,37 +78,46 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		}
 		cfg = config.Default()
 	}
-	if *listen != "" {
-		cfg.Global.Listen = *listen
-	}
-	if *upstreamURI != "" {
-		if cfg.Databases == nil {
-			cfg.Databases = map[string]config.Route{}
+	// Flags override the file, now and at every reload.
+	overrides := func(c *config.Config) {
+		if *listen != "" {
+			c.Global.Listen = *listen
 		}
-		cfg.Databases[config.CatchAll] = config.Route{ConnectionString: config.URI(*upstreamURI)}
+		if *upstreamURI != "" {
+			if c.Databases == nil {
+				c.Databases = map[string]config.Route{}
+			}
+			c.Databases[config.CatchAll] = config.Route{ConnectionString: config.URI(*upstreamURI)}
+		}
+		if *poolMode != "" {
+			c.Global.PoolMode = config.PoolMode(*poolMode)
+		}
+		if *maxPool >= 0 {
+			c.Global.MaxPoolSize = *maxPool
+		}
+		if *maxClients >= 0 {
+			c.Global.MaxClientConn = *maxClients
+		}
+		if *logLevel != "" {
+			c.Global.LogLevel = config.LogLevel(*logLevel)
+		}
+		if *logFormat != "" {
+			c.Global.LogFormat = config.LogFormat(*logFormat)
+		}
+		if *adminListen != "" {
+			c.Global.AdminListen = *adminListen
+		}
 	}
-	if *poolMode != "" {
-		cfg.Global.PoolMode = config.PoolMode(*poolMode)
-	}
-	if *maxPool >= 0 {
-		cfg.Global.MaxPoolSize = *maxPool
-	}
-	if *maxClients >= 0 {
-		cfg.Global.MaxClientConn = *maxClients
-	}
-	if *logLevel != "" {
-		cfg.Global.LogLevel = config.LogLevel(*logLevel)
-	}
-	if *logFormat != "" {
-		cfg.Global.LogFormat = config.LogFormat(*logFormat)
-	}
+	overrides(&cfg)
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "mongobouncer: invalid configuration:\n%v\n", err)
 		return 2
 	}
 
-	log := newLogger(stderr, cfg.Global)
-	a, err := app.New(cfg, log)
+	level := new(slog.LevelVar)
+	level.Set(cfg.Global.LogLevel.Level())
+	log := newLogger(stderr, cfg.Global, level)
+	a, err := app.NewWithOptions(cfg, app.Options{Logger: log, Level: level, Overrides: overrides})
 	if err != nil {
 		fmt.Fprintf(stderr, "mongobouncer: %v\n", err)
 		return 1
@@ -116,40 +125,62 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 	a.Start()
 	log.Info("mongobouncer started", "version", version, "pool_mode", string(cfg.Global.PoolMode))
 
-	sigs := make(chan os.Signal, 2)
+	sigs := make(chan os.Signal, 4)
 	if stop == nil {
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 		defer signal.Stop(sigs)
+	} else {
+		go func() {
+			<-stop
+			sigs <- syscall.SIGTERM
+		}()
 	}
 	code := 0
-	select {
-	case s := <-sigs:
-		log.Info("shutting down", "signal", s.String())
-	case <-stop:
-		log.Info("shutting down")
-	case err := <-a.Errors():
-		log.Error("listener failed", "error", err)
-		code = 1
+wait:
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				if err := a.Reload(); err != nil {
+					log.Error("reload failed", "error", err)
+				}
+				continue
+			}
+			log.Info("shutting down", "signal", s.String())
+			break wait
+		case <-a.ShutdownRequested():
+			log.Info("shutting down", "reason", "shutdown command")
+			break wait
+		case err := <-a.Errors():
+			log.Error("listener failed", "error", err)
+			code = 1
+			break wait
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(cfg.Global.ShutdownTimeout, time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Global.ShutdownTimeout)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- a.Close(ctx) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			log.Warn("shutdown incomplete", "error", err)
+	go func() { done <- a.GracefulClose(ctx) }()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				log.Warn("shutdown incomplete", "error", err)
+			}
+			log.Info("mongobouncer stopped")
+			return code
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				continue
+			}
+			log.Warn("second signal: exiting at once", "signal", s.String())
+			return 1
 		}
-	case s := <-sigs:
-		log.Warn("second signal: exiting at once", "signal", s.String())
-		return 1
 	}
-	log.Info("mongobouncer stopped")
-	return code
 }
 
-func newLogger(w io.Writer, g config.Global) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: g.LogLevel.Level()}
+func newLogger(w io.Writer, g config.Global, level *slog.LevelVar) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
 	if g.LogFormat == config.LogFormatJSON {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

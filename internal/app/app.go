@@ -1,42 +1,73 @@
 // Package app wires a configuration into a running mongobouncer: one
-// topology (servers, monitors, pools) per route, the proxy server, and its
-// listeners. cmd/mongobouncer, the demo and end-to-end tests share it.
+// topology (servers, monitors, pools) per route, the proxy server and its
+// listeners, metrics, and the admin interface. It implements
+// admin.Controller: pause, resume, reconnect, reload and shutdown act here.
+// cmd/mongobouncer, the demo and end-to-end tests share it.
 package app
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"sync"
+	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/admin"
 	"github.com/mongobouncer/mongobouncer/internal/config"
-	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
-	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
 // App is a configured mongobouncer with its listeners bound.
 type App struct {
-	cfg        config.Config
-	log        *slog.Logger
-	topologies []*topology.Topology
-	server     *proxy.Server
-	listeners  []listener
+	log   *slog.Logger
+	level *slog.LevelVar // nil: the log level is not adjustable on reload
 
-	wg       sync.WaitGroup
-	serveErr chan error
+	// overrides re-applies command-line flags on top of a reloaded file.
+	overrides func(*config.Config)
+
+	metrics *metrics.Metrics
+	admin   *admin.Handler
+	server  *proxy.Server
+
+	mu sync.Mutex // guards cfg, routes, listeners and draining
+	// cfg is the configuration in force.
+	cfg config.Config
+	// routes are the running routes by name.
+	routes map[string]*route
+	// listeners by listenKey: configured address and route, since two
+	// listeners may both be configured with port 0.
+	listeners map[string]*listener
+	// draining holds routes removed by reloads that still have upstream
+	// connections checked out.
+	draining sync.WaitGroup
+
+	adminHTTP    *http.Server
+	adminL       net.Listener
+	adminSampler *admin.Sampler
+
+	wg           sync.WaitGroup // listener goroutines
+	serveErr     chan error
+	shutdown     chan struct{}
+	shutdownOnce sync.Once
+	started      bool
+}
+
+type route struct {
+	eff   config.EffectiveRoute
+	proxy *proxy.Route
+	topo  *topology.Topology
 }
 
 type listener struct {
 	l     net.Listener
-	route *proxy.Route // nil: routes by $db
+	route string // "" routes by $db
 }
 
 // ListenError reports an address that could not be bound (in use, bad
@@ -49,52 +80,89 @@ type ListenError struct {
 func (e *ListenError) Error() string { return fmt.Sprintf("listen on %s: %v", e.Addr, e.Err) }
 func (e *ListenError) Unwrap() error { return e.Err }
 
+// Options are optional settings of New.
+type Options struct {
+	// Logger receives every log; nil discards.
+	Logger *slog.Logger
+	// Level, when set, is the level of Logger's handler: reloads set it from
+	// log_level.
+	Level *slog.LevelVar
+	// Overrides, when set, is applied to every configuration loaded,
+	// including reloads, so command-line flags keep precedence over the file.
+	Overrides func(*config.Config)
+	// AdminListen overrides admin_listen ("" keeps the file's).
+	AdminListen string
+}
+
 // New validates cfg, builds every route and binds every listener. Nothing
 // is served until Start.
 func New(cfg config.Config, logger *slog.Logger) (*App, error) {
+	return NewWithOptions(cfg, Options{Logger: logger})
+}
+
+// NewWithOptions is New with Options.
+func NewWithOptions(cfg config.Config, o Options) (*App, error) {
+	logger := o.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if o.AdminListen != "" {
+		cfg.Global.AdminListen = o.AdminListen
 	}
 	routes, err := cfg.Routes()
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: logger, serveErr: make(chan error, 8)}
+	a := &App{
+		cfg: cfg, log: logger, level: o.Level, overrides: o.Overrides,
+		metrics:   metrics.New(),
+		routes:    map[string]*route{},
+		listeners: map[string]*listener{},
+		serveErr:  make(chan error, 8),
+		shutdown:  make(chan struct{}),
+	}
+	if o.AdminListen != "" {
+		inner := a.overrides
+		a.overrides = func(c *config.Config) {
+			if inner != nil {
+				inner(c)
+			}
+			c.Global.AdminListen = o.AdminListen
+		}
+	}
 	var proxyRoutes []*proxy.Route
-	dedicated := map[string]*proxy.Route{}
 	for _, er := range routes {
 		r, err := a.buildRoute(er)
 		if err != nil {
-			a.closeTopologies()
+			a.closeRoutes()
 			return nil, err
 		}
-		proxyRoutes = append(proxyRoutes, r)
-		if er.Listen != "" {
-			dedicated[er.Listen] = r
-		}
+		a.routes[er.Name] = r
+		proxyRoutes = append(proxyRoutes, r.proxy)
 	}
+	a.admin = admin.NewHandler(a, logger)
 	g := cfg.Global
-	maxClients := g.MaxClientConn
-	if maxClients == 0 {
-		maxClients = math.MaxInt32
-	}
 	a.server, err = proxy.New(proxy.Options{
 		Routes:            proxyRoutes,
-		MaxClientConn:     maxClients,
+		MaxClientConn:     maxClients(g.MaxClientConn),
 		MaxMessageSize:    g.MaxMessageSize,
 		ClientIdleTimeout: g.ClientIdleTimeout,
 		Logger:            logger,
+		Observer:          a.metrics,
+		Admin:             a.admin,
 	})
 	if err != nil {
-		a.closeTopologies()
+		a.closeRoutes()
 		return nil, err
 	}
-	if err := a.bind(g.Listen, nil); err != nil {
-		a.Close(context.Background())
-		return nil, err
+	for _, want := range wantedListeners(cfg, routes) {
+		if err := a.bind(want.addr, want.route); err != nil {
+			a.Close(context.Background())
+			return nil, err
+		}
 	}
-	for addr, r := range dedicated {
-		if err := a.bind(addr, r); err != nil {
+	if g.AdminListen != "" {
+		if err := a.bindAdmin(g.AdminListen); err != nil {
 			a.Close(context.Background())
 			return nil, err
 		}
@@ -102,7 +170,31 @@ func New(cfg config.Config, logger *slog.Logger) (*App, error) {
 	return a, nil
 }
 
-func (a *App) bind(addr string, r *proxy.Route) error {
+func maxClients(n int) int {
+	if n == 0 {
+		return math.MaxInt32
+	}
+	return n
+}
+
+type wantListener struct{ addr, route string }
+
+// listenKey names a listener: its configured address and its route ("" for
+// the main listener).
+func listenKey(addr, route string) string { return route + "\x00" + addr }
+
+// wantedListeners lists the main listener and every route's own one.
+func wantedListeners(cfg config.Config, routes []config.EffectiveRoute) []wantListener {
+	out := []wantListener{{addr: cfg.Global.Listen}}
+	for _, er := range routes {
+		if er.Listen != "" {
+			out = append(out, wantListener{addr: er.Listen, route: er.Name})
+		}
+	}
+	return out
+}
+
+func (a *App) bind(addr, routeName string) error {
 	network, address, err := config.SplitListen(addr)
 	if err != nil {
 		return &ListenError{Addr: addr, Err: err}
@@ -120,149 +212,178 @@ func (a *App) bind(addr string, r *proxy.Route) error {
 	if err != nil {
 		return &ListenError{Addr: addr, Err: err}
 	}
-	a.listeners = append(a.listeners, listener{l: l, route: r})
+	ln := &listener{l: l, route: routeName}
+	a.listeners[listenKey(addr, routeName)] = ln
+	if a.started {
+		a.serve(ln)
+	}
+	return nil
+}
+
+func (a *App) bindAdmin(addr string) error {
+	network, address, err := config.SplitListen(addr)
+	if err != nil {
+		return &ListenError{Addr: addr, Err: err}
+	}
+	l, err := net.Listen(network, address)
+	if err != nil {
+		return &ListenError{Addr: addr, Err: err}
+	}
+	a.adminL = l
+	a.adminSampler = admin.NewSampler(a, 2*time.Second, 5*time.Minute)
+	a.adminHTTP = &http.Server{
+		Handler:           admin.NewHTTPHandler(a, a.metrics.Handler(), a.log, admin.WithSampler(a.adminSampler)),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
 	return nil
 }
 
 // buildRoute makes the topology of one route.
-func (a *App) buildRoute(er config.EffectiveRoute) (*proxy.Route, error) {
-	cs := er.Conn
-	if cs.Username != "" || cs.AuthMechanism != "" {
-		return nil, fmt.Errorf("route %q: upstream authentication is not supported yet; remove the credentials from its connection string", er.Name)
-	}
-	if cs.LoadBalanced {
-		return nil, fmt.Errorf("route %q: loadBalanced upstreams are not supported yet", er.Name)
-	}
+func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	mode, err := proxy.ParsePoolMode(string(er.PoolMode))
 	if err != nil {
 		return nil, fmt.Errorf("route %q: %w", er.Name, err)
 	}
-	var tlsCfg *tls.Config
-	if cs.TLS {
-		if tlsCfg, err = tlsConfig(cs); err != nil {
-			return nil, fmt.Errorf("route %q: %w", er.Name, err)
-		}
-	}
-	// er.AppName already applies the precedence (route > connection
-	// string > global).
-	appName := er.AppName
-	hosts := make([]string, len(cs.Hosts))
-	for i, h := range cs.Hosts {
-		hosts[i] = h.Address
-	}
-	uo := upstream.Options{
-		AppName:        appName,
-		ConnectTimeout: er.ConnectTimeout,
-		Compressors:    cs.Compressors,
-		TLSConfig:      tlsCfg,
-		MaxMessageSize: er.MaxMessageSize,
-		Logger:         a.log,
-	}
-	mo := uo
-	mo.Compressors = nil // monitoring sends tiny hellos: never worth compressing
-	po := pool.DefaultOptions()
-	po.MaxPoolSize = er.MaxPoolSize
-	po.MinPoolSize = er.MinPoolSize
-	po.MaxIdleTime = er.MaxIdleTime
-	po.MaxConnecting = er.MaxConnecting
-	po.WaitQueueTimeout = er.WaitQueueTimeout
-	if a.log.Enabled(context.Background(), slog.LevelDebug) {
-		po.Logger = a.log.With("route", er.Name)
-	}
-	t, err := topology.New(er.Name, topology.Options{
-		Hosts:                  hosts,
-		Pool:                   po,
-		Dialer:                 upstream.NewDialer(uo),
-		MonitorDialer:          upstream.NewDialer(mo),
-		HeartbeatInterval:      er.HeartbeatInterval,
-		HeartbeatTimeout:       er.ConnectTimeout,
-		ServerSelectionTimeout: er.ServerSelectionTimeout,
-		Logger:                 a.log.With("route", er.Name),
-	})
+	t, err := newTopology(er, a.log, a.metrics.PoolMonitor(er.Name))
 	if err != nil {
-		return nil, fmt.Errorf("route %q: %w", er.Name, err)
+		return nil, err
 	}
-	a.topologies = append(a.topologies, t)
-	a.log.Info("route configured", "route", er.Name, "upstream", cs.Redacted(), "pool_mode", mode.String(),
+	a.log.Info("route configured", "route", er.Name, "upstream", er.Conn.Redacted(), "pool_mode", mode.String(),
 		"max_pool_size", er.MaxPoolSize)
-	return &proxy.Route{Name: er.Name, Mode: mode, Topology: t}, nil
+	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: mode, Topology: t}, topo: t}, nil
 }
 
-func tlsConfig(cs config.ConnString) (*tls.Config, error) {
-	c := &tls.Config{InsecureSkipVerify: cs.TLSInsecure, MinVersion: tls.VersionTLS12}
-	if cs.TLSCAFile != "" {
-		pem, err := os.ReadFile(cs.TLSCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tlsCAFile: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tlsCAFile %s: no certificate found", cs.TLSCAFile)
-		}
-	}
-	if cs.TLSCertificateKeyFile != "" {
-		if cs.TLSCertificateKeyFilePassword != "" {
-			return nil, errors.New("tlsCertificateKeyFilePassword: encrypted keys are not supported yet")
-		}
-		cert, err := tls.LoadX509KeyPair(cs.TLSCertificateKeyFile, cs.TLSCertificateKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tlsCertificateKeyFile: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
-}
-
-// Addrs returns the bound listener addresses, the main one first.
+// Addrs returns the bound client listener addresses, the main one first.
 func (a *App) Addrs() []net.Addr {
-	out := make([]net.Addr, len(a.listeners))
-	for i, l := range a.listeners {
-		out[i] = l.l.Addr()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []net.Addr
+	main := listenKey(a.cfg.Global.Listen, "")
+	if l := a.listeners[main]; l != nil {
+		out = append(out, l.l.Addr())
+	}
+	for key, l := range a.listeners {
+		if key != main {
+			out = append(out, l.l.Addr())
+		}
 	}
 	return out
+}
+
+// AdminAddr returns the admin listener's address, or nil.
+func (a *App) AdminAddr() net.Addr {
+	if a.adminL == nil {
+		return nil
+	}
+	return a.adminL.Addr()
 }
 
 // Server returns the proxy server.
 func (a *App) Server() *proxy.Server { return a.server }
 
+// Metrics returns the metrics registry.
+func (a *App) Metrics() *metrics.Metrics { return a.metrics }
+
 // Topologies returns the routes' topologies.
-func (a *App) Topologies() []*topology.Topology { return a.topologies }
+func (a *App) Topologies() []*topology.Topology {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*topology.Topology, 0, len(a.routes))
+	for _, r := range a.routes {
+		out = append(out, r.topo)
+	}
+	return out
+}
 
 // Start serves every listener in the background.
 func (a *App) Start() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.started = true
 	for _, l := range a.listeners {
+		a.serve(l)
+	}
+	if a.adminHTTP != nil {
+		a.adminSampler.Start()
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			a.log.Info("listening", "addr", l.l.Addr().String())
-			if err := a.server.Serve(l.l, l.route); err != nil && !errors.Is(err, proxy.ErrServerClosed) {
-				a.serveErr <- fmt.Errorf("serve %s: %w", l.l.Addr(), err)
+			a.log.Info("admin listening", "addr", a.adminL.Addr().String())
+			if err := a.adminHTTP.Serve(a.adminL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.serveErr <- fmt.Errorf("admin listener %s: %w", a.adminL.Addr(), err)
 			}
 		}()
 	}
 }
 
+func (a *App) serve(l *listener) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.log.Info("listening", "addr", l.l.Addr().String(), "route", l.route)
+		if err := a.server.Serve(l.l, l.route); err != nil && !errors.Is(err, proxy.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			a.serveErr <- fmt.Errorf("serve %s: %w", l.l.Addr(), err)
+		}
+	}()
+}
+
 // Errors delivers fatal listener errors.
 func (a *App) Errors() <-chan error { return a.serveErr }
 
-// Close stops listeners and clients, then closes every pool. ctx bounds the
-// wait for client goroutines.
+// ShutdownRequested is closed when the shutdown admin command runs; the
+// command's main loop then shuts down as on SIGTERM.
+func (a *App) ShutdownRequested() <-chan struct{} { return a.shutdown }
+
+// Shutdown asks for a graceful shutdown (admin.Controller).
+func (a *App) Shutdown() {
+	a.shutdownOnce.Do(func() { close(a.shutdown) })
+}
+
+// GracefulClose drains the proxy (new requests get ShutdownInProgress,
+// in-flight requests and open transactions finish, bounded by ctx), then
+// closes every pool (CMAP close) and the admin listener.
+func (a *App) GracefulClose(ctx context.Context) error {
+	err := a.server.Shutdown(ctx)
+	a.closeRest()
+	return err
+}
+
+// Close stops listeners and clients at once, then closes every pool. ctx
+// bounds the wait for client goroutines.
 func (a *App) Close(ctx context.Context) error {
 	var err error
 	if a.server != nil {
 		err = a.server.Close(ctx)
 	}
-	for _, l := range a.listeners {
-		l.l.Close()
-	}
-	a.wg.Wait()
-	a.closeTopologies()
+	a.closeRest()
 	return err
 }
 
-func (a *App) closeTopologies() {
-	for _, t := range a.topologies {
-		t.Close()
+func (a *App) closeRest() {
+	a.mu.Lock()
+	for _, l := range a.listeners {
+		l.l.Close()
 	}
-	a.topologies = nil
+	a.mu.Unlock()
+	if a.adminHTTP != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = a.adminHTTP.Shutdown(ctx)
+		cancel()
+		a.adminSampler.Stop()
+	} else if a.adminL != nil {
+		a.adminL.Close()
+	}
+	a.wg.Wait()
+	a.draining.Wait()
+	a.closeRoutes()
+}
+
+func (a *App) closeRoutes() {
+	a.mu.Lock()
+	routes := a.routes
+	a.routes = map[string]*route{}
+	a.mu.Unlock()
+	for _, r := range routes {
+		r.topo.Close()
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -29,6 +30,29 @@ const bodyReadTimeout = 60 * time.Second
 // the inline buffer; it doubles as bytes arrive.
 const initialBodyBuffer = 64 * 1024
 
+// clientState is where a client is; see admin.ClientState.
+type clientState uint32
+
+const (
+	stateIdle clientState = iota
+	stateWaiting
+	stateActive
+	statePinned
+)
+
+// String returns the SHOW CLIENTS spelling.
+func (s clientState) String() string {
+	switch s {
+	case stateWaiting:
+		return "waiting"
+	case stateActive:
+		return "active"
+	case statePinned:
+		return "pinned"
+	}
+	return "idle"
+}
+
 // pin is an upstream connection a client keeps across requests: in session
 // mode for its whole life, in transaction mode while it has a transaction
 // open on that route.
@@ -42,19 +66,26 @@ type pin struct {
 // those guarded by mu, which other clients touch when they end a
 // transaction this client began.
 type client struct {
-	s         *Server
-	nc        net.Conn
-	id        int64
-	only      *Route
+	s  *Server
+	nc net.Conn
+	id int64
+	// only names the route of a listener dedicated to one route ("" for
+	// the main listener); it is resolved at each request, so a reload that
+	// replaces the route takes effect for connected clients too.
+	only      string
 	remote    string
 	connected time.Time
 	log       *slog.Logger
 
-	appName string
-	hello   bool // the client has sent its handshake
-	lb      bool // the client is in load-balanced mode
-	maxMsg  int
-	nextID  int32 // requestID of our own replies
+	appName  string
+	listener string // the address the client connected to
+	hello    bool   // the client has sent its handshake
+	// state is a clientState, read by SHOW CLIENTS from other goroutines.
+	state    atomic.Uint32
+	requests atomic.Uint64
+	lb       bool // the client is in load-balanced mode
+	maxMsg   int
+	nextID   int32 // requestID of our own replies
 
 	hdr [wire.HeaderLen]byte
 	// rbuf holds bytes read from the client but not yet consumed
@@ -78,14 +109,19 @@ type client struct {
 	open map[txnKey]*Route
 	busy bool // a request is in progress: pins may not be released by others
 
+	// Per-request accounting for the Observer; owned by the client goroutine.
+	bytesOut int
+	okReply  bool
+
 	closeOnce sync.Once
 }
 
-func newClient(s *Server, nc net.Conn, only *Route) *client {
+func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 	id := s.nextClientID.Add(1)
 	c := &client{
 		s: s, nc: nc, id: id, only: only,
 		remote:    nc.RemoteAddr().String(),
+		listener:  listener,
 		connected: time.Now(),
 		maxMsg:    s.opts.MaxMessageSize,
 	}
@@ -134,7 +170,7 @@ func (c *client) serve() {
 // command costs one read system call; the rest of a larger message is read
 // straight into a pooled buffer.
 func (c *client) read() ([]byte, error) {
-	if t := c.s.opts.ClientIdleTimeout; t > 0 {
+	if t := time.Duration(c.s.idleTimeout.Load()); t > 0 {
 		_ = c.nc.SetReadDeadline(time.Now().Add(t))
 		c.deadline = true
 	} else if c.deadline {
@@ -181,7 +217,7 @@ func (c *client) read() ([]byte, error) {
 	b = append(b, c.rbuf[c.rlo:c.rhi]...)
 	c.rlo, c.rhi = 0, 0
 	timeout := bodyReadTimeout
-	if t := c.s.opts.ClientIdleTimeout; t > 0 && t < timeout {
+	if t := time.Duration(c.s.idleTimeout.Load()); t > 0 && t < timeout {
 		timeout = t
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
@@ -328,7 +364,9 @@ func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Docum
 	lim := c.s.waitLimits()
 	if !c.hello {
 		c.hello = true
+		c.mu.Lock()
 		c.appName = hr.appName
+		c.mu.Unlock()
 		c.lb = hr.loadBalanced
 		c.log = c.log.With("appName", hr.appName)
 	}
@@ -376,8 +414,26 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 		return c.replyError(h.RequestID, compressed, compID, req,
 			errorReply(40571, "Location40571", "mongobouncer: OP_MSG requests require a $db argument"))
 	}
-	route := c.only
-	if route == nil {
+	if string(req.db) == AdminDatabase {
+		if c.s.opts.Admin == nil {
+			return c.replyError(h.RequestID, compressed, compID, req,
+				errorReply(13, "Unauthorized", "mongobouncer: admin commands are not enabled"))
+		}
+		return c.replyError(h.RequestID, compressed, compID, req, c.s.opts.Admin.HandleAdmin(c.nc.RemoteAddr(), c.msg.Body))
+	}
+	if c.s.draining.Load() {
+		// Only the commands of a transaction this client has open may still
+		// run: everything else goes to another mongobouncer.
+		key, inTxn := req.key()
+		if !inTxn || !c.isOpen(key) {
+			return c.replyError(h.RequestID, compressed, compID, req,
+				errorReply(91, "ShutdownInProgress", "mongobouncer: shutting down"))
+		}
+	}
+	var route *Route
+	if c.only != "" {
+		route = c.s.Route(c.only)
+	} else {
 		route = c.s.routeFor(req.db)
 	}
 	if route == nil {
@@ -402,7 +458,33 @@ var okReply = func() bsoncore.Document {
 // forward sends one request to an upstream connection chosen by the route's
 // pool mode and affinity, and relays the reply or the whole exhaust stream.
 func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
+	start := time.Now()
+	c.requests.Add(1)
+	c.bytesOut = 0
+	c.state.Store(uint32(stateActive))
+	err := c.forward1(route, msg, h, compressed, compID)
+	// Whatever path the request took, it is over: the client is no longer
+	// busy, and it is idle or pinned.
+	c.mu.Lock()
+	c.busy = false
+	if c.hasPinLocked() {
+		c.state.Store(uint32(statePinned))
+	} else {
+		c.state.Store(uint32(stateIdle))
+	}
+	c.mu.Unlock()
+	name := c.req.info.name
+	if _, known := commands[name]; !known {
+		name = "other"
+	}
+	c.s.opts.Observer.Request(route.Name, name, len(msg), c.bytesOut, time.Since(start), c.okReply)
+	return err
+}
+
+// forward1 is forward without the accounting.
+func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
 	req := &c.req
+	c.okReply = false
 	key, inTxn := req.key()
 	var killIDs []int64
 	if req.info.kind == kindKillCursors && route.multi {
@@ -448,6 +530,10 @@ func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed boo
 		rh, _ := wire.ParseHeader(reply)
 		flags, body := replyView(reply)
 		ri := inspectReply(body)
+		c.okReply = ri.ok
+		if !ri.ok && ri.code != 0 {
+			c.s.opts.Observer.UpstreamError(route.Name, ri.code)
+		}
 		c.track(route, srv, req, key, inTxn, ri, killIDs)
 		stream := flags&wire.FlagMoreToCome != 0
 		if stream && !req.exhaust {
@@ -542,12 +628,25 @@ func (c *client) acquire(route *Route, req *request, key txnKey, inTxn bool, kil
 		}
 		srv = s
 	}
-	pc, err := srv.Pool().CheckOut(context.Background())
+	if err := route.waitGate(c.s.stopping); err != nil {
+		return nil, nil, false, err
+	}
+	c.state.Store(uint32(stateWaiting))
+	pc, err := route.checkOut(context.Background(), srv)
+	var cleared *pool.PoolClearedError
+	if errors.As(err, &cleared) && srv.Pool().Stats().State == pool.StateReady {
+		// The pool was cleared and is ready again already (a graceful
+		// reconnect, or a heartbeat that followed at once): one more try
+		// spares the client an error.
+		pc, err = route.checkOut(context.Background(), srv)
+	}
+	c.state.Store(uint32(stateActive))
 	if err != nil {
 		srv.HandleError(err, nil)
 		return nil, nil, false, err
 	}
-	pinNow := route.Mode == ModeSession || (route.Mode == ModeTransaction && (req.startTxn || (inTxn && c.hasOpen(route))))
+	mode := route.PoolMode()
+	pinNow := mode == ModeSession || (mode == ModeTransaction && (req.startTxn || (inTxn && c.hasOpen(route))))
 	if pinNow && (need == nil || !route.multi || c.pinServer(route) == nil || c.pinServer(route) == srv) {
 		c.mu.Lock()
 		c.setPinLocked(route, srv, pc)
@@ -603,16 +702,31 @@ func (c *client) hasOpenLocked(route *Route) bool {
 func (c *client) release(route *Route, srv *topology.Server, pc *pool.Conn, pinned bool) {
 	c.mu.Lock()
 	c.busy = false
-	if pinned && route.Mode == ModeTransaction && !c.hasOpenLocked(route) {
+	if pinned && route.PoolMode() != ModeSession && !c.hasOpenLocked(route) {
 		if p := c.pinLocked(route); p != nil && p.conn == pc {
 			p.conn = nil
 			pinned = false
 		}
 	}
+	if len(c.pins) > 0 && c.hasPinLocked() {
+		c.state.Store(uint32(statePinned))
+	} else {
+		c.state.Store(uint32(stateIdle))
+	}
 	c.mu.Unlock()
 	if !pinned {
-		_ = srv.Pool().CheckIn(pc)
+		route.checkIn(srv, pc)
 	}
+}
+
+// hasPinLocked reports whether the client holds any pinned connection.
+func (c *client) hasPinLocked() bool {
+	for _, p := range c.pins {
+		if p.conn != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // fail handles an I/O error on an upstream connection: the connection is
@@ -627,8 +741,13 @@ func (c *client) fail(route *Route, srv *topology.Server, pc *pool.Conn, pinned 
 	if p := c.pinLocked(route); p != nil && p.conn == pc {
 		p.conn = nil
 	}
+	if c.hasPinLocked() {
+		c.state.Store(uint32(statePinned))
+	} else {
+		c.state.Store(uint32(stateIdle))
+	}
 	c.mu.Unlock()
-	_ = srv.Pool().CheckIn(pc)
+	route.checkIn(srv, pc)
 }
 
 // beginTxn records a transaction begun through this client.
@@ -712,15 +831,18 @@ func (c *client) txnEnded(key txnKey) {
 	}
 	delete(c.open, key)
 	var back pin
-	if !c.busy && route.Mode == ModeTransaction && !c.hasOpenLocked(route) {
+	if !c.busy && route.PoolMode() != ModeSession && !c.hasOpenLocked(route) {
 		if p := c.pinLocked(route); p != nil && p.conn != nil {
 			back = *p
 			p.conn = nil
+			if !c.hasPinLocked() {
+				c.state.Store(uint32(stateIdle))
+			}
 		}
 	}
 	c.mu.Unlock()
 	if back.conn != nil {
-		_ = back.srv.Pool().CheckIn(back.conn)
+		route.checkIn(back.srv, back.conn)
 	}
 }
 
@@ -748,7 +870,7 @@ func (c *client) cleanup() {
 	c.mu.Unlock()
 	for _, p := range pins {
 		if p.conn != nil {
-			_ = p.srv.Pool().CheckIn(p.conn)
+			p.route.checkIn(p.srv, p.conn)
 		}
 	}
 }
@@ -780,7 +902,7 @@ func (c *client) abort(route *Route, key txnKey) {
 			srv = s
 		}
 		var err error
-		pc, err = srv.Pool().CheckOut(ctx)
+		pc, err = route.checkOut(ctx, srv)
 		if err != nil {
 			c.log.Warn("cannot abort transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
 			return
@@ -793,7 +915,7 @@ func (c *client) abort(route *Route, key txnKey) {
 	}
 	c.log.Debug("aborted transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
 	if !pinned {
-		_ = srv.Pool().CheckIn(pc)
+		route.checkIn(srv, pc)
 	}
 }
 
@@ -858,7 +980,9 @@ func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID,
 			msg = out
 		}
 	}
-	if _, err := c.nc.Write(msg); err != nil {
+	n, err := c.nc.Write(msg)
+	c.bytesOut += n
+	if err != nil {
 		return errClientGone
 	}
 	return nil
@@ -869,4 +993,12 @@ func (c *client) releaseBuffers() {
 	putBuffer(c.aux)
 	putBuffer(c.out)
 	c.in, c.aux, c.out = nil, nil, nil
+}
+
+// isOpen reports whether the client has transaction key open.
+func (c *client) isOpen(key txnKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.open[key]
+	return ok
 }

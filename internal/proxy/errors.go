@@ -34,6 +34,9 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 	var closed *pool.PoolClosedError
 	var ne net.Error
 	switch {
+	case errors.Is(err, errShuttingDown):
+		code, codeName = 91, "ShutdownInProgress"
+		what = "shutting down"
 	case errors.As(err, &sel):
 		code, codeName = codeHostUnreachable, "HostUnreachable"
 		what = "no upstream server available"
@@ -55,6 +58,7 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 	default:
 		what = "upstream connection failed"
 	}
+	s.opts.Observer.UpstreamError(route.Name, code)
 	msg := fmt.Sprintf("mongobouncer: %s (route %q, command %s): %v", what, route.Name, req.name(), err)
 	return errorReply(code, codeName, msg, labelsFor(req, inTxn)...)
 }

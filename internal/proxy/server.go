@@ -5,38 +5,21 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
-
-// Route sends the commands of one database (or of every database, for the
-// "*" route) to one upstream deployment.
-type Route struct {
-	// Name is the database name, or "*" for the catch-all route.
-	Name string
-	// Mode is the pool mode of this route's clients.
-	Mode PoolMode
-	// Topology holds the route's servers and their pools.
-	Topology *topology.Topology
-
-	// cursors remembers which server opened a cursor, and txns which server
-	// runs a transaction. They are used only when the route has more than
-	// one server: with one, every command goes to it anyway.
-	cursors *affinity[int64, *topology.Server]
-	txns    *affinity[txnKey, *topology.Server]
-	multi   bool
-}
 
 // Options configure a Server. The zero value of each field has a usable
 // meaning, noted on the field.
@@ -66,6 +49,11 @@ type Options struct {
 	// Logger receives client connect/disconnect at info and problems at
 	// warn; nil discards.
 	Logger *slog.Logger
+	// Observer hears about clients and requests, for metrics; nil ignores.
+	Observer Observer
+	// Admin answers commands on the "mongobouncer" database; nil refuses
+	// them.
+	Admin AdminHandler
 }
 
 func (o *Options) setDefaults() {
@@ -93,15 +81,22 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
 }
 
 // Server accepts client connections on any number of listeners.
 type Server struct {
 	opts      Options
-	routes    map[string]*Route
-	wildcard  *Route
+	table     atomic.Pointer[routing]
 	serviceID bson.ObjectID
 	log       *slog.Logger
+
+	// maxClients and idleTimeout (nanoseconds) are the live values of
+	// MaxClientConn and ClientIdleTimeout (SetClientLimits).
+	maxClients  atomic.Int64
+	idleTimeout atomic.Int64
 
 	nextClientID atomic.Int64
 	clientCount  atomic.Int64
@@ -113,6 +108,13 @@ type Server struct {
 	closed    bool
 
 	wg sync.WaitGroup // accept loops and client goroutines
+
+	// draining is set by Shutdown: requests that are not part of an open
+	// transaction get ShutdownInProgress.
+	draining atomic.Bool
+	// stopping is closed by Shutdown, to end waits at pause gates.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
 
 	txnMu sync.Mutex // guards txnOwners
 	// txnOwners maps an open transaction to the client that began it.
@@ -127,62 +129,26 @@ func New(opts Options) (*Server, error) {
 	opts.setDefaults()
 	s := &Server{
 		opts:      opts,
-		routes:    make(map[string]*Route),
 		serviceID: bson.NewObjectID(),
 		log:       opts.Logger,
 		listeners: make(map[net.Listener]struct{}),
 		clients:   make(map[*client]struct{}),
+		stopping:  make(chan struct{}),
 	}
-	for _, r := range opts.Routes {
-		if r == nil || r.Topology == nil {
-			return nil, fmt.Errorf("proxy: route %q has no topology", routeName(r))
-		}
-		if _, dup := s.routes[r.Name]; dup || (r.Name == "*" && s.wildcard != nil) {
-			return nil, fmt.Errorf("proxy: route %q is defined twice", r.Name)
-		}
-		r.cursors = newAffinity[int64, *topology.Server](opts.MaxCursors, 30*time.Minute)
-		r.txns = newAffinity[txnKey, *topology.Server](opts.MaxTransactions, 30*time.Minute)
-		r.multi = len(r.Topology.Servers()) > 1
-		if r.Name == "*" {
-			s.wildcard = r
-		} else {
-			s.routes[r.Name] = r
-		}
+	s.maxClients.Store(int64(opts.MaxClientConn))
+	s.idleTimeout.Store(int64(opts.ClientIdleTimeout))
+	t, err := newRouting(opts.Routes, opts.MaxCursors, opts.MaxTransactions)
+	if err != nil {
+		return nil, err
 	}
-	if len(opts.Routes) == 0 {
-		return nil, errors.New("proxy: no routes")
-	}
+	s.table.Store(t)
 	return s, nil
 }
 
-func routeName(r *Route) string {
-	if r == nil {
-		return "<nil>"
-	}
-	return r.Name
-}
-
-// Route returns the route named name ("*" for the catch-all), or nil.
-func (s *Server) Route(name string) *Route {
-	if name == "*" {
-		return s.wildcard
-	}
-	return s.routes[name]
-}
-
-// routeFor finds the route of a database name given as bytes; the map
-// lookup with a converted key does not allocate.
-func (s *Server) routeFor(db []byte) *Route {
-	if r, ok := s.routes[string(db)]; ok {
-		return r
-	}
-	return s.wildcard
-}
-
-// Serve accepts clients on l until Close. If only is not nil, every command
+// Serve accepts clients on l until Close. If only is not "", every command
 // of these clients goes to that route whatever its $db (a listener
 // dedicated to one route).
-func (s *Server) Serve(l net.Listener, only *Route) error {
+func (s *Server) Serve(l net.Listener, only string) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -215,7 +181,7 @@ func (s *Server) Serve(l net.Listener, only *Route) error {
 			return err
 		}
 		backoff = 0
-		s.accept(nc, only)
+		s.accept(nc, only, l.Addr().String())
 	}
 }
 
@@ -226,7 +192,7 @@ func isTemporaryAcceptError(err error) bool {
 
 // accept starts the goroutine of one client, or refuses it when the server
 // is full or closing.
-func (s *Server) accept(nc net.Conn, only *Route) {
+func (s *Server) accept(nc net.Conn, only string, listener string) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -238,8 +204,9 @@ func (s *Server) accept(nc net.Conn, only *Route) {
 		nc.Close()
 		return
 	}
-	c := newClient(s, nc, only)
-	over := n > int64(s.opts.MaxClientConn)
+	c := newClient(s, nc, only, listener)
+	limit := s.maxClients.Load()
+	over := n > limit
 	if !over {
 		s.clients[c] = struct{}{}
 	}
@@ -250,13 +217,15 @@ func (s *Server) accept(nc net.Conn, only *Route) {
 		go func() {
 			defer s.wg.Done()
 			defer s.clientCount.Add(-1)
-			c.refuse(fmt.Sprintf("mongobouncer: too many client connections (max_client_conn = %d)", s.opts.MaxClientConn))
+			c.refuse(fmt.Sprintf("mongobouncer: too many client connections (max_client_conn = %d)", limit))
 		}()
 		return
 	}
+	s.opts.Observer.ClientConnected()
 	go func() {
 		defer s.wg.Done()
 		defer s.clientCount.Add(-1)
+		defer s.opts.Observer.ClientDisconnected()
 		c.serve()
 		s.mu.Lock()
 		delete(s.clients, c)
@@ -328,8 +297,7 @@ func (s *Server) limits() (limits, bool) {
 			}
 		}
 	}
-	visit(s.wildcard)
-	for _, r := range s.routes {
+	for _, r := range s.table.Load().all {
 		visit(r)
 	}
 	if lim.maxMsg > int32(s.opts.MaxMessageSize) {
@@ -369,16 +337,119 @@ func (s *Server) waitLimits() limits {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.HandshakeWait)
 	defer cancel()
-	r := s.wildcard
-	if r == nil {
-		for _, rr := range s.routes {
-			r = rr
-			break
-		}
+	t := s.table.Load()
+	r := t.wildcard
+	if r == nil && len(t.all) > 0 {
+		r = t.all[0]
 	}
 	if r != nil {
 		_, _ = r.Topology.WaitHello(ctx)
 	}
 	lim, _ := s.limits()
 	return lim
+}
+
+// Shutdown drains the server gracefully: listeners stop accepting, requests
+// that are not part of a transaction a client has open get
+// ShutdownInProgress (code 91) so that drivers move to another
+// mongobouncer, and requests in flight and open transactions may finish.
+// When every client is idle with no open transaction, or ctx ends, the
+// remaining clients are disconnected (their open transactions aborted) and
+// Shutdown returns; ctx's error says whether the drain was complete.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	s.stoppingOnce.Do(func() { close(s.stopping) })
+	s.mu.Lock()
+	for l := range s.listeners {
+		l.Close()
+	}
+	s.mu.Unlock()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var drainErr error
+wait:
+	for !s.drained() {
+		select {
+		case <-ctx.Done():
+			drainErr = fmt.Errorf("mongobouncer: shutdown timeout with requests or transactions still running: %w", ctx.Err())
+			break wait
+		case <-tick.C:
+		}
+	}
+	// Disconnecting clients aborts what they left open; give that its own
+	// short bound so a dead upstream cannot hold the exit.
+	cctx, cancel := context.WithTimeout(context.Background(), s.opts.AbortTimeout+time.Second)
+	defer cancel()
+	if err := s.Close(cctx); err != nil && drainErr == nil {
+		drainErr = err
+	}
+	return drainErr
+}
+
+// Draining reports whether Shutdown has begun.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// drained reports whether no client has a request in flight or a
+// transaction open.
+func (s *Server) drained() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.clients {
+		c.mu.Lock()
+		busy := c.busy || len(c.open) > 0
+		c.mu.Unlock()
+		if busy {
+			return false
+		}
+	}
+	return true
+}
+
+// ClientInfo describes one connected client (SHOW CLIENTS).
+type ClientInfo struct {
+	ID           int64
+	Addr         string
+	AppName      string
+	Listener     string
+	ConnectedAt  time.Time
+	State        string // idle | waiting | active | pinned
+	PinnedServer string
+	Requests     uint64
+}
+
+// Clients returns a snapshot of the connected clients, oldest first.
+func (s *Server) Clients() []ClientInfo {
+	s.mu.Lock()
+	cs := make([]*client, 0, len(s.clients))
+	for c := range s.clients {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	out := make([]ClientInfo, 0, len(cs))
+	for _, c := range cs {
+		ci := ClientInfo{ID: c.id, Addr: c.remote, Listener: c.listener, ConnectedAt: c.connected,
+			State: clientState(c.state.Load()).String(), Requests: c.requests.Load()}
+		c.mu.Lock()
+		ci.AppName = c.appName
+		for _, p := range c.pins {
+			if p.conn != nil {
+				ci.PinnedServer = p.srv.Address()
+				break
+			}
+		}
+		c.mu.Unlock()
+		out = append(out, ci)
+	}
+	slices.SortFunc(out, func(a, b ClientInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// SetClientLimits changes max_client_conn and client_idle_timeout live
+// (configuration reload). Connected clients over a lowered limit stay.
+func (s *Server) SetClientLimits(maxClientConn int, idleTimeout time.Duration) {
+	if maxClientConn <= 0 {
+		maxClientConn = 10000
+	}
+	s.maxClients.Store(int64(maxClientConn))
+	s.idleTimeout.Store(int64(idleTimeout))
 }

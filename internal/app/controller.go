@@ -1,0 +1,189 @@
+package app
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/mongobouncer/mongobouncer/internal/admin"
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
+)
+
+var _ admin.Controller = (*App)(nil)
+
+// sortedRoutes returns the running routes by name, the catch-all last.
+func (a *App) sortedRoutes() []*route {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*route, 0, len(a.routes))
+	for _, r := range a.routes {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		ni, nj := out[i].eff.Name, out[j].eff.Name
+		if (ni == "*") != (nj == "*") {
+			return nj == "*"
+		}
+		return ni < nj
+	})
+	return out
+}
+
+// pick returns the routes an admin command names: one, or all for "".
+func (a *App) pick(name string) ([]*route, error) {
+	all := a.sortedRoutes()
+	if name == "" {
+		return all, nil
+	}
+	for _, r := range all {
+		if r.eff.Name == name {
+			return []*route{r}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w %q", admin.ErrUnknownRoute, name)
+}
+
+// Pools describes every pool (SHOW POOLS).
+func (a *App) Pools() []admin.PoolInfo {
+	var out []admin.PoolInfo
+	for _, r := range a.sortedRoutes() {
+		for _, s := range r.topo.Servers() {
+			st := s.Pool().Stats()
+			out = append(out, admin.PoolInfo{
+				Route: r.eff.Name, Server: s.Address(), Mode: r.proxy.PoolMode().String(),
+				State: st.State.String(), Paused: r.proxy.Paused(), Usable: s.State() == topology.Usable,
+				Generation: st.Generation, Total: st.Total, Available: st.Available, InUse: st.InUse,
+				Pending: st.Pending, Waiters: st.Waiters,
+				MaxPoolSize: st.Options.MaxPoolSize, MinPoolSize: st.Options.MinPoolSize,
+			})
+		}
+	}
+	return out
+}
+
+// Clients describes every connected client (SHOW CLIENTS).
+func (a *App) Clients() []admin.ClientInfo {
+	cs := a.server.Clients()
+	out := make([]admin.ClientInfo, len(cs))
+	for i, c := range cs {
+		out[i] = admin.ClientInfo{ID: c.ID, Addr: c.Addr, AppName: c.AppName, Listener: c.Listener,
+			ConnectedAt: c.ConnectedAt, State: admin.ClientState(c.State), PinnedServer: c.PinnedServer,
+			Requests: c.Requests}
+	}
+	return out
+}
+
+// Servers describes every upstream connection (SHOW SERVERS).
+func (a *App) Servers() []admin.ServerConnInfo { return a.metrics.Connections() }
+
+// Stats returns totals since start (SHOW STATS).
+func (a *App) Stats() admin.StatsInfo { return a.metrics.Stats() }
+
+// Ready reports whether every route has a ready pool on a usable server.
+func (a *App) Ready() (bool, []string) {
+	var why []string
+	for _, r := range a.sortedRoutes() {
+		ok := false
+		for _, s := range r.topo.Servers() {
+			if s.State() == topology.Usable && s.Pool().Stats().State == pool.StateReady {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			why = append(why, fmt.Sprintf("route %q: no usable server with a ready pool (%d servers)", r.eff.Name, len(r.topo.Servers())))
+		}
+	}
+	if a.server.Draining() {
+		why = append(why, "shutting down")
+	}
+	return len(why) == 0, why
+}
+
+// Pause stops handing out connections for a route, or for all ("").
+func (a *App) Pause(name string) error {
+	rs, err := a.pick(name)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		r.proxy.Pause()
+	}
+	a.log.Info("paused", "route", name)
+	return nil
+}
+
+// Resume undoes Pause.
+func (a *App) Resume(name string) error {
+	rs, err := a.pick(name)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		r.proxy.Resume()
+	}
+	a.log.Info("resumed", "route", name)
+	return nil
+}
+
+// Reconnect clears the pools of a route, or of all (""), so that every
+// connection is replaced: in-use ones finish their request and are closed
+// at check-in, idle ones are closed, new requests get new connections. A
+// pool whose server is usable is made ready again at once, so requests do
+// not wait for the next heartbeat.
+func (a *App) Reconnect(name string) error {
+	rs, err := a.pick(name)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		for _, s := range r.topo.Servers() {
+			p := s.Pool()
+			p.Clear(false)
+			if s.State() == topology.Usable {
+				_ = p.Ready()
+			}
+		}
+	}
+	a.log.Info("reconnect: pools cleared", "route", name)
+	return nil
+}
+
+// Config returns the effective configuration, secrets redacted.
+func (a *App) Config() map[string]any {
+	a.mu.Lock()
+	cfg := a.cfg
+	a.mu.Unlock()
+	g := cfg.Global
+	out := map[string]any{
+		"path":             cfg.Path,
+		"listen":           g.Listen,
+		"admin_listen":     g.AdminListen,
+		"max_client_conn":  g.MaxClientConn,
+		"log_level":        string(g.LogLevel),
+		"log_format":       string(g.LogFormat),
+		"shutdown_timeout": g.ShutdownTimeout.String(),
+	}
+	routes := map[string]any{}
+	for _, r := range a.sortedRoutes() {
+		e := r.eff
+		routes[e.Name] = map[string]any{
+			"connection_string":        e.Conn.Redacted(),
+			"listen":                   e.Listen,
+			"pool_mode":                r.proxy.PoolMode().String(),
+			"max_pool_size":            e.MaxPoolSize,
+			"min_pool_size":            e.MinPoolSize,
+			"max_idle_time":            e.MaxIdleTime.String(),
+			"max_connecting":           e.MaxConnecting,
+			"wait_queue_timeout":       e.WaitQueueTimeout.String(),
+			"heartbeat_interval":       e.HeartbeatInterval.String(),
+			"connect_timeout":          e.ConnectTimeout.String(),
+			"server_selection_timeout": e.ServerSelectionTimeout.String(),
+			"client_idle_timeout":      e.ClientIdleTimeout.String(),
+			"max_message_size":         e.MaxMessageSize,
+			"app_name":                 e.AppName,
+		}
+	}
+	out["databases"] = routes
+	return out
+}

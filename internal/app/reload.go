@@ -1,0 +1,210 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/proxy"
+)
+
+// ErrNoConfigFile is returned by Reload when mongobouncer runs from flags
+// alone.
+var ErrNoConfigFile = errors.New("no configuration file to reload (started without --config)")
+
+// Reload re-reads the configuration file and applies it without dropping a
+// client: changed pool limits and pool modes apply live, added routes
+// start, removed routes leave the routing table at once and close once
+// their clients have given back every connection, and a route whose
+// upstream changed gets a new topology while the old one drains likewise.
+// Listener changes are applied by binding new addresses and closing old
+// ones; connected clients stay. If the new file is invalid, nothing changes
+// and the error, with file and line, is returned.
+func (a *App) Reload() error {
+	a.mu.Lock()
+	path := a.cfg.Path
+	a.mu.Unlock()
+	if path == "" {
+		return ErrNoConfigFile
+	}
+	cfg, err := config.Load(path)
+	if err == nil && a.overrides != nil {
+		a.overrides(&cfg)
+	}
+	var routes []config.EffectiveRoute
+	if err == nil {
+		routes, err = cfg.Routes()
+	}
+	if err != nil {
+		a.log.Error("reload failed; keeping the running configuration", "error", err)
+		return fmt.Errorf("reload: %w", err)
+	}
+	if err := a.apply(cfg, routes); err != nil {
+		a.log.Error("reload failed; keeping the running configuration", "error", err)
+		return fmt.Errorf("reload: %w", err)
+	}
+	return nil
+}
+
+// apply moves the running pooler to cfg. Everything that can fail (new
+// topologies, new listeners) is done before anything running changes.
+func (a *App) apply(cfg config.Config, want []config.EffectiveRoute) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+
+	var changes []string
+	next := map[string]*route{}
+	var built []*route
+	fail := func(err error) error {
+		for _, r := range built {
+			r.topo.Close()
+		}
+		return err
+	}
+	for _, er := range want {
+		old := a.routes[er.Name]
+		if old != nil && sameTopology(old.eff, er) {
+			next[er.Name] = old
+			continue
+		}
+		r, err := a.buildRoute(er)
+		if err != nil {
+			return fail(err)
+		}
+		built = append(built, r)
+		next[er.Name] = r
+		if old == nil {
+			changes = append(changes, "added route "+er.Name)
+		} else {
+			changes = append(changes, "new upstream for route "+er.Name)
+		}
+	}
+
+	// Listeners: bind what is new first, so a taken port aborts the reload.
+	wantL := wantedListeners(cfg, want)
+	keep := map[string]bool{}
+	var bound []string
+	for _, w := range wantL {
+		key := listenKey(w.addr, w.route)
+		keep[key] = true
+		if _, ok := a.listeners[key]; ok {
+			continue
+		}
+		if err := a.bind(w.addr, w.route); err != nil {
+			for _, k := range bound {
+				a.listeners[k].l.Close()
+				delete(a.listeners, k)
+			}
+			return fail(err)
+		}
+		bound = append(bound, key)
+		changes = append(changes, "listening on "+w.addr)
+	}
+
+	// From here on nothing fails.
+	proxyRoutes := make([]*proxy.Route, 0, len(next))
+	for _, er := range want {
+		proxyRoutes = append(proxyRoutes, next[er.Name].proxy)
+	}
+	if err := a.server.SetRoutes(proxyRoutes); err != nil {
+		return fail(err) // cannot happen: routes are valid and distinct
+	}
+	for name, old := range a.routes {
+		if next[name] != old {
+			_, still := next[name]
+			if !still {
+				changes = append(changes, "removed route "+name)
+			}
+			a.drain(old, cfg.Global.ShutdownTimeout, !still)
+		}
+	}
+	for _, er := range want {
+		r := next[er.Name]
+		if r.eff.PoolMode != er.PoolMode {
+			if m, err := proxy.ParsePoolMode(string(er.PoolMode)); err == nil {
+				r.proxy.SetPoolMode(m)
+				changes = append(changes, fmt.Sprintf("route %s: pool_mode %s", er.Name, m))
+			}
+		}
+		lim := pool.Limits{MaxPoolSize: er.MaxPoolSize, MinPoolSize: er.MinPoolSize, MaxConnecting: er.MaxConnecting,
+			MaxIdleTime: er.MaxIdleTime, WaitQueueTimeout: er.WaitQueueTimeout}
+		if lim != limitsOf(r.eff) {
+			for _, s := range r.topo.Servers() {
+				if err := s.Pool().SetLimits(lim); err != nil {
+					a.log.Warn("reload: pool limits not applied", "route", er.Name, "server", s.Address(), "error", err)
+					continue
+				}
+				a.metrics.SetPoolLimit(er.Name, s.Address(), lim.MaxPoolSize)
+			}
+			changes = append(changes, fmt.Sprintf("route %s: pool limits %+v", er.Name, lim))
+		}
+		r.eff = er
+	}
+	for key, l := range a.listeners {
+		if !keep[key] {
+			l.l.Close()
+			delete(a.listeners, key)
+			changes = append(changes, "stopped listening on "+l.l.Addr().String())
+		}
+	}
+	g := cfg.Global
+	a.server.SetClientLimits(maxClients(g.MaxClientConn), g.ClientIdleTimeout)
+	if a.level != nil && g.LogLevel != a.cfg.Global.LogLevel {
+		a.level.Set(g.LogLevel.Level())
+		changes = append(changes, "log_level "+string(g.LogLevel))
+	}
+	if g.LogFormat != a.cfg.Global.LogFormat {
+		a.log.Warn("reload: log_format changes need a restart", "running", string(a.cfg.Global.LogFormat), "file", string(g.LogFormat))
+	}
+	if g.AdminListen != a.cfg.Global.AdminListen {
+		a.log.Warn("reload: admin_listen changes need a restart", "running", a.cfg.Global.AdminListen, "file", g.AdminListen)
+		g.AdminListen = a.cfg.Global.AdminListen
+		cfg.Global = g
+	}
+	a.routes = next
+	a.cfg = cfg
+	if len(changes) == 0 {
+		changes = []string{"no changes"}
+	}
+	a.log.Info("configuration reloaded", "file", cfg.Path, "changes", strings.Join(changes, "; "))
+	return nil
+}
+
+func limitsOf(er config.EffectiveRoute) pool.Limits {
+	return pool.Limits{MaxPoolSize: er.MaxPoolSize, MinPoolSize: er.MinPoolSize, MaxConnecting: er.MaxConnecting,
+		MaxIdleTime: er.MaxIdleTime, WaitQueueTimeout: er.WaitQueueTimeout}
+}
+
+// drain closes a route that left the routing table once its clients have
+// given back every upstream connection, or after timeout (at least 30s).
+// removed says the route is gone for good (not replaced), so its request
+// metrics go too.
+func (a *App) drain(r *route, timeout time.Duration, removed bool) {
+	timeout = max(timeout, 30*time.Second)
+	a.draining.Add(1)
+	go func() {
+		defer a.draining.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for r.proxy.Held() > 0 {
+			select {
+			case <-ctx.Done():
+				a.log.Warn("route drain timed out; closing its pools with connections still in use", "route", r.eff.Name, "held", r.proxy.Held())
+				r.topo.Close()
+				return
+			case <-tick.C:
+			}
+		}
+		r.topo.Close()
+		if removed {
+			a.metrics.ForgetRoute(r.eff.Name)
+		}
+		a.log.Info("route drained and closed", "route", r.eff.Name)
+	}()
+}

@@ -1,0 +1,113 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+
+	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+)
+
+// newTopology makes the servers, monitors and pools of one route.
+func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor) (*topology.Topology, error) {
+	cs := er.Conn
+	if cs.Username != "" || cs.AuthMechanism != "" {
+		return nil, fmt.Errorf("route %q: upstream authentication is not supported yet; remove the credentials from its connection string", er.Name)
+	}
+	if cs.LoadBalanced {
+		return nil, fmt.Errorf("route %q: loadBalanced upstreams are not supported yet", er.Name)
+	}
+	var tlsCfg *tls.Config
+	if cs.TLS {
+		var err error
+		if tlsCfg, err = tlsConfig(cs); err != nil {
+			return nil, fmt.Errorf("route %q: %w", er.Name, err)
+		}
+	}
+	hosts := make([]string, len(cs.Hosts))
+	for i, h := range cs.Hosts {
+		hosts[i] = h.Address
+	}
+	uo := upstream.Options{
+		// er.AppName already applies the precedence (route > connection
+		// string > global).
+		AppName:        er.AppName,
+		ConnectTimeout: er.ConnectTimeout,
+		Compressors:    cs.Compressors,
+		TLSConfig:      tlsCfg,
+		MaxMessageSize: er.MaxMessageSize,
+		Logger:         log,
+	}
+	mo := uo
+	mo.Compressors = nil // monitoring sends tiny hellos: never worth compressing
+	po := pool.DefaultOptions()
+	po.MaxPoolSize = er.MaxPoolSize
+	po.MinPoolSize = er.MinPoolSize
+	po.MaxIdleTime = er.MaxIdleTime
+	po.MaxConnecting = er.MaxConnecting
+	po.WaitQueueTimeout = er.WaitQueueTimeout
+	po.Monitor = mon
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		po.Logger = log.With("route", er.Name)
+	}
+	t, err := topology.New(er.Name, topology.Options{
+		Hosts:                  hosts,
+		Pool:                   po,
+		Dialer:                 upstream.NewDialer(uo),
+		MonitorDialer:          upstream.NewDialer(mo),
+		HeartbeatInterval:      er.HeartbeatInterval,
+		HeartbeatTimeout:       er.ConnectTimeout,
+		ServerSelectionTimeout: er.ServerSelectionTimeout,
+		Logger:                 log.With("route", er.Name),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("route %q: %w", er.Name, err)
+	}
+	return t, nil
+}
+
+// sameTopology reports whether two effective routes can share one topology:
+// everything that shapes servers, monitors and connections is equal, so
+// only live pool limits and the pool mode differ.
+func sameTopology(a, b config.EffectiveRoute) bool {
+	ca, cb := a.Conn, b.Conn
+	return ca.Redacted() == cb.Redacted() && ca.Password == cb.Password &&
+		ca.TLSCertificateKeyFilePassword == cb.TLSCertificateKeyFilePassword &&
+		slices.Equal(ca.Compressors, cb.Compressors) &&
+		a.AppName == b.AppName && a.ConnectTimeout == b.ConnectTimeout &&
+		a.HeartbeatInterval == b.HeartbeatInterval && a.ServerSelectionTimeout == b.ServerSelectionTimeout &&
+		a.MaxMessageSize == b.MaxMessageSize
+}
+
+func tlsConfig(cs config.ConnString) (*tls.Config, error) {
+	c := &tls.Config{InsecureSkipVerify: cs.TLSInsecure, MinVersion: tls.VersionTLS12}
+	if cs.TLSCAFile != "" {
+		pem, err := os.ReadFile(cs.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tlsCAFile: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tlsCAFile %s: no certificate found", cs.TLSCAFile)
+		}
+	}
+	if cs.TLSCertificateKeyFile != "" {
+		if cs.TLSCertificateKeyFilePassword != "" {
+			return nil, errors.New("tlsCertificateKeyFilePassword: encrypted keys are not supported yet")
+		}
+		cert, err := tls.LoadX509KeyPair(cs.TLSCertificateKeyFile, cs.TLSCertificateKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tlsCertificateKeyFile: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}

@@ -1,0 +1,380 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/mongobouncer/mongobouncer/internal/app"
+	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+)
+
+// fileBouncer starts mongobouncer from a TOML file (so that it can be
+// reloaded) and returns the app, its client address and the file's path.
+func fileBouncer(t *testing.T, toml string) (*app.App, string, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "mongobouncer.toml")
+	if err := os.WriteFile(path, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, err := app.NewWithOptions(cfg, app.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = a.Close(ctx)
+	})
+	return a, a.Addrs()[0].String(), path
+}
+
+func baseTOML(upstreamURI string, extra string) string {
+	return fmt.Sprintf(`[mongobouncer]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+pool_mode = "statement"
+max_pool_size = 5
+heartbeat_interval = "500ms"
+server_selection_timeout = "5s"
+%s
+[databases."*"]
+connection_string = %q
+`, extra, upstreamURI)
+}
+
+func adminCmd(t *testing.T, c *mongo.Client, cmd bson.D) bson.Raw {
+	t.Helper()
+	raw, err := c.Database("mongobouncer").RunCommand(ctxT(t, 10*time.Second), cmd).Raw()
+	if err != nil {
+		t.Fatalf("%v: %v", cmd, err)
+	}
+	return raw
+}
+
+func TestAdminCommandsOverTheWire(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
+	waitUsable(t, a, 1)
+	c := driver(t, addr, "&appName=ops-test")
+	ctx := ctxT(t, 20*time.Second)
+	if _, err := c.Database("test").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+
+	pools := adminCmd(t, c, bson.D{{Key: "showPools", Value: 1}})
+	arr, _ := pools.Lookup("pools").ArrayOK()
+	vals, _ := arr.Values()
+	if len(vals) != 1 {
+		t.Fatalf("showPools: %v", pools)
+	}
+	p := vals[0].Document()
+	if r, _ := p.Lookup("route").StringValueOK(); r != "*" {
+		t.Fatalf("showPools route: %v", p)
+	}
+	if m, _ := p.Lookup("maxPoolSize").AsInt64OK(); m != 5 {
+		t.Fatalf("showPools maxPoolSize: %v", p)
+	}
+
+	clients := adminCmd(t, c, bson.D{{Key: "showClients", Value: 1}})
+	if !strings.Contains(clients.String(), "ops-test") {
+		t.Fatalf("showClients lacks our appName: %v", clients)
+	}
+	servers := adminCmd(t, c, bson.D{{Key: "showServers", Value: 1}})
+	if !strings.Contains(servers.String(), up.Addr()) {
+		t.Fatalf("showServers lacks the upstream: %v", servers)
+	}
+	stats := adminCmd(t, c, bson.D{{Key: "showStats", Value: 1}})
+	if !strings.Contains(stats.String(), "operations") {
+		t.Fatalf("showStats: %v", stats)
+	}
+	cfg := adminCmd(t, c, bson.D{{Key: "showConfig", Value: 1}})
+	if !strings.Contains(cfg.String(), up.Addr()) {
+		t.Fatalf("showConfig: %v", cfg)
+	}
+	for _, cmd := range []string{"pause", "resume", "reconnect", "reload"} {
+		adminCmd(t, c, bson.D{{Key: cmd, Value: 1}})
+	}
+	// After reconnect, traffic still flows.
+	if _, err := c.Database("test").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	// An unknown route is a clear error.
+	err := c.Database("mongobouncer").RunCommand(ctx, bson.D{{Key: "pause", Value: 1}, {Key: "route", Value: "nope"}}).Err()
+	if err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("pause of unknown route: %v", err)
+	}
+	adminCmd(t, c, bson.D{{Key: "shutdown", Value: 1}})
+	select {
+	case <-a.ShutdownRequested():
+	case <-time.After(5 * time.Second):
+		t.Fatal("shutdown command did not request a shutdown")
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
+	waitUsable(t, a, 1)
+	cl := dialRaw(t, addr)
+	cl.hello()
+	if r := cl.cmd(bson.D{{Key: "pause", Value: 1}, {Key: "$db", Value: "mongobouncer"}}); okOf(r) != 1 {
+		t.Fatal(r)
+	}
+	id := cl.send(0, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
+	if _, err := cl.tryRecv(300 * time.Millisecond); err == nil {
+		t.Fatal("a request completed while the route was paused")
+	}
+	if err := a.Resume(""); err != nil {
+		t.Fatal(err)
+	}
+	if rep := cl.recv(); rep.header.ResponseTo != id || okOf(rep.body) != 1 {
+		t.Fatalf("after resume: %v", rep.body)
+	}
+}
+
+// load runs a bounded driver workload until stop is closed and counts
+// errors.
+func load(t *testing.T, c *mongo.Client, workers int, stop <-chan struct{}) (*atomic.Int64, *atomic.Int64, *sync.WaitGroup) {
+	var ops, errs atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr sync.Once
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			coll := c.Database("test").Collection(fmt.Sprintf("load%d", w))
+			deadline := time.Now().Add(30 * time.Second)
+			for i := 0; time.Now().Before(deadline) && i < 100000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := coll.InsertOne(ctx, bson.D{{Key: "i", Value: i}})
+				cancel()
+				if err != nil {
+					errs.Add(1)
+					firstErr.Do(func() { t.Logf("workload error: %v", err) })
+				} else {
+					ops.Add(1)
+				}
+			}
+		}()
+	}
+	return &ops, &errs, &wg
+}
+
+func TestReloadUnderLoad(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	orders := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	a, addr, path := fileBouncer(t, baseTOML(up.URI(), ""))
+	waitUsable(t, a, 1)
+	c := driver(t, addr, "")
+	stop := make(chan struct{})
+	ops, errs, wg := load(t, c, 8, stop)
+	time.Sleep(300 * time.Millisecond)
+
+	// Pool size changed and a route added, under load.
+	next := strings.Replace(baseTOML(up.URI(), ""), "max_pool_size = 5", "max_pool_size = 3", 1) +
+		fmt.Sprintf("\n[databases.orders]\nconnection_string = %q\n", orders.URI())
+	if err := os.WriteFile(path, []byte(next), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, p := range a.Pools() {
+		if p.Route == "*" && p.MaxPoolSize != 3 {
+			t.Fatalf("max_pool_size not applied live: %+v", p)
+		}
+	}
+	ctx := ctxT(t, 20*time.Second)
+	if _, err := c.Database("orders").Collection("o").InsertOne(ctx, bson.D{{Key: "o", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(orders.Collection("orders", "o")) != 1 {
+		t.Fatal("the added route did not get its database")
+	}
+	// An invalid file keeps the running configuration.
+	if err := os.WriteFile(path, []byte(next+"\nbogus_key = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := a.Reload()
+	if err == nil || !strings.Contains(err.Error(), "mongobouncer.toml:") {
+		t.Fatalf("invalid reload: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if errs.Load() != 0 || ops.Load() == 0 {
+		t.Fatalf("workload during reloads: %d ops, %d errors", ops.Load(), errs.Load())
+	}
+	if n := up.MaxOpen(); n > 5+1 {
+		t.Fatalf("upstream saw %d connections", n)
+	}
+}
+
+func TestMetricsAndHealthEndpoints(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
+	waitUsable(t, a, 1)
+	base := "http://" + a.AdminAddr().String()
+	get := func(p string) (int, string) {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz %d", code)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code, body := get("/readyz")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz %d: %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, before := get("/metrics")
+	cl := dialRaw(t, addr)
+	cl.hello()
+	const n = 25
+	for range n {
+		cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
+	}
+	for range 3 {
+		cl.cmd(bson.D{{Key: "noSuchCommand", Value: 1}, {Key: "$db", Value: "admin"}})
+	}
+	_, after := get("/metrics")
+	if v := metricValue(after, `mongobouncer_upstream_errors_total{code="59",route="*"}`); v != 3 {
+		t.Fatalf("upstream errors with code 59: %v, want 3", v)
+	}
+	series := `mongobouncer_operations_total{command="ping",route="*"}`
+	if d := metricValue(after, series) - metricValue(before, series); d != n {
+		t.Fatalf("%s grew by %v, want %d\n%s", series, d, n, after)
+	}
+	for _, name := range []string{"mongobouncer_pool_connections", "mongobouncer_pool_checkout_duration_seconds",
+		"mongobouncer_client_connections", "mongobouncer_pool_connections_created_total", "mongobouncer_pool_wait_queue_length"} {
+		if !strings.Contains(after, name) {
+			t.Fatalf("no %s in /metrics", name)
+		}
+	}
+	// The upstream going away makes /readyz fail.
+	up.Kill()
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		code, _ := get("/readyz")
+		if code == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz stayed 200 with the upstream dead")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// metricValue finds one series in Prometheus text output; 0 when absent.
+func metricValue(text, series string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			var v float64
+			fmt.Sscanf(strings.TrimPrefix(line, series+" "), "%g", &v)
+			return v
+		}
+	}
+	return 0
+}
+
+func TestGracefulShutdownUnderLoad(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	up.Handle("slow", func(*fakemongo.Request) fakemongo.Reply {
+		r := fakemongo.OK()
+		r.Delay = 400 * time.Millisecond
+		return r
+	})
+	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), `shutdown_timeout = "10s"`))
+	waitUsable(t, a, 1)
+	// In flight when the shutdown starts.
+	var inflight []*rawClient
+	var ids []int32
+	for range 3 {
+		c := dialRaw(t, addr)
+		c.hello()
+		ids = append(ids, c.send(0, bson.D{{Key: "slow", Value: 1}, {Key: "$db", Value: "test"}}))
+		inflight = append(inflight, c)
+	}
+	// A transaction open when the shutdown starts may finish.
+	tx := dialRaw(t, addr)
+	tx.hello()
+	lsid := newLSID(9)
+	tx.cmd(txnCmd("insert", lsid, 1, true))
+	idle := dialRaw(t, addr)
+	idle.hello()
+	time.Sleep(100 * time.Millisecond)
+
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- a.GracefulClose(ctx)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	// New requests get ShutdownInProgress.
+	if r := idle.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}); codeOf(r) != 91 {
+		t.Fatalf("new request during shutdown: %v", r)
+	}
+	// The transaction goes on and commits.
+	if r := tx.cmd(txnCmd("insert", lsid, 1, false)); okOf(r) != 1 {
+		t.Fatalf("transaction command during shutdown: %v", r)
+	}
+	if r := tx.cmd(txnCmd("commitTransaction", lsid, 1, false)); okOf(r) != 1 {
+		t.Fatalf("commit during shutdown: %v", r)
+	}
+	for i, c := range inflight {
+		rep := c.recv()
+		if rep.header.ResponseTo != ids[i] || okOf(rep.body) != 1 {
+			t.Fatalf("in-flight request %d: %v", i, rep.body)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("shutdown did not finish")
+	}
+	if txs := up.Transactions(); len(txs) != 1 || txs[0].State != fakemongo.TxnCommitted {
+		t.Fatalf("transaction: %+v", txs)
+	}
+}

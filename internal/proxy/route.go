@@ -1,0 +1,200 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
+)
+
+// Route sends the commands of one database (or of every database, for the
+// "*" route) to one upstream deployment.
+type Route struct {
+	// Name is the database name, or "*" for the catch-all route.
+	Name string
+	// Mode is the pool mode the route starts with; SetPoolMode changes it
+	// live (PoolMode reads it).
+	Mode PoolMode
+	// Topology holds the route's servers and their pools.
+	Topology *topology.Topology
+
+	// cursors remembers which server opened a cursor, and txns which server
+	// runs a transaction. They are used only when the route has more than
+	// one server: with one, every command goes to it anyway.
+	cursors *affinity[int64, *topology.Server]
+	txns    *affinity[txnKey, *topology.Server]
+	multi   bool
+
+	mode atomic.Uint32
+	// held counts upstream connections checked out through this route and
+	// not yet back in a pool (requests in flight and pins), so that a route
+	// removed by a reload can drain before its pools close.
+	held atomic.Int64
+
+	gateMu sync.Mutex // guards gate
+	// gate is non-nil while the route is paused; Resume closes it.
+	gate chan struct{}
+}
+
+// init prepares a route for use; routes already initialised are left alone,
+// so a reload can hand unchanged routes back.
+func (r *Route) init(maxCursors, maxTxns int) {
+	if r.cursors != nil {
+		return
+	}
+	r.cursors = newAffinity[int64, *topology.Server](maxCursors, 30*time.Minute)
+	r.txns = newAffinity[txnKey, *topology.Server](maxTxns, 30*time.Minute)
+	r.multi = len(r.Topology.Servers()) > 1
+	r.mode.Store(uint32(r.Mode))
+}
+
+// PoolMode returns the route's current pool mode.
+func (r *Route) PoolMode() PoolMode { return PoolMode(r.mode.Load()) }
+
+// SetPoolMode changes the pool mode for requests from now on; connections
+// already pinned stay pinned until their pin would end in the new mode.
+func (r *Route) SetPoolMode(m PoolMode) { r.mode.Store(uint32(m)) }
+
+// Held returns the number of upstream connections clients hold through
+// this route (in flight or pinned).
+func (r *Route) Held() int64 { return r.held.Load() }
+
+// Pause stops handing out upstream connections for this route: requests
+// that need a new connection wait until Resume; requests in flight, and
+// clients that already hold a pinned connection, carry on.
+func (r *Route) Pause() {
+	r.gateMu.Lock()
+	if r.gate == nil {
+		r.gate = make(chan struct{})
+	}
+	r.gateMu.Unlock()
+}
+
+// Resume lets waiting requests through.
+func (r *Route) Resume() {
+	r.gateMu.Lock()
+	if r.gate != nil {
+		close(r.gate)
+		r.gate = nil
+	}
+	r.gateMu.Unlock()
+}
+
+// Paused reports whether the route is paused.
+func (r *Route) Paused() bool {
+	r.gateMu.Lock()
+	defer r.gateMu.Unlock()
+	return r.gate != nil
+}
+
+// errShuttingDown ends a wait at the pause gate when the server shuts down.
+var errShuttingDown = errors.New("mongobouncer is shutting down")
+
+// waitGate blocks while the route is paused, until Resume or shutdown.
+func (r *Route) waitGate(stop <-chan struct{}) error {
+	r.gateMu.Lock()
+	g := r.gate
+	r.gateMu.Unlock()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g:
+		return nil
+	case <-stop:
+		return errShuttingDown
+	}
+}
+
+// checkOut takes a connection from srv's pool on behalf of this route.
+func (r *Route) checkOut(ctx context.Context, srv *topology.Server) (*pool.Conn, error) {
+	pc, err := srv.Pool().CheckOut(ctx)
+	if err == nil {
+		r.held.Add(1)
+	}
+	return pc, err
+}
+
+// checkIn returns a connection taken with checkOut.
+func (r *Route) checkIn(srv *topology.Server, pc *pool.Conn) {
+	_ = srv.Pool().CheckIn(pc)
+	r.held.Add(-1)
+}
+
+// routing is an immutable routing table; a reload swaps in a new one.
+type routing struct {
+	byName   map[string]*Route
+	wildcard *Route
+	all      []*Route
+}
+
+func newRouting(routes []*Route, maxCursors, maxTxns int) (*routing, error) {
+	if len(routes) == 0 {
+		return nil, errors.New("proxy: no routes")
+	}
+	t := &routing{byName: make(map[string]*Route, len(routes))}
+	for _, r := range routes {
+		if r == nil || r.Topology == nil {
+			return nil, fmt.Errorf("proxy: route %q has no topology", routeName(r))
+		}
+		if _, dup := t.byName[r.Name]; dup || (r.Name == "*" && t.wildcard != nil) {
+			return nil, fmt.Errorf("proxy: route %q is defined twice", r.Name)
+		}
+		r.init(maxCursors, maxTxns)
+		if r.Name == "*" {
+			t.wildcard = r
+		} else {
+			t.byName[r.Name] = r
+		}
+		t.all = append(t.all, r)
+	}
+	return t, nil
+}
+
+func routeName(r *Route) string {
+	if r == nil {
+		return "<nil>"
+	}
+	return r.Name
+}
+
+// SetRoutes replaces the routing table (configuration reload). Routes that
+// stay must be passed as the same *Route values; clients holding a removed
+// route's connections keep them until they release them (see Route.Held).
+func (s *Server) SetRoutes(routes []*Route) error {
+	t, err := newRouting(routes, s.opts.MaxCursors, s.opts.MaxTransactions)
+	if err != nil {
+		return err
+	}
+	s.table.Store(t)
+	return nil
+}
+
+// Routes returns the current routes.
+func (s *Server) Routes() []*Route {
+	return append([]*Route(nil), s.table.Load().all...)
+}
+
+// Route returns the route named name ("*" for the catch-all), or nil.
+func (s *Server) Route(name string) *Route {
+	t := s.table.Load()
+	if name == "*" {
+		return t.wildcard
+	}
+	return t.byName[name]
+}
+
+// routeFor finds the route of a database name given as bytes; the map
+// lookup with a converted key does not allocate.
+func (s *Server) routeFor(db []byte) *Route {
+	t := s.table.Load()
+	if r, ok := t.byName[string(db)]; ok {
+		return r
+	}
+	return t.wildcard
+}
