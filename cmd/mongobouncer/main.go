@@ -122,9 +122,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		fmt.Fprintf(stderr, "mongobouncer: %v\n", err)
 		return 1
 	}
-	a.Start()
-	log.Info("mongobouncer started", "version", version, "pool_mode", string(cfg.Global.PoolMode))
-
+	// Signals are handled from before the first client can connect.
 	sigs := make(chan os.Signal, 4)
 	if stop == nil {
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -135,6 +133,9 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 			sigs <- syscall.SIGTERM
 		}()
 	}
+	a.Start()
+	log.Info("mongobouncer started", "version", version, "pool_mode", string(cfg.Global.PoolMode))
+
 	code := 0
 wait:
 	for {

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,5 +130,117 @@ func TestServesOnUnixSocketAndStopsCleanly(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), `"msg":"mongobouncer stopped"`) {
 		t.Fatalf("json logs missing the stop line: %s", errb.String())
+	}
+}
+
+// waitDial waits until addr accepts connections.
+func waitDial(t *testing.T, network, addr string, errb *syncBuffer) net.Conn {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial(network, addr)
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listening on %s: %v; stderr %s", addr, err, errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// adminCommand runs one command on the mongobouncer database over c.
+func adminCommand(t *testing.T, c net.Conn, cmd bson.D) bson.Raw {
+	t.Helper()
+	cmd = append(cmd, bson.E{Key: "$db", Value: "mongobouncer"})
+	body, _ := bson.Marshal(cmd)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(wire.AppendMsg(nil, 1, 0, 0, body)); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := wire.ReadMessage(c, nil, wire.DefaultMaxMessageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := wire.ParseMsg(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bson.Raw(m.Body)
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestSignals(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{})
+	up.Handle("slow", func(*fakemongo.Request) fakemongo.Reply {
+		r := fakemongo.OK()
+		r.Delay = 3 * time.Second
+		return r
+	})
+	listen := freePort(t)
+	path := filepath.Join(t.TempDir(), "mb.toml")
+	write := func(size int) {
+		cfg := fmt.Sprintf("[mongobouncer]\nlisten = %q\nmax_pool_size = %d\nshutdown_timeout = \"20s\"\n\n[databases.\"*\"]\nconnection_string = %q\n", listen, size, up.URI())
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(7)
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"--config", path}, &out, &errb, nil) }()
+	c := waitDial(t, "tcp", listen, &errb)
+	defer c.Close()
+
+	// SIGHUP reloads the file.
+	write(3)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(adminCommand(t, c, bson.D{{Key: "showPools", Value: 1}}).String(), `"maxPoolSize": {"$numberInt":"3"}`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGHUP did not apply max_pool_size = 3; stderr %s", errb.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// SIGTERM starts a graceful shutdown that waits for the slow request; a
+	// second signal exits at once with a non-zero code.
+	slow := waitDial(t, "tcp", listen, &errb)
+	defer slow.Close()
+	body, _ := bson.Marshal(bson.D{{Key: "slow", Value: 1}, {Key: "$db", Value: "test"}})
+	slow.Write(wire.AppendMsg(nil, 1, 0, 0, body))
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case code := <-done:
+		t.Fatalf("exited (%d) with a request in flight and 20s of shutdown_timeout", code)
+	default:
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case code := <-done:
+		if code == 0 {
+			t.Fatal("a forced exit returned 0")
+		}
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("second signal took %v", time.Since(start))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("second signal did not force an exit")
+	}
+	if !strings.Contains(errb.String(), "second signal") || !strings.Contains(errb.String(), "configuration reloaded") {
+		t.Fatalf("logs: %s", errb.String())
 	}
 }
