@@ -102,3 +102,32 @@ func TestMongosh(t *testing.T) {
 		t.Fatalf("upstream holds %d documents, want 6", n)
 	}
 }
+
+// TestMongoshShowPools runs the admin command an operator would type.
+func TestMongoshShowPools(t *testing.T) {
+	sh := mongoshPath(t)
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+
+	up := devmongo.Start(t)
+	a, addr := bouncer(t, up.URI(), nil)
+	waitUsable(t, a, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	eval := `const r = db.getSiblingDB("mongobouncer").runCommand({showPools: 1});
+print("ok: " + r.ok + " pools: " + r.pools.length + " route: " + r.pools[0].route + " server: " + r.pools[0].server);`
+	cmd := exec.CommandContext(ctx, sh, "mongodb://"+addr+"/test?serverSelectionTimeoutMS=10000",
+		"--quiet", "--norc", "--eval", eval)
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NO_COLOR=1")
+	cmd.Dir = home
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mongosh: %v; output:\n%s", err, out)
+	}
+	want := "ok: 1 pools: 1 route: * server: " + up.Addr()
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Fatalf("mongosh showPools:\n%s\nwant:\n%s", got, want)
+	}
+}
