@@ -378,3 +378,55 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 		t.Fatalf("transaction: %+v", txs)
 	}
 }
+
+func TestReloadReplacesAndRemovesRoutesWithoutDroppingClients(t *testing.T) {
+	oldUp := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	newUp := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	reports := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	toml := func(star string, withReports bool) string {
+		s := strings.Replace(baseTOML(star, ""), `pool_mode = "statement"`, `pool_mode = "session"`, 1)
+		if withReports {
+			s += fmt.Sprintf("\n[databases.reports]\nconnection_string = %q\n", reports.URI())
+		}
+		return s
+	}
+	a, addr, path := fileBouncer(t, toml(oldUp.URI(), true))
+	waitUsable(t, a, 2)
+	ins := func(c *rawClient, db string) {
+		t.Helper()
+		if r := c.cmd(bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{bson.D{{Key: "x", Value: 1}}}}, {Key: "$db", Value: db}}); okOf(r) != 1 {
+			t.Fatalf("insert into %s: %v", db, r)
+		}
+	}
+	pinned := dialRaw(t, addr)
+	pinned.hello()
+	ins(pinned, "test")    // pins a connection of the old "*" upstream
+	ins(pinned, "reports") // and one of reports
+
+	if err := os.WriteFile(path, []byte(toml(newUp.URI(), false)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	// The same client, still connected, now reaches the new upstream; the
+	// removed route's database falls to "*".
+	ins(pinned, "test")
+	ins(pinned, "reports")
+	if len(newUp.Collection("test", "c")) != 1 || len(newUp.Collection("reports", "c")) != 1 {
+		t.Fatal("requests after the reload did not reach the new upstream")
+	}
+	// The old pools drain (the client gave its pins back) and close.
+	deadline := time.Now().Add(10 * time.Second)
+	for oldUp.Open() > 0 || reports.Open() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("old upstreams still have %d and %d connections", oldUp.Open(), reports.Open())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, p := range a.Pools() {
+		if p.Route == "reports" || p.Server == oldUp.Addr() {
+			t.Fatalf("old pool still listed: %+v", p)
+		}
+	}
+}

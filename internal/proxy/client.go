@@ -461,6 +461,9 @@ func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed boo
 	start := time.Now()
 	c.requests.Add(1)
 	c.bytesOut = 0
+	if len(c.pins) > 0 {
+		c.dropStalePins()
+	}
 	c.state.Store(uint32(stateActive))
 	err := c.forward1(route, msg, h, compressed, compID)
 	// Whatever path the request took, it is over: the client is no longer
@@ -1001,4 +1004,25 @@ func (c *client) isOpen(key txnKey) bool {
 	defer c.mu.Unlock()
 	_, ok := c.open[key]
 	return ok
+}
+
+// dropStalePins returns the pinned connections of routes a reload replaced
+// or removed, unless a transaction still needs them, so that the old
+// route's pools can drain and close; the client's next request on that
+// database uses the new route.
+func (c *client) dropStalePins() {
+	var back []pin
+	c.mu.Lock()
+	for i := range c.pins {
+		p := &c.pins[i]
+		if p.conn == nil || c.s.Route(p.route.Name) == p.route || c.hasOpenLocked(p.route) {
+			continue
+		}
+		back = append(back, *p)
+		p.conn = nil
+	}
+	c.mu.Unlock()
+	for _, p := range back {
+		p.route.checkIn(p.srv, p.conn)
+	}
 }
