@@ -636,8 +636,7 @@ func (c *client) acquire(route *Route, req *request, key txnKey, inTxn bool, kil
 	}
 	c.state.Store(uint32(stateWaiting))
 	pc, err := route.checkOut(context.Background(), srv)
-	var cleared *pool.PoolClearedError
-	if errors.As(err, &cleared) && srv.Pool().Stats().State == pool.StateReady {
+	if err != nil && clearedAndReady(err, srv) {
 		// The pool was cleared and is ready again already (a graceful
 		// reconnect, or a heartbeat that followed at once): one more try
 		// spares the client an error.
@@ -1025,4 +1024,12 @@ func (c *client) dropStalePins() {
 	for _, p := range back {
 		p.route.checkIn(p.srv, p.conn)
 	}
+}
+
+// clearedAndReady reports whether err says srv's pool was cleared while the
+// pool is ready again. It is kept out of acquire's fast path because the
+// errors.As target escapes to the heap.
+func clearedAndReady(err error, srv *topology.Server) bool {
+	var cleared *pool.PoolClearedError
+	return errors.As(err, &cleared) && srv.Pool().Stats().State == pool.StateReady
 }
