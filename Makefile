@@ -8,7 +8,7 @@ PKGS      := ./...
 # Tests find the embedded FerretDB server and the CMAP suite through these.
 export MONGOBOUNCER_DEVMONGO := $(DEVMONGO)
 
-.PHONY: all build devmongo node-tools python-tools test vet fmt-check bench fuzz demo clean
+.PHONY: all build devmongo node-tools python-tools browser-tools test vet fmt-check bench fuzz demo clean
 
 all: build
 
@@ -49,13 +49,22 @@ python-tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pymongo; \
 	else echo "python-tools: as root, run: apt-get install python3-pymongo"; fi
 
+# browser-tools installs Debian's chromium for the status-page test
+# (internal/admin). It needs root for apt-get; without root it only says
+# what to run, and the test skips (it fails under CI, which runs as root).
+browser-tools:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	else echo "browser-tools: as root, run: apt-get install chromium"; fi
+
 vet:
 	$(GO) vet $(PKGS)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: devmongo node-tools python-tools fmt-check vet
+test: devmongo node-tools python-tools browser-tools fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 
 bench:
