@@ -213,7 +213,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		}
 	}
 	// Every chart is drawn over all samples: 4 overview charts + 4 pools.
-	if got := len(regexp.MustCompile(`<svg[^>]*data-points="` + strconv.Itoa(n) + `"`).FindAllString(dom, -1)); got != 8 {
+	if got := len(regexp.MustCompile(`<svg[^>]*data-points="`+strconv.Itoa(n)+`"`).FindAllString(dom, -1)); got != 8 {
 		t.Errorf("%d charts with %d points, want 8", got, n)
 	}
 	if t.Failed() {
