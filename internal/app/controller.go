@@ -11,13 +11,14 @@ import (
 
 var _ admin.Controller = (*App)(nil)
 
-// sortedRoutes returns the running routes by name, the catch-all last.
-func (a *App) sortedRoutes() []*route {
+// sortedRoutes returns copies of the running routes, taken under the lock
+// (a reload updates their settings), by name with the catch-all last.
+func (a *App) sortedRoutes() []route {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]*route, 0, len(a.routes))
+	out := make([]route, 0, len(a.routes))
 	for _, r := range a.routes {
-		out = append(out, r)
+		out = append(out, *r)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		ni, nj := out[i].eff.Name, out[j].eff.Name
@@ -30,14 +31,14 @@ func (a *App) sortedRoutes() []*route {
 }
 
 // pick returns the routes an admin command names: one, or all for "".
-func (a *App) pick(name string) ([]*route, error) {
+func (a *App) pick(name string) ([]route, error) {
 	all := a.sortedRoutes()
 	if name == "" {
 		return all, nil
 	}
 	for _, r := range all {
 		if r.eff.Name == name {
-			return []*route{r}, nil
+			return []route{r}, nil
 		}
 	}
 	return nil, fmt.Errorf("%w %q", admin.ErrUnknownRoute, name)
