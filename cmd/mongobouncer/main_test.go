@@ -244,3 +244,65 @@ func TestSignals(t *testing.T) {
 		t.Fatalf("logs: %s", errb.String())
 	}
 }
+
+func TestShutdownUnderLoadExitsZero(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{})
+	up.Handle("slow", func(*fakemongo.Request) fakemongo.Reply {
+		r := fakemongo.OK()
+		r.Delay = 500 * time.Millisecond
+		return r
+	})
+	listen := freePort(t)
+	var out, errb syncBuffer
+	stop := make(chan struct{})
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"--listen", listen, "--upstream", up.URI(), "--pool-mode", "statement"}, &out, &errb, stop)
+	}()
+	busy := waitDial(t, "tcp", listen, &errb)
+	defer busy.Close()
+	idle := waitDial(t, "tcp", listen, &errb)
+	defer idle.Close()
+	if r := adminCommand(t, idle, bson.D{{Key: "showPools", Value: 1}}); !strings.Contains(r.String(), `"ok": {"$numberDouble":"1.0"}`) {
+		t.Fatalf("showPools: %v", r)
+	}
+	body, _ := bson.Marshal(bson.D{{Key: "slow", Value: 1}, {Key: "$db", Value: "test"}})
+	busy.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := busy.Write(wire.AppendMsg(nil, 7, 0, 0, body)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	time.Sleep(100 * time.Millisecond)
+	// A new request on a connected client gets ShutdownInProgress.
+	ping, _ := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
+	idle.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := idle.Write(wire.AppendMsg(nil, 8, 0, 0, ping)); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := wire.ReadMessage(idle, nil, wire.DefaultMaxMessageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := wire.ParseMsg(msg)
+	if code, _ := bson.Raw(m.Body).Lookup("code").AsInt64OK(); code != 91 {
+		t.Fatalf("new request during shutdown: %v", bson.Raw(m.Body))
+	}
+	// The request in flight completes.
+	msg, err = wire.ReadMessage(busy, nil, wire.DefaultMaxMessageSize)
+	if err != nil {
+		t.Fatalf("in-flight request lost: %v", err)
+	}
+	m, _ = wire.ParseMsg(msg)
+	if ok, _ := bson.Raw(m.Body).Lookup("ok").AsFloat64OK(); ok != 1 || m.Header.ResponseTo != 7 {
+		t.Fatalf("in-flight reply: %v", bson.Raw(m.Body))
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d; stderr %s", code, errb.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("did not exit")
+	}
+}
