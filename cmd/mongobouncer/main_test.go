@@ -103,21 +103,8 @@ func TestServesOnUnixSocketAndStopsCleanly(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	defer c.Close()
-	body, _ := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(wire.AppendMsg(nil, 1, 0, 0, body)); err != nil {
-		t.Fatal(err)
-	}
-	msg, err := wire.ReadMessage(c, nil, wire.DefaultMaxMessageSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := wire.ParseMsg(msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, _ := bson.Raw(m.Body).Lookup("ok").AsFloat64OK(); ok != 1 {
-		t.Fatalf("ping through unix socket: %v", bson.Raw(m.Body))
+	if _, r := roundTrip(t, c, 1, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}); okValue(r) != 1 {
+		t.Fatalf("ping through unix socket: %v", r)
 	}
 	close(stop)
 	select {
@@ -149,15 +136,24 @@ func waitDial(t *testing.T, network, addr string, errb *syncBuffer) net.Conn {
 	}
 }
 
-// adminCommand runs one command on the mongobouncer database over c.
-func adminCommand(t *testing.T, c net.Conn, cmd bson.D) bson.Raw {
+// roundTrip sends one OP_MSG command with requestID id over c and returns
+// the reply's header and body.
+func roundTrip(t *testing.T, c net.Conn, id int32, cmd bson.D) (wire.Header, bson.Raw) {
 	t.Helper()
-	cmd = append(cmd, bson.E{Key: "$db", Value: "mongobouncer"})
-	body, _ := bson.Marshal(cmd)
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(wire.AppendMsg(nil, 1, 0, 0, body)); err != nil {
+	body, err := bson.Marshal(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(wire.AppendMsg(nil, id, 0, 0, body)); err != nil {
+		t.Fatal(err)
+	}
+	return readReply(t, c)
+}
+
+// readReply reads one OP_MSG reply from c.
+func readReply(t *testing.T, c net.Conn) (wire.Header, bson.Raw) {
+	t.Helper()
 	msg, err := wire.ReadMessage(c, nil, wire.DefaultMaxMessageSize)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +162,14 @@ func adminCommand(t *testing.T, c net.Conn, cmd bson.D) bson.Raw {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bson.Raw(m.Body)
+	return m.Header, bson.Raw(m.Body)
+}
+
+// adminCommand runs one command on the mongobouncer database over c.
+func adminCommand(t *testing.T, c net.Conn, cmd bson.D) bson.Raw {
+	t.Helper()
+	_, r := roundTrip(t, c, 1, append(cmd, bson.E{Key: "$db", Value: "mongobouncer"}))
+	return r
 }
 
 func freePort(t *testing.T) string {
@@ -275,27 +278,12 @@ func TestShutdownUnderLoadExitsZero(t *testing.T) {
 	close(stop)
 	time.Sleep(100 * time.Millisecond)
 	// A new request on a connected client gets ShutdownInProgress.
-	ping, _ := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
-	idle.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := idle.Write(wire.AppendMsg(nil, 8, 0, 0, ping)); err != nil {
-		t.Fatal(err)
-	}
-	msg, err := wire.ReadMessage(idle, nil, wire.DefaultMaxMessageSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := wire.ParseMsg(msg)
-	if code, _ := bson.Raw(m.Body).Lookup("code").AsInt64OK(); code != 91 {
-		t.Fatalf("new request during shutdown: %v", bson.Raw(m.Body))
+	if _, r := roundTrip(t, idle, 8, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}); codeValue(r) != 91 {
+		t.Fatalf("new request during shutdown: %v", r)
 	}
 	// The request in flight completes.
-	msg, err = wire.ReadMessage(busy, nil, wire.DefaultMaxMessageSize)
-	if err != nil {
-		t.Fatalf("in-flight request lost: %v", err)
-	}
-	m, _ = wire.ParseMsg(msg)
-	if ok, _ := bson.Raw(m.Body).Lookup("ok").AsFloat64OK(); ok != 1 || m.Header.ResponseTo != 7 {
-		t.Fatalf("in-flight reply: %v", bson.Raw(m.Body))
+	if h, r := readReply(t, busy); okValue(r) != 1 || h.ResponseTo != 7 {
+		t.Fatalf("in-flight reply: %v", r)
 	}
 	select {
 	case code := <-done:
@@ -305,4 +293,14 @@ func TestShutdownUnderLoadExitsZero(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("did not exit")
 	}
+}
+
+func okValue(r bson.Raw) float64 {
+	f, _ := r.Lookup("ok").AsFloat64OK()
+	return f
+}
+
+func codeValue(r bson.Raw) int64 {
+	c, _ := r.Lookup("code").AsInt64OK()
+	return c
 }

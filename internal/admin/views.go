@@ -12,18 +12,12 @@ import (
 // would otherwise compute by hand (ages, rates, milliseconds) to the
 // Controller's snapshots.
 
-// ClientView is one client in showClients.
+// ClientView is one client in showClients: the Controller's ClientInfo and
+// how long the client has been connected.
 type ClientView struct {
-	ID          int64       `json:"id" bson:"id"`
-	Addr        string      `json:"addr" bson:"addr"`
-	AppName     string      `json:"appName" bson:"appName"`
-	Listener    string      `json:"listener" bson:"listener"`
-	State       ClientState `json:"state" bson:"state"`
-	ConnectedAt time.Time   `json:"connectedAt" bson:"connectedAt"`
+	ClientInfo `bson:",inline"`
 	// ConnectedForSec is how long the client has been connected.
 	ConnectedForSec float64 `json:"connectedForSec" bson:"connectedForSec"`
-	PinnedServer    string  `json:"pinnedServer,omitempty" bson:"pinnedServer,omitempty"`
-	Requests        uint64  `json:"requests" bson:"requests"`
 }
 
 // ServerConnView is one upstream connection in showServers.
@@ -141,11 +135,7 @@ func statsReport(cur StatsInfo, r Rates) StatsReport {
 func clientViews(cs []ClientInfo, now time.Time) []ClientView {
 	out := make([]ClientView, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, ClientView{
-			ID: c.ID, Addr: c.Addr, AppName: c.AppName, Listener: c.Listener, State: c.State,
-			ConnectedAt: c.ConnectedAt, ConnectedForSec: sec(now.Sub(c.ConnectedAt)),
-			PinnedServer: c.PinnedServer, Requests: c.Requests,
-		})
+		out = append(out, ClientView{ClientInfo: c, ConnectedForSec: sec(now.Sub(c.ConnectedAt))})
 	}
 	slices.SortFunc(out, func(a, b ClientView) int { return cmp.Compare(a.ID, b.ID) })
 	return out
