@@ -247,7 +247,9 @@ func (c *client) handle(msg []byte) error {
 		if len(msg) > wire.HeaderLen+8 {
 			compID = wire.CompressorID(msg[wire.HeaderLen+8])
 		}
-		c.aux = getBuffer(len(msg) * 4)
+		// A pooled buffer; Decompress grows it to the declared size, which
+		// it has checked against the limit first.
+		c.aux = getBuffer(0)
 		inner, err := wire.Decompress(c.aux.b[:0], msg, c.maxMsg)
 		if err != nil {
 			return c.protocolError(h.RequestID, err)
