@@ -225,6 +225,11 @@ func (a *App) bindAdmin(addr string) error {
 	if err != nil {
 		return &ListenError{Addr: addr, Err: err}
 	}
+	// The admin listener is unauthenticated: an address without a host
+	// (":9216") means loopback, not every interface.
+	if host, port, err := net.SplitHostPort(address); network == "tcp" && err == nil && host == "" {
+		address = net.JoinHostPort("127.0.0.1", port)
+	}
 	l, err := net.Listen(network, address)
 	if err != nil {
 		return &ListenError{Addr: addr, Err: err}
