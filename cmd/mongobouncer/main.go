@@ -114,15 +114,8 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		return 2
 	}
 
-	level := new(slog.LevelVar)
-	level.Set(cfg.Global.LogLevel.Level())
-	log := newLogger(stderr, cfg.Global, level)
-	a, err := app.NewWithOptions(cfg, app.Options{Logger: log, Level: level, Overrides: overrides})
-	if err != nil {
-		fmt.Fprintf(stderr, "mongobouncer: %v\n", err)
-		return 1
-	}
-	// Signals are handled from before the first client can connect.
+	// Signals are handled from before the listeners are bound: the kernel
+	// completes connections to a bound listener before the first Accept.
 	sigs := make(chan os.Signal, 4)
 	if stop == nil {
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -132,6 +125,15 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 			<-stop
 			sigs <- syscall.SIGTERM
 		}()
+	}
+
+	level := new(slog.LevelVar)
+	level.Set(cfg.Global.LogLevel.Level())
+	log := newLogger(stderr, cfg.Global, level)
+	a, err := app.NewWithOptions(cfg, app.Options{Logger: log, Level: level, Overrides: overrides})
+	if err != nil {
+		fmt.Fprintf(stderr, "mongobouncer: %v\n", err)
+		return 1
 	}
 	a.Start()
 	log.Info("mongobouncer started", "version", version, "pool_mode", string(cfg.Global.PoolMode))

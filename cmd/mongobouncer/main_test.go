@@ -202,6 +202,9 @@ func TestSignals(t *testing.T) {
 	go func() { done <- run([]string{"--config", path}, &out, &errb, nil) }()
 	c := waitDial(t, "tcp", listen, &errb)
 	defer c.Close()
+	// A served command proves the main loop is running, not just that the
+	// port is bound.
+	adminCommand(t, c, bson.D{{Key: "showPools", Value: 1}})
 
 	// SIGHUP reloads the file.
 	write(3)
