@@ -172,15 +172,6 @@ func adminCommand(t *testing.T, c net.Conn, cmd bson.D) bson.Raw {
 	return r
 }
 
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func TestSignals(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{})
 	up.Handle("slow", func(*fakemongo.Request) fakemongo.Reply {
@@ -188,7 +179,7 @@ func TestSignals(t *testing.T) {
 		r.Delay = 3 * time.Second
 		return r
 	})
-	listen := freePort(t)
+	listen := filepath.Join(t.TempDir(), "mb.sock")
 	path := filepath.Join(t.TempDir(), "mb.toml")
 	write := func(size int) {
 		cfg := fmt.Sprintf("[mongobouncer]\nlisten = %q\nmax_pool_size = %d\nshutdown_timeout = \"20s\"\n\n[databases.\"*\"]\nconnection_string = %q\n", listen, size, up.URI())
@@ -200,7 +191,7 @@ func TestSignals(t *testing.T) {
 	var out, errb syncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run([]string{"--config", path}, &out, &errb, nil) }()
-	c := waitDial(t, "tcp", listen, &errb)
+	c := waitDial(t, "unix", listen, &errb)
 	defer c.Close()
 	// A served command proves the main loop is running, not just that the
 	// port is bound.
@@ -221,7 +212,7 @@ func TestSignals(t *testing.T) {
 
 	// SIGTERM starts a graceful shutdown that waits for the slow request; a
 	// second signal exits at once with a non-zero code.
-	slow := waitDial(t, "tcp", listen, &errb)
+	slow := waitDial(t, "unix", listen, &errb)
 	defer slow.Close()
 	body, _ := bson.Marshal(bson.D{{Key: "slow", Value: 1}, {Key: "$db", Value: "test"}})
 	slow.Write(wire.AppendMsg(nil, 1, 0, 0, body))
@@ -258,16 +249,16 @@ func TestShutdownUnderLoadExitsZero(t *testing.T) {
 		r.Delay = 500 * time.Millisecond
 		return r
 	})
-	listen := freePort(t)
+	listen := filepath.Join(t.TempDir(), "mb.sock")
 	var out, errb syncBuffer
 	stop := make(chan struct{})
 	done := make(chan int, 1)
 	go func() {
 		done <- run([]string{"--listen", listen, "--upstream", up.URI(), "--pool-mode", "statement"}, &out, &errb, stop)
 	}()
-	busy := waitDial(t, "tcp", listen, &errb)
+	busy := waitDial(t, "unix", listen, &errb)
 	defer busy.Close()
-	idle := waitDial(t, "tcp", listen, &errb)
+	idle := waitDial(t, "unix", listen, &errb)
 	defer idle.Close()
 	if r := adminCommand(t, idle, bson.D{{Key: "showPools", Value: 1}}); !strings.Contains(r.String(), `"ok": {"$numberDouble":"1.0"}`) {
 		t.Fatalf("showPools: %v", r)
