@@ -479,8 +479,8 @@ func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed boo
 	}
 	c.mu.Unlock()
 	name := c.req.info.name
-	if _, known := commands[name]; !known {
-		name = "other"
+	if !c.req.info.known {
+		name = "other" // bounded label cardinality
 	}
 	c.s.opts.Observer.Request(route.Name, name, len(msg), c.bytesOut, time.Since(start), c.okReply)
 	return err
@@ -509,7 +509,7 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 
 	uc := pc.Upstream().(*upstream.Conn)
 	if err := uc.WriteMessage(msg); err != nil {
-		c.fail(route, srv, pc, pinned, err)
+		c.fail(route, srv, pc, err)
 		if req.more {
 			return nil
 		}
@@ -526,7 +526,7 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 	for {
 		reply, err := uc.ReadMessage(rbuf.b[:0])
 		if err != nil {
-			c.fail(route, srv, pc, pinned, err)
+			c.fail(route, srv, pc, err)
 			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
 		}
 		if cap(reply) > cap(rbuf.b) {
@@ -545,7 +545,7 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 			// A server must not stream to a request that did not allow it;
 			// the rest of its stream would be unread bytes on the conn.
 			err := fmt.Errorf("upstream %s sent moreToCome to a request without exhaustAllowed", srv.Address())
-			c.fail(route, srv, pc, pinned, err)
+			c.fail(route, srv, pc, err)
 			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
 		}
 		if !stream {
@@ -712,11 +712,6 @@ func (c *client) release(route *Route, srv *topology.Server, pc *pool.Conn, pinn
 			pinned = false
 		}
 	}
-	if len(c.pins) > 0 && c.hasPinLocked() {
-		c.state.Store(uint32(statePinned))
-	} else {
-		c.state.Store(uint32(stateIdle))
-	}
 	c.mu.Unlock()
 	if !pinned {
 		route.checkIn(srv, pc)
@@ -736,7 +731,7 @@ func (c *client) hasPinLocked() bool {
 // fail handles an I/O error on an upstream connection: the connection is
 // closed at check-in, the server hears of the error (it may clear its pool),
 // and a pin on it is dropped.
-func (c *client) fail(route *Route, srv *topology.Server, pc *pool.Conn, pinned bool, err error) {
+func (c *client) fail(route *Route, srv *topology.Server, pc *pool.Conn, err error) {
 	pc.MarkErrored(err)
 	srv.HandleError(err, pc)
 	c.s.log.Warn("upstream error", "route", route.Name, "server", srv.Address(), "client", c.id, "error", err)
@@ -744,11 +739,6 @@ func (c *client) fail(route *Route, srv *topology.Server, pc *pool.Conn, pinned 
 	c.busy = false
 	if p := c.pinLocked(route); p != nil && p.conn == pc {
 		p.conn = nil
-	}
-	if c.hasPinLocked() {
-		c.state.Store(uint32(statePinned))
-	} else {
-		c.state.Store(uint32(stateIdle))
 	}
 	c.mu.Unlock()
 	route.checkIn(srv, pc)

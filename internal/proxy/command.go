@@ -30,6 +30,9 @@ type cmdInfo struct {
 	// write marks the commands drivers retry as retryable writes; synthetic
 	// error replies to them carry the RetryableWriteError label.
 	write bool
+	// known is set for the commands of the table below; others are
+	// reported to metrics as "other".
+	known bool
 }
 
 // commands maps a command name to what the proxy knows about it. Lookups
@@ -39,7 +42,7 @@ var commands = func() map[string]cmdInfo {
 	m := map[string]cmdInfo{}
 	add := func(kind cmdKind, write bool, names ...string) {
 		for _, n := range names {
-			m[n] = cmdInfo{name: n, kind: kind, write: write}
+			m[n] = cmdInfo{name: n, kind: kind, write: write, known: true}
 		}
 	}
 	add(kindHello, false, "hello", "isMaster", "ismaster")
