@@ -101,6 +101,7 @@ func run() error {
 	}
 	fmt.Printf("   client conns:    %d driver connections to mongobouncer\n", *clients)
 	fmt.Printf("   upstream conns:  at most %d open to devmongo (pool of %d, plus 1 monitoring connection)\n", maxUp, *poolSize)
+	fmt.Println("   (the rate is FerretDB+SQLite's own; direct connections get the same: see docs/performance.md)")
 
 	fmt.Println("== stopping mongobouncer (SIGTERM) ...")
 	_ = cmd.Process.Signal(syscall.SIGTERM)
