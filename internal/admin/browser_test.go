@@ -211,10 +211,20 @@ func TestStatusPageInChromium(t *testing.T) {
 		if got := len(regexp.MustCompile(`[ML]\d`).FindAllString(card, -1)); got < 4*n {
 			t.Errorf("pool %s chart has %d path points, want at least %d", id, got, 4*n)
 		}
+		// Its checkout-latency chart shows the mean wait of the last
+		// interval, computed from the totals' differences.
+		w := p.WaitAvgMs[n-1]
+		if w < 1 || w > 5 {
+			t.Errorf("pool %s served a last-interval wait of %v ms, want 1..5", id, w)
+		}
+		if got, want := shown("pool."+id+".waitAvgMs"), strconv.FormatFloat(w, 'f', -1, 64); got != want {
+			t.Errorf("pool %s wait shows %s, served %s", id, got, want)
+		}
 	}
-	// Every chart is drawn over all samples: 4 overview charts + 4 pools.
-	if got := len(regexp.MustCompile(`<svg[^>]*data-points="`+strconv.Itoa(n)+`"`).FindAllString(dom, -1)); got != 8 {
-		t.Errorf("%d charts with %d points, want 8", got, n)
+	// Every chart is drawn over all samples: 4 overview charts, and two
+	// per pool (connections, checkout wait).
+	if got, want := len(regexp.MustCompile(`<svg[^>]*data-points="`+strconv.Itoa(n)+`"`).FindAllString(dom, -1)), 4+2*len(d.Pools); got != want {
+		t.Errorf("%d charts with %d points, want %d", got, n, want)
 	}
 	if t.Failed() {
 		t.Logf("DOM:\n%s", dom)

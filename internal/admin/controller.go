@@ -60,6 +60,11 @@ type PoolInfo struct {
 	Waiters     int    `json:"waiters" bson:"waiters"`
 	MaxPoolSize int    `json:"maxPoolSize" bson:"maxPoolSize"`
 	MinPoolSize int    `json:"minPoolSize" bson:"minPoolSize"`
+	// Checkouts and CheckoutWait total the successful checkouts and their
+	// wait since the pool's series began: the difference of two readings
+	// gives the mean checkout latency over the time between them.
+	Checkouts    uint64        `json:"checkouts" bson:"checkouts"`
+	CheckoutWait time.Duration `json:"checkoutWaitNs" bson:"checkoutWaitNs"`
 }
 
 // ClientState is where a client is: idle (no request), waiting (for an

@@ -65,7 +65,19 @@ func poolAt(i, j, s int) PoolInfo {
 		Mode: "transaction", State: "ready", Usable: true, Generation: uint64(s / 10),
 		Total: inUse + pending + avail, Available: avail, InUse: inUse, Pending: pending, Waiters: waiters,
 		MaxPoolSize: 10, MinPoolSize: 1,
+		Checkouts: uint64(10 * s), CheckoutWait: waitTotal(i, s),
 	}
+}
+
+// waitTotal is the total checkout wait of route i's pools after step s:
+// step k adds 10 checkouts of ((k+i)%5 + 1) ms each, so the mean over one
+// step is a whole number of milliseconds that changes from step to step.
+func waitTotal(i, s int) time.Duration {
+	var d time.Duration
+	for k := 1; k <= s; k++ {
+		d += 10 * time.Duration((k+i)%5+1) * time.Millisecond
+	}
+	return d
 }
 
 func (f *fakeCtl) Pools() []PoolInfo {

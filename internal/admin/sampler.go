@@ -2,6 +2,7 @@ package admin
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -240,6 +241,31 @@ type PoolSeries struct {
 	InUse     gapInts       `json:"inUse"`
 	Pending   gapInts       `json:"pending"`
 	Waiters   gapInts       `json:"waiters"`
+	// WaitAvgMs is the pool's mean checkout wait over each sample
+	// interval (0 when nothing was checked out; missing for a pool's first
+	// sample, which has no interval).
+	WaitAvgMs gapFloats `json:"waitAvgMs"`
+}
+
+// gapFloats is a series where NaN marks a missing point; JSON shows it as
+// null, which the page draws as a gap.
+type gapFloats []float64
+
+// MarshalJSON implements json.Marshaler.
+func (g gapFloats) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 2+8*len(g))
+	b = append(b, '[')
+	for i, v := range g {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			b = append(b, "null"...)
+			continue
+		}
+		b = strconv.AppendFloat(b, v, 'f', -1, 64)
+	}
+	return append(b, ']'), nil
 }
 
 // CurrentStatus is the newest sample's details.
@@ -297,6 +323,12 @@ func (s *Sampler) Data() StatusData {
 	}
 	type key struct{ route, server string }
 	idx := map[key]int{}
+	// prev holds each pool's checkout totals at its previous sample.
+	type totals struct {
+		checkouts uint64
+		wait      time.Duration
+	}
+	prev := map[key]totals{}
 	for i, sm := range ss {
 		d.Times[i] = sm.at.UnixMilli()
 		d.Clients["total"][i] = sm.clients
@@ -318,13 +350,20 @@ func (s *Sampler) Data() StatusData {
 				j = len(d.Pools)
 				idx[k] = j
 				d.Pools = append(d.Pools, PoolSeries{
-					Available: gaps(n), InUse: gaps(n), Pending: gaps(n), Waiters: gaps(n),
+					Available: gaps(n), InUse: gaps(n), Pending: gaps(n), Waiters: gaps(n), WaitAvgMs: floatGaps(n),
 				})
 			}
 			ps := &d.Pools[j]
 			ps.PoolInfo = p
 			ps.Available[i], ps.InUse[i], ps.Pending[i], ps.Waiters[i] =
 				clamp32(p.Available), clamp32(p.InUse), clamp32(p.Pending), clamp32(p.Waiters)
+			if pt, ok := prev[k]; ok && p.Checkouts >= pt.checkouts {
+				ps.WaitAvgMs[i] = 0
+				if dc := p.Checkouts - pt.checkouts; dc > 0 {
+					ps.WaitAvgMs[i] = ms((p.CheckoutWait - pt.wait) / time.Duration(dc))
+				}
+			}
+			prev[k] = totals{p.Checkouts, p.CheckoutWait}
 		}
 	}
 	if len(d.Pools) > maxPoolsPerSample { // pools that came and went
@@ -347,6 +386,14 @@ func (s *Sampler) Data() StatusData {
 		d.Current.PoolsTruncate = last.poolsTruncated
 	}
 	return d
+}
+
+func floatGaps(n int) gapFloats {
+	g := make(gapFloats, n)
+	for i := range g {
+		g[i] = math.NaN()
+	}
+	return g
 }
 
 func gaps(n int) gapInts {

@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -197,5 +198,32 @@ func BenchmarkSamplerData(b *testing.B) {
 		if _, err := json.Marshal(s.Data()); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestSamplerPoolWaitPerInterval checks that a pool's checkout latency is the
+// mean over each interval, from the differences of its totals: not the mean
+// since start, which would flatten out.
+func TestSamplerPoolWaitPerInterval(t *testing.T) {
+	f := newFake()
+	s := NewSampler(f, time.Second, time.Minute)
+	s.now = fakeClock(time.Second)
+	for range 4 {
+		s.Sample()
+	}
+	d := s.Data()
+	for _, p := range d.Pools {
+		if !math.IsNaN(p.WaitAvgMs[0]) {
+			t.Fatalf("pool %s|%s: first sample has no interval, got %v", p.Route, p.Server, p.WaitAvgMs[0])
+		}
+		for i := 1; i < len(p.WaitAvgMs); i++ {
+			if p.WaitAvgMs[i] < 1 || p.WaitAvgMs[i] > 5 {
+				t.Fatalf("pool %s|%s interval %d: %v ms, want the fake's 1..5 ms", p.Route, p.Server, i, p.WaitAvgMs[i])
+			}
+		}
+	}
+	b, err := json.Marshal(d.Pools[0].WaitAvgMs)
+	if err != nil || !strings.HasPrefix(string(b), "[null,") {
+		t.Fatalf("JSON %s %v: a missing point must be null", b, err)
 	}
 }

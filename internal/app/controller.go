@@ -50,12 +50,14 @@ func (a *App) Pools() []admin.PoolInfo {
 	for _, r := range a.sortedRoutes() {
 		for _, s := range r.topo.Servers() {
 			st := s.Pool().Stats()
+			checkouts, wait := a.metrics.CheckoutTotals(r.eff.Name, s.Address())
 			out = append(out, admin.PoolInfo{
 				Route: r.eff.Name, Server: s.Address(), Mode: r.proxy.PoolMode().String(),
 				State: st.State.String(), Paused: r.proxy.Paused(), Usable: s.State() == topology.Usable,
 				Generation: st.Generation, Total: st.Total, Available: st.Available, InUse: st.InUse,
 				Pending: st.Pending, Waiters: st.Waiters,
 				MaxPoolSize: st.Options.MaxPoolSize, MinPoolSize: st.Options.MinPoolSize,
+				Checkouts: checkouts, CheckoutWait: wait,
 			})
 		}
 	}

@@ -83,6 +83,9 @@ func TestStatusPageWithRealTraffic(t *testing.T) {
 			t.Fatalf("a chart has %d samples after 5 s of traffic", n)
 		}
 	}
+	if !regexp.MustCompile(`data-v="pool\.\*\|` + regexp.QuoteMeta(up.Addr()) + `\.waitAvgMs">[0-9.]+<`).MatchString(dom) {
+		t.Fatal("no checkout latency shown for the pool")
+	}
 	if !regexp.MustCompile(`data-v="app\.status-e2e">[1-9]`).MatchString(dom) {
 		t.Fatal("the page does not count the workload's clients under its appName")
 	}

@@ -39,6 +39,11 @@ type serverSeries struct {
 	// use of a reason the pool package does not define today.
 	failures [4]atomic.Pointer[prometheus.Counter]
 	closed   [5]atomic.Pointer[prometheus.Counter]
+	// checkouts and waitNs total the successful checkouts and their wait,
+	// so that readers (the status page) can compute the mean wait over any
+	// window from two readings.
+	checkouts atomic.Uint64
+	waitNs    atomic.Int64
 }
 
 var (
@@ -279,6 +284,8 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 		s.failure(pm.m, e.Reason).Inc()
 	case pool.ConnectionCheckedOut:
 		s.checkout.Observe(e.Duration.Seconds())
+		s.checkouts.Add(1)
+		s.waitNs.Add(int64(e.Duration))
 		pm.m.waitHist.record(e.Duration)
 		st.touch(e.ConnectionID, ConnInUse, pm.m.now())
 	case pool.ConnectionCheckedIn:
@@ -454,4 +461,17 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPoolMax, prometheus.GaugeValue, float64(a.max), k.route, k.server)
 		ch <- prometheus.MustNewConstMetric(descPoolUtil, prometheus.GaugeValue, float64(a.inUse)/float64(a.max), k.route, k.server)
 	}
+}
+
+// CheckoutTotals returns the number of successful checkouts from the pools
+// of (route, server) and their total wait, since those series were created.
+// Two readings give the mean wait over the time between them.
+func (m *Metrics) CheckoutTotals(route, server string) (checkouts uint64, wait time.Duration) {
+	m.mu.Lock()
+	s := m.servers[serverKey{route: route, server: server}]
+	m.mu.Unlock()
+	if s == nil {
+		return 0, 0
+	}
+	return s.checkouts.Load(), time.Duration(s.waitNs.Load())
 }
