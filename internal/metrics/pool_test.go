@@ -336,3 +336,35 @@ func poolCreated(addr string, maxPoolSize int) pool.Event {
 	o.MaxPoolSize = maxPoolSize
 	return pool.Event{Type: pool.PoolCreated, Address: addr, Options: &o}
 }
+
+// CheckoutTotals sums the successful checkouts and their waits of one
+// (route, server), for windowed means computed by readers.
+func TestCheckoutTotals(t *testing.T) {
+	m := New()
+	mon := m.PoolMonitor("app")
+	const a = "db1:27017"
+	opts := pool.DefaultOptions()
+	mon.HandleEvent(pool.Event{Type: pool.PoolCreated, Address: a, Options: &opts})
+	mon.HandleEvent(ev(pool.PoolReady, a, 0, pool.Counts{}))
+	if n, w := m.CheckoutTotals("app", a); n != 0 || w != 0 {
+		t.Fatalf("fresh totals %d %v", n, w)
+	}
+	mon.HandleEvent(ev(pool.ConnectionCreated, a, 1, pool.Counts{Total: 1, Pending: 1}))
+	mon.HandleEvent(ev(pool.ConnectionReady, a, 1, pool.Counts{Total: 1, Pending: 1}))
+	for _, d := range []time.Duration{2 * time.Millisecond, 4 * time.Millisecond} {
+		e := ev(pool.ConnectionCheckedOut, a, 1, pool.Counts{Total: 1, InUse: 1})
+		e.Duration = d
+		mon.HandleEvent(e)
+		mon.HandleEvent(ev(pool.ConnectionCheckedIn, a, 1, pool.Counts{Total: 1, InUse: 1}))
+	}
+	// A failed checkout is not a successful one.
+	f := ev(pool.ConnectionCheckOutFailed, a, 0, pool.Counts{Total: 1, Available: 1})
+	f.Reason, f.Duration = pool.ReasonTimeout, time.Second
+	mon.HandleEvent(f)
+	if n, w := m.CheckoutTotals("app", a); n != 2 || w != 6*time.Millisecond {
+		t.Fatalf("totals %d %v, want 2 and 6ms", n, w)
+	}
+	if n, w := m.CheckoutTotals("app", "other:27017"); n != 0 || w != 0 {
+		t.Fatalf("unknown server totals %d %v", n, w)
+	}
+}
