@@ -70,5 +70,16 @@ test: devmongo node-tools python-tools browser-tools fmt-check vet
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+# fuzz runs every fuzz target of the module for FUZZTIME each (the seed
+# corpora alone run in `make test`).
+FUZZTIME ?= 10s
+fuzz:
+	@for pkg in $$($(GO) list $(PKGS)); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "== $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
 clean:
 	rm -rf $(BIN)
