@@ -77,7 +77,10 @@ type ListenError struct {
 	Err  error
 }
 
+// Error names the address and the cause.
 func (e *ListenError) Error() string { return fmt.Sprintf("listen on %s: %v", e.Addr, e.Err) }
+
+// Unwrap returns the cause, so errors.Is sees syscall.EADDRINUSE and the like.
 func (e *ListenError) Unwrap() error { return e.Err }
 
 // Options are optional settings of New.
