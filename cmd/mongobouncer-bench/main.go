@@ -35,6 +35,9 @@ func main() {
 	if len(os.Args) == 2 && os.Args[1] == fakeUpstreamFlag {
 		os.Exit(serveFake())
 	}
+	if len(os.Args) == 4 && os.Args[1] == relayFlag {
+		os.Exit(serveRelay(os.Args[2], os.Args[3]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -48,7 +51,15 @@ type output struct {
 	// CPUPerOp is the spawned mongobouncer's CPU time per proxied
 	// operation (-spawn only).
 	CPUPerOp time.Duration `json:"cpu_per_op_ns,omitempty"`
-	Error    string        `json:"error,omitempty"`
+	// References are the reference relays' comparisons (-reference).
+	References []reference `json:"references,omitempty"`
+	Error      string      `json:"error,omitempty"`
+}
+
+// reference is one reference relay's comparison with direct traffic.
+type reference struct {
+	Relay   loadgen.RelayKind `json:"relay"`
+	Compare *loadgen.Report   `json:"compare"`
 }
 
 // run parses args, runs what they ask for and returns the exit status:
@@ -70,6 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		spawnBin = fs.String("spawn", "", "start a fake upstream here and this mongobouncer `binary` in front of it, and measure them")
 		bPool    = fs.Int("bouncer-pool", 10, "max_pool_size of the spawned mongobouncer")
 		bMode    = fs.String("bouncer-mode", "statement", "pool_mode of the spawned mongobouncer")
+		refs     = fs.Bool("reference", false, "with -spawn: also measure two reference relays in front of the same upstream (a goroutine per client, and epoll event loops), which copy messages and do nothing else: the floor of what relaying costs on this machine")
 	)
 	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client) or driver (insert/find/update through the Go driver)")
 	fs.IntVar(&cfg.Clients, "clients", loadgen.DefaultClients, "concurrent clients")
@@ -88,18 +100,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if *refs && *spawnBin == "" {
+		fmt.Fprintln(stderr, "mongobouncer-bench: -reference needs -spawn")
+		return 2
+	}
 	spawnedPID := 0
+	var sp *spawned
 	if *spawnBin != "" {
 		if *direct != "" || *proxied != "" || *pid != 0 {
 			fmt.Fprintln(stderr, "mongobouncer-bench: -spawn sets -direct, -proxied and -pid itself")
 			return 2
 		}
-		sp, err := spawn(*spawnBin, *bPool, *bMode)
+		var err error
+		sp, err = spawn(*spawnBin, *bPool, *bMode)
 		if err != nil {
 			fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)
 			return 1
 		}
 		defer sp.stop()
+		if *refs {
+			if err := sp.spawnRelays(sp.direct); err != nil {
+				fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)
+				return 1
+			}
+		}
 		spawnedPID = sp.pid()
 		*direct, *proxied = sp.direct, sp.proxied
 		if *idle > 0 {
@@ -157,6 +181,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			per := (cpu1 - cpu0) / time.Duration(rep.Proxied.Ops)
 			out.CPUPerOp = per
 			fmt.Fprintf(table, "mongobouncer CPU per proxied operation: %v (user+system, at most)\n", per)
+		}
+		if err == nil && sp != nil && len(sp.relays) > 0 {
+			summary := fmt.Sprintf("proxied/direct throughput: mongobouncer %.3f", rep.ThroughputRatio)
+			for _, r := range sp.relays {
+				fmt.Fprintf(table, "\nreference: %s relay at %s (no pool, no inspection)\n", r.kind, r.addr)
+				var rrep loadgen.Report
+				rrep, err = loadgen.Compare(ctx, *direct, r.addr, cfg)
+				if len(rrep.Runs) > 0 {
+					_ = rrep.WriteTable(table)
+					out.References = append(out.References, reference{Relay: r.kind, Compare: &rrep})
+				}
+				if err != nil {
+					break
+				}
+				summary += fmt.Sprintf(", %s relay %.3f", r.kind, rrep.ThroughputRatio)
+			}
+			fmt.Fprintf(table, "\n%s\n", summary)
 		}
 	}
 	if err == nil && *idle > 0 {

@@ -7,14 +7,18 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 	"go.uber.org/goleak"
 
+	"github.com/mongobouncer/mongobouncer/internal/loadgen"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -98,6 +102,7 @@ func TestUsage(t *testing.T) {
 		{"-nosuchflag"},
 		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-workload", "nope"},
 		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-duration", "100ms", "-warmup", "200ms"},
+		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-reference"},
 	} {
 		if code, _, stderr := runArgs(args...); code != 2 || stderr == "" {
 			t.Errorf("%q: exit %d, stderr %q; want 2 with a message", args, code, stderr)
@@ -161,5 +166,50 @@ func TestFailureExit(t *testing.T) {
 	var out output
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil || out.Error == "" || out.Compare == nil {
 		t.Fatalf("JSON %q (%v): want the partial report and the error", stdout, err)
+	}
+}
+
+// TestSpawnWithReference builds this tool and mongobouncer and runs a short
+// -spawn -reference comparison: the fake upstream, mongobouncer and both
+// reference relays each run in a process of their own, and every side
+// carries traffic.
+func TestSpawnWithReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two binaries")
+	}
+	dir := t.TempDir()
+	bench, bouncer := filepath.Join(dir, "mongobouncer-bench"), filepath.Join(dir, "mongobouncer")
+	for bin, pkg := range map[string]string{bench: ".", bouncer: "../mongobouncer"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bench, "-spawn", bouncer, "-reference", "-clients", "4", "-duration", "300ms",
+		"-warmup", "50ms", "-rounds", "1", "-json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+	}
+	var out output
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout.String())
+	}
+	if out.Compare == nil || out.Compare.Proxied.Ops == 0 || out.Compare.Proxied.Errors != 0 || out.CPUPerOp <= 0 {
+		t.Fatalf("mongobouncer comparison: %+v", out)
+	}
+	if len(out.References) != 2 || out.References[0].Relay != loadgen.RelayGoroutine || out.References[1].Relay != loadgen.RelayEpoll {
+		t.Fatalf("references %+v", out.References)
+	}
+	for _, r := range out.References {
+		if r.Compare == nil || r.Compare.Proxied.Ops == 0 || r.Compare.Proxied.Errors != 0 || r.Compare.ThroughputRatio <= 0 {
+			t.Fatalf("%s relay: %+v", r.Relay, r.Compare)
+		}
+	}
+	if !strings.Contains(stderr.String(), "proxied/direct throughput: mongobouncer") {
+		t.Fatalf("summary line missing:\n%s", stderr.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/loadgen"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 )
 
@@ -23,6 +25,8 @@ type spawned struct {
 	fake, bouncer *child
 	direct        string
 	proxied       string
+	// relays are the reference relays (-reference), in front of the fake.
+	relays []spawnedRelay
 }
 
 // child is a started process with its exit watched.
@@ -78,32 +82,9 @@ func spawn(bin string, poolSize int, mode string) (*spawned, error) {
 	if err != nil {
 		return nil, err
 	}
-	fcmd := exec.Command(self, fakeUpstreamFlag)
-	fcmd.Stderr = os.Stderr
-	out, err := fcmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	fake, err := startChild(fcmd)
+	fake, direct, err := startAnnouncing(exec.Command(self, fakeUpstreamFlag))
 	if err != nil {
 		return nil, fmt.Errorf("start fake upstream: %w", err)
-	}
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		if sc.Scan() {
-			line <- sc.Text()
-		}
-		close(line)
-	}()
-	var direct string
-	select {
-	case direct = <-line:
-	case <-time.After(10 * time.Second):
-	}
-	if direct == "" {
-		fake.stop()
-		return nil, errors.New("fake upstream did not start")
 	}
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -144,10 +125,91 @@ func spawn(bin string, poolSize int, mode string) (*spawned, error) {
 
 func (s *spawned) pid() int { return s.bouncer.cmd.Process.Pid }
 
-// stop terminates mongobouncer, then the fake upstream.
+// stop terminates mongobouncer and the reference relays, then the fake
+// upstream.
 func (s *spawned) stop() {
 	s.bouncer.stop()
+	for _, r := range s.relays {
+		r.proc.stop()
+	}
 	s.fake.stop()
+}
+
+// startAnnouncing starts cmd, a child that prints the address it serves on
+// its first line of output, and returns it with that address.
+func startAnnouncing(cmd *exec.Cmd) (*child, string, error) {
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := startChild(cmd)
+	if err != nil {
+		return nil, "", err
+	}
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			line <- sc.Text()
+		}
+		close(line)
+		_, _ = io.Copy(io.Discard, out) // never block the child on a full pipe
+	}()
+	var addr string
+	select {
+	case addr = <-line:
+	case <-time.After(10 * time.Second):
+	}
+	if addr == "" {
+		c.stop()
+		return nil, "", errors.New("it did not print its address within 10s")
+	}
+	return c, addr, nil
+}
+
+// relayFlag makes the bench binary serve a reference relay (see
+// serveRelay); -reference runs it as a child process: -serve-relay KIND UPSTREAM.
+const relayFlag = "-serve-relay"
+
+// spawnedRelay is a reference relay in a process of its own.
+type spawnedRelay struct {
+	kind loadgen.RelayKind
+	proc *child
+	addr string
+}
+
+// spawnRelays starts one relay process of each kind in front of upstream.
+func (s *spawned) spawnRelays(upstream string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	for _, kind := range []loadgen.RelayKind{loadgen.RelayGoroutine, loadgen.RelayEpoll} {
+		proc, addr, err := startAnnouncing(exec.Command(self, relayFlag, string(kind), upstream))
+		if err != nil {
+			return fmt.Errorf("start %s relay: %w", kind, err)
+		}
+		s.relays = append(s.relays, spawnedRelay{kind: kind, proc: proc, addr: addr})
+	}
+	return nil
+}
+
+// serveRelay runs a reference relay of kind in front of upstream on a free
+// loopback port, prints its address on stdout, and serves until SIGTERM or
+// SIGINT.
+func serveRelay(kind, upstream string) int {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	r, err := loadgen.ListenRelay("127.0.0.1:0", upstream, loadgen.RelayKind(kind))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relay:", err)
+		return 1
+	}
+	fmt.Println(r.Addr())
+	<-sig
+	_ = r.Close()
+	return 0
 }
 
 // cpuTime returns the user+system CPU time consumed so far by process pid,

@@ -1,0 +1,218 @@
+package loadgen
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// RelayKind names a reference relay's I/O model.
+type RelayKind string
+
+const (
+	// RelayGoroutine relays with one goroutine per client connection and
+	// blocking reads and writes through Go's netpoller: the I/O model of
+	// mongobouncer itself.
+	RelayGoroutine RelayKind = "goroutine"
+	// RelayEpoll relays from a few event loops on epoll with raw system
+	// calls and no goroutine per connection (Linux only): the I/O model of
+	// HAProxy or PgBouncer.
+	RelayEpoll RelayKind = "epoll"
+)
+
+// MaxRelayMessage bounds the messages a reference relay carries; a larger
+// one closes that client. The relays exist to measure small commands.
+const MaxRelayMessage = 64 * 1024
+
+// relayDialTimeout bounds the dial of a client's upstream connection.
+const relayDialTimeout = 5 * time.Second
+
+// ErrRelayUnsupported reports a relay kind this platform cannot run.
+var ErrRelayUnsupported = errors.New("loadgen: relay kind not supported on this platform")
+
+// Relay is a reference proxy for comparisons, not a pooler: it gives each
+// client connection a dedicated upstream connection and copies whole
+// messages between them, with no inspection, routing, pooling or
+// accounting. What it costs is the floor of what any relay with that I/O
+// model costs on the machine, so a benchmark that measures it beside
+// mongobouncer tells how much of mongobouncer's cost is its own work and how
+// much the relaying itself.
+type Relay struct {
+	ln       net.Listener
+	upstream string
+
+	wg     sync.WaitGroup
+	closed chan struct{}
+	once   sync.Once
+
+	// mu guards conns, the open connections of the goroutine relay, so that
+	// Close can end them.
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+
+	loops *epollLoops // RelayEpoll only
+}
+
+// ListenRelay starts a reference relay of the given kind on addr in front
+// of the upstream address. Close stops it and ends its connections.
+func ListenRelay(addr, upstream string, kind RelayKind) (*Relay, error) {
+	if kind != RelayGoroutine && kind != RelayEpoll {
+		return nil, fmt.Errorf("loadgen: unknown relay kind %q (want %q or %q)", kind, RelayGoroutine, RelayEpoll)
+	}
+	r := &Relay{upstream: upstream, closed: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	if kind == RelayEpoll {
+		loops, err := startEpollLoops()
+		if err != nil {
+			return nil, err
+		}
+		r.loops = loops
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if r.loops != nil {
+			r.loops.stop()
+		}
+		return nil, err
+	}
+	r.ln = ln
+	r.wg.Add(1)
+	go r.accept()
+	return r, nil
+}
+
+// Addr returns the address the relay listens on.
+func (r *Relay) Addr() string { return r.ln.Addr().String() }
+
+// Close stops accepting, ends every relayed connection and waits for the
+// relay's goroutines.
+func (r *Relay) Close() error {
+	r.once.Do(func() {
+		close(r.closed)
+		_ = r.ln.Close()
+		r.mu.Lock()
+		for c := range r.conns {
+			_ = c.Close()
+		}
+		r.mu.Unlock()
+		if r.loops != nil {
+			r.loops.stop()
+		}
+	})
+	r.wg.Wait()
+	return nil
+}
+
+func (r *Relay) accept() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			select {
+			case <-r.closed:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			time.Sleep(10 * time.Millisecond) // e.g. out of file descriptors
+			continue
+		}
+		u, err := net.DialTimeout("tcp", r.upstream, relayDialTimeout)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		if r.loops != nil {
+			if err := r.loops.add(c, u); err != nil {
+				_ = c.Close()
+				_ = u.Close()
+			}
+			continue
+		}
+		if !r.track(c, u) {
+			return
+		}
+		r.wg.Add(1)
+		go r.pump(c, u)
+	}
+}
+
+// track records a goroutine relay's pair so that Close can end it; it
+// reports false (and closes both) once the relay is closed.
+func (r *Relay) track(c, u net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.closed:
+		_ = c.Close()
+		_ = u.Close()
+		return false
+	default:
+	}
+	r.conns[c], r.conns[u] = struct{}{}, struct{}{}
+	return true
+}
+
+// pump is the goroutine relay's per-client loop: one request to the
+// upstream, one reply back, as a pooler in statement mode without the pool.
+func (r *Relay) pump(c, u net.Conn) {
+	defer r.wg.Done()
+	defer func() {
+		_ = c.Close()
+		_ = u.Close()
+		r.mu.Lock()
+		delete(r.conns, c)
+		delete(r.conns, u)
+		r.mu.Unlock()
+	}()
+	cr := bufio.NewReaderSize(c, 4096)
+	ur := bufio.NewReaderSize(u, 4096)
+	buf := make([]byte, 4096)
+	for {
+		msg, err := readRelayMessage(cr, &buf)
+		if err != nil {
+			return
+		}
+		if _, err := u.Write(msg); err != nil {
+			return
+		}
+		if msg, err = readRelayMessage(ur, &buf); err != nil {
+			return
+		}
+		if _, err := c.Write(msg); err != nil {
+			return
+		}
+	}
+}
+
+// errRelayLength reports a message length outside [16, MaxRelayMessage].
+var errRelayLength = errors.New("loadgen: relayed message length out of bounds")
+
+// readRelayMessage reads one length-prefixed message into *buf, growing it
+// up to MaxRelayMessage.
+func readRelayMessage(r io.Reader, buf *[]byte) ([]byte, error) {
+	b := *buf
+	if _, err := io.ReadFull(r, b[:4]); err != nil {
+		return nil, err
+	}
+	n := int(int32(binary.LittleEndian.Uint32(b)))
+	if n < 16 || n > MaxRelayMessage {
+		return nil, errRelayLength
+	}
+	if n > len(b) {
+		nb := make([]byte, n)
+		copy(nb, b[:4])
+		b, *buf = nb, nb
+	}
+	if _, err := io.ReadFull(r, b[4:n]); err != nil {
+		return nil, err
+	}
+	return b[:n], nil
+}
