@@ -29,6 +29,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/devmongo"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -926,9 +927,14 @@ func testManyClients(t *testing.T, up *devmongo.Server) {
 
 	// Sample the pool and, on Linux, the sockets, for the whole run.
 	var maxTotal, maxUp, maxClientConns, maxClients, samples atomic.Int64
+	// atMaxUp is the pool's state at the sample with the most upstream
+	// sockets, for the failure message. Written by the sampler only, read
+	// after it has stopped.
+	var atMaxUp pool.Stats
 	stop := make(chan struct{})
 	sampled := make(chan error, 1)
 	pl := a.Topologies()[0].Servers()[0].Pool()
+	gen0 := pl.Stats().Generation
 	setMax := func(m *atomic.Int64, v int64) {
 		for cur := m.Load(); v > cur && !m.CompareAndSwap(cur, v); cur = m.Load() {
 		}
@@ -944,6 +950,9 @@ func testManyClients(t *testing.T, up *devmongo.Server) {
 				if err != nil {
 					sampled <- err
 					return
+				}
+				if int64(n[upPort]) > maxUp.Load() {
+					atMaxUp = pl.Stats()
 				}
 				setMax(&maxUp, int64(n[upPort]))
 				setMax(&maxClientConns, int64(n[bPort]))
@@ -1047,7 +1056,8 @@ func testManyClients(t *testing.T, up *devmongo.Server) {
 		// The pool's connections plus the monitor's one connection, which
 		// lives outside the pool.
 		if maxUp.Load() > poolSize+1 {
-			t.Fatalf("%d upstream connections at once, want <= %d (pool %d + monitor 1)", maxUp.Load(), poolSize+1, poolSize)
+			t.Fatalf("%d upstream connections at once, want <= %d (pool %d + monitor 1); pool then: %+v (generation %d at the start, %d at the end)",
+				maxUp.Load(), poolSize+1, poolSize, atMaxUp.Counts, gen0, pl.Stats().Generation)
 		}
 		if maxUp.Load() < 2 {
 			t.Fatalf("at most %d upstream connection seen: the sampler missed the pool", maxUp.Load())
