@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-func relayKinds(t *testing.T) []RelayKind {
+func relayKinds() []RelayKind {
 	kinds := []RelayKind{RelayGoroutine}
 	if runtime.GOOS == "linux" {
 		kinds = append(kinds, RelayEpoll)
@@ -19,15 +19,24 @@ func relayKinds(t *testing.T) []RelayKind {
 	return kinds
 }
 
+// startRelay starts a responder and a relay of kind in front of it; the
+// relay is closed when the test ends (Close is idempotent, so a test may
+// close it earlier).
+func startRelay(t *testing.T, kind RelayKind) (*responder, *Relay) {
+	t.Helper()
+	r := startResponder(t, responderOpts{})
+	relay, err := ListenRelay("127.0.0.1:0", r.addr(), kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+	return r, relay
+}
+
 func TestRelayCarriesPings(t *testing.T) {
-	for _, kind := range relayKinds(t) {
+	for _, kind := range relayKinds() {
 		t.Run(string(kind), func(t *testing.T) {
-			r := startResponder(t, responderOpts{})
-			relay, err := ListenRelay("127.0.0.1:0", r.addr(), kind)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer relay.Close()
+			r, relay := startRelay(t, kind)
 			cfg := Config{Clients: 8, Duration: 500 * time.Millisecond, MaxOps: 20_000}
 			res, err := Run(context.Background(), relay.Addr(), cfg)
 			if err != nil {
@@ -50,14 +59,9 @@ func TestRelayCarriesPings(t *testing.T) {
 // A message over the bound, or under the header size, ends that client and
 // only that client.
 func TestRelayBadLengthClosesOnlyThatClient(t *testing.T) {
-	for _, kind := range relayKinds(t) {
+	for _, kind := range relayKinds() {
 		t.Run(string(kind), func(t *testing.T) {
-			r := startResponder(t, responderOpts{})
-			relay, err := ListenRelay("127.0.0.1:0", r.addr(), kind)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer relay.Close()
+			_, relay := startRelay(t, kind)
 			for _, n := range []uint32{MaxRelayMessage + 1, 8, 0xffffffff} {
 				bad, err := net.Dial("tcp", relay.Addr())
 				if err != nil {
@@ -90,13 +94,9 @@ func isReset(err error) bool {
 // Close ends open client connections and returns; goleak (TestMain) checks
 // that no relay goroutine is left.
 func TestRelayCloseEndsConnections(t *testing.T) {
-	for _, kind := range relayKinds(t) {
+	for _, kind := range relayKinds() {
 		t.Run(string(kind), func(t *testing.T) {
-			r := startResponder(t, responderOpts{})
-			relay, err := ListenRelay("127.0.0.1:0", r.addr(), kind)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, relay := startRelay(t, kind)
 			c, err := net.Dial("tcp", relay.Addr())
 			if err != nil {
 				t.Fatal(err)
