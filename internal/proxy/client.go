@@ -601,9 +601,10 @@ func replyView(msg []byte) (wire.MsgFlags, bsoncore.Document) {
 // the route when it has one and affinity allows, else a checkout from the
 // server that affinity names or that selection picks.
 func (c *client) acquire(route *Route, req *request, key txnKey, inTxn bool, killIDs []int64) (*topology.Server, *pool.Conn, bool, error) {
-	now := time.Now()
 	var need *topology.Server
 	if route.multi {
+		// Only affinity needs the clock: a single-server route spares the read.
+		now := time.Now()
 		switch {
 		case req.info.kind == kindGetMore:
 			need, _ = route.cursors.get(req.cursorID, now)
