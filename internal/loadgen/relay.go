@@ -2,13 +2,14 @@ package loadgen
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
 // RelayKind names a reference relay's I/O model.
@@ -175,44 +176,17 @@ func (r *Relay) pump(c, u net.Conn) {
 	cr := bufio.NewReaderSize(c, 4096)
 	ur := bufio.NewReaderSize(u, 4096)
 	buf := make([]byte, 4096)
-	for {
-		msg, err := readRelayMessage(cr, &buf)
+	relay := func(r io.Reader, w io.Writer) bool {
+		msg, err := wire.ReadMessage(r, buf, MaxRelayMessage)
 		if err != nil {
-			return
+			return false
 		}
-		if _, err := u.Write(msg); err != nil {
-			return
+		if cap(msg) > cap(buf) {
+			buf = msg[:cap(msg)]
 		}
-		if msg, err = readRelayMessage(ur, &buf); err != nil {
-			return
-		}
-		if _, err := c.Write(msg); err != nil {
-			return
-		}
+		_, err = w.Write(msg)
+		return err == nil
 	}
-}
-
-// errRelayLength reports a message length outside [16, MaxRelayMessage].
-var errRelayLength = errors.New("loadgen: relayed message length out of bounds")
-
-// readRelayMessage reads one length-prefixed message into *buf, growing it
-// up to MaxRelayMessage.
-func readRelayMessage(r io.Reader, buf *[]byte) ([]byte, error) {
-	b := *buf
-	if _, err := io.ReadFull(r, b[:4]); err != nil {
-		return nil, err
+	for relay(cr, u) && relay(ur, c) {
 	}
-	n := int(int32(binary.LittleEndian.Uint32(b)))
-	if n < 16 || n > MaxRelayMessage {
-		return nil, errRelayLength
-	}
-	if n > len(b) {
-		nb := make([]byte, n)
-		copy(nb, b[:4])
-		b, *buf = nb, nb
-	}
-	if _, err := io.ReadFull(r, b[4:n]); err != nil {
-		return nil, err
-	}
-	return b[:n], nil
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
 // epollLoops are the event loops of a RelayEpoll, one per P: each owns an
@@ -201,7 +203,7 @@ func (l *epollLoop) readableLocked(e *relayEnd) {
 	e.n += m
 	for e.n >= 4 {
 		size := int(int32(binary.LittleEndian.Uint32(e.buf)))
-		if size < 16 || size > MaxRelayMessage {
+		if size < wire.HeaderLen || size > MaxRelayMessage {
 			l.closePairLocked(e)
 			return
 		}
