@@ -62,16 +62,29 @@ const fakeUpstreamFlag = "-serve-fake-upstream"
 // serveFake runs a fake upstream on a free loopback port, prints its
 // address on stdout, and serves until SIGTERM or SIGINT.
 func serveFake() int {
+	sig := notifyStop()
 	fake, err := fakemongo.Listen("127.0.0.1:0", fakemongo.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake upstream:", err)
 		return 1
 	}
-	fmt.Println(fake.Addr())
+	return announceAndServe(fake.Addr(), sig, func() { fake.Close() })
+}
+
+// notifyStop subscribes to SIGTERM and SIGINT. A child calls it before it
+// binds, so a stop signal sent as soon as its address is known is caught.
+func notifyStop() <-chan os.Signal {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	return sig
+}
+
+// announceAndServe prints addr on stdout for the parent (startAnnouncing),
+// then waits for a stop signal and calls stop.
+func announceAndServe(addr string, sig <-chan os.Signal, stop func()) int {
+	fmt.Println(addr)
 	<-sig
-	fake.Close()
+	stop()
 	return 0
 }
 
@@ -199,17 +212,13 @@ func (s *spawned) spawnRelays(upstream string) error {
 // loopback port, prints its address on stdout, and serves until SIGTERM or
 // SIGINT.
 func serveRelay(kind, upstream string) int {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	sig := notifyStop()
 	r, err := loadgen.ListenRelay("127.0.0.1:0", upstream, loadgen.RelayKind(kind))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		return 1
 	}
-	fmt.Println(r.Addr())
-	<-sig
-	_ = r.Close()
-	return 0
+	return announceAndServe(r.Addr(), sig, func() { _ = r.Close() })
 }
 
 // cpuTime returns the user+system CPU time consumed so far by process pid,
