@@ -22,8 +22,9 @@ var (
 	ErrInvalidValue = errors.New("config: invalid value")
 	// ErrConnString marks a connection string that does not parse.
 	ErrConnString = errors.New("config: invalid connection string")
-	// ErrSRVUnsupported marks a mongodb+srv:// connection string: resolving
-	// SRV and TXT records is not implemented yet.
+	// ErrSRVUnsupported marks a mongodb+srv:// connection string, which is
+	// refused on purpose: mongobouncer does not resolve SRV and TXT records,
+	// and the error tells the user to list the hosts instead.
 	ErrSRVUnsupported = errors.New("mongodb+srv is not supported yet")
 )
 
