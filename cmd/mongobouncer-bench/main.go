@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -49,7 +50,8 @@ type output struct {
 	Compare *loadgen.Report     `json:"compare,omitempty"`
 	Idle    *loadgen.IdleReport `json:"idle,omitempty"`
 	// CPUPerOp is the spawned mongobouncer's CPU time per proxied
-	// operation (-spawn only).
+	// operation, warm-up included (-spawn only; Compare.Proxied.CPU has
+	// every process's).
 	CPUPerOp time.Duration `json:"cpu_per_op_ns,omitempty"`
 	// References are the reference relays' comparisons (-reference).
 	References []reference `json:"references,omitempty"`
@@ -166,28 +168,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var out output
 	var err error
 	if compare {
-		var cpu0 time.Duration
-		if spawnedPID != 0 {
-			cpu0, _ = cpuTime(spawnedPID)
+		var procs []loadgen.Process
+		if sp != nil {
+			// Every process of the comparison, so that the report shows
+			// where a proxied operation's CPU goes (see docs/performance.md).
+			procs = []loadgen.Process{{Name: "bench", PID: 0}, {Name: "upstream", PID: sp.fake.cmd.Process.Pid}}
+		}
+		mcfg := cfg
+		if sp != nil {
+			mcfg.Processes = slices.Concat(procs, []loadgen.Process{{Name: "mongobouncer", PID: spawnedPID, ProxiedOnly: true}})
 		}
 		var rep loadgen.Report
-		rep, err = loadgen.Compare(ctx, *direct, *proxied, cfg)
+		rep, err = loadgen.Compare(ctx, *direct, *proxied, mcfg)
 		if len(rep.Runs) > 0 {
 			out.Compare = &rep
 			_ = rep.WriteTable(table)
 		}
-		if cpu1, cerr := cpuTime(spawnedPID); spawnedPID != 0 && cerr == nil && rep.Proxied.Ops > 0 {
-			// Warm-up operations are not in Ops, so this is an upper bound.
-			per := (cpu1 - cpu0) / time.Duration(rep.Proxied.Ops)
-			out.CPUPerOp = per
-			fmt.Fprintf(table, "mongobouncer CPU per proxied operation: %v (user+system, at most)\n", per)
+		if c, ok := rep.Proxied.ProcessCPU("mongobouncer"); ok {
+			out.CPUPerOp = c.PerOp
 		}
 		if err == nil && sp != nil && len(sp.relays) > 0 {
-			summary := fmt.Sprintf("proxied/direct throughput: mongobouncer %.3f", rep.ThroughputRatio)
+			summary := fmt.Sprintf("proxied/direct throughput (CPU ratio): mongobouncer %.3f (%.3f)", rep.ThroughputRatio, rep.CPURatio)
 			for _, r := range sp.relays {
 				fmt.Fprintf(table, "\nreference: %s relay at %s (no pool, no inspection)\n", r.kind, r.addr)
+				rcfg := cfg
+				rcfg.Processes = slices.Concat(procs, []loadgen.Process{{Name: string(r.kind) + "-relay", PID: r.proc.cmd.Process.Pid, ProxiedOnly: true}})
 				var rrep loadgen.Report
-				rrep, err = loadgen.Compare(ctx, *direct, r.addr, cfg)
+				rrep, err = loadgen.Compare(ctx, *direct, r.addr, rcfg)
 				if len(rrep.Runs) > 0 {
 					_ = rrep.WriteTable(table)
 					out.References = append(out.References, reference{Relay: r.kind, Compare: &rrep})
@@ -195,7 +202,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				if err != nil {
 					break
 				}
-				summary += fmt.Sprintf(", %s relay %.3f", r.kind, rrep.ThroughputRatio)
+				summary += fmt.Sprintf(", %s relay %.3f (%.3f)", r.kind, rrep.ThroughputRatio, rrep.CPURatio)
 			}
 			fmt.Fprintf(table, "\n%s\n", summary)
 		}

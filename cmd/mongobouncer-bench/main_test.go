@@ -209,7 +209,26 @@ func TestSpawnWithReference(t *testing.T) {
 			t.Fatalf("%s relay: %+v", r.Relay, r.Compare)
 		}
 	}
-	if !strings.Contains(stderr.String(), "proxied/direct throughput: mongobouncer") {
+	// Every process is measured: the load tool and the upstream on both
+	// sides, the proxy on the proxied side only.
+	for _, c := range []struct {
+		name string
+		rep  *loadgen.Report
+		want []string
+	}{
+		{"mongobouncer", out.Compare, []string{"bench", "upstream", "mongobouncer"}},
+		{"goroutine relay", out.References[0].Compare, []string{"bench", "upstream", "goroutine-relay"}},
+		{"epoll relay", out.References[1].Compare, []string{"bench", "upstream", "epoll-relay"}},
+	} {
+		var got []string
+		for _, p := range c.rep.Proxied.CPU {
+			got = append(got, p.Name)
+		}
+		if strings.Join(got, ",") != strings.Join(c.want, ",") || len(c.rep.Direct.CPU) != 2 || c.rep.CPURatio <= 0 {
+			t.Fatalf("%s: CPU measured for %v (direct %+v), ratio %v", c.name, got, c.rep.Direct.CPU, c.rep.CPURatio)
+		}
+	}
+	if !strings.Contains(stderr.String(), "proxied/direct throughput (CPU ratio): mongobouncer") {
 		t.Fatalf("summary line missing:\n%s", stderr.String())
 	}
 }

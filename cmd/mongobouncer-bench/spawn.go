@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -219,31 +218,4 @@ func serveRelay(kind, upstream string) int {
 		return 1
 	}
 	return announceAndServe(r.Addr(), sig, func() { _ = r.Close() })
-}
-
-// cpuTime returns the user+system CPU time consumed so far by process pid,
-// from /proc/PID/stat (in clock ticks of 1/100 s on Linux).
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may contain spaces; fields after its
-	// closing parenthesis are plain.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	f := strings.Fields(s[i+1:])
-	// utime and stime are fields 14 and 15, i.e. 11 and 12 after ')'.
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("malformed /proc stat times")
-	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }

@@ -38,8 +38,14 @@ type SideSummary struct {
 	OpsPerSec float64 `json:"ops_per_sec"`
 	// Latency summarises all rounds' latencies merged.
 	Latency Latency `json:"latency"`
+	// CPU is the CPU time of each of Config.Processes over this side's
+	// runs (empty when none is configured or none could be read).
+	CPU []ProcessCPU `json:"cpu,omitempty"`
 
 	hist *Histogram
+	// completed counts the operations the runs completed, warm-up
+	// included: the denominator of CPU per operation.
+	completed int64
 }
 
 func (s *SideSummary) add(r *Result) {
@@ -108,6 +114,10 @@ type Report struct {
 	AddedP50 time.Duration `json:"added_p50_ns"`
 	// AddedP99 is Proxied.Latency.P99 - Direct.Latency.P99.
 	AddedP99 time.Duration `json:"added_p99_ns"`
+	// CPURatio is Direct.CPUPerOp() / Proxied.CPUPerOp(): the throughput
+	// ratio to expect when the processes measured share CPUs they keep
+	// busy (0 when CPU was not measured).
+	CPURatio float64 `json:"cpu_ratio,omitempty"`
 
 	// Runs lists every run in execution order.
 	Runs []RunRecord `json:"runs"`
@@ -148,9 +158,12 @@ func Compare(ctx context.Context, directAddr, proxiedAddr string, cfg Config) (R
 			// the previous run (the driver workload makes plenty) is not
 			// billed to this one.
 			runtime.GC()
+			cpu0 := sampleCPU(cfg.Processes)
 			res, err := Run(ctx, addr, cfg)
+			cpu1 := sampleCPU(cfg.Processes)
 			rep.Runs = append(rep.Runs, RunRecord{Round: round, Side: side, Result: res})
 			sum.add(&res)
+			sum.addCPU(cfg.Processes, side == SideProxied, cpu0, cpu1, res.Ops+res.WarmupOps)
 			rep.finish()
 			cfg.Logger.Info("loadgen: run done", "round", round, "side", side, "addr", addr,
 				"ops", res.Ops, "errors", res.Errors, "ops_per_sec", int64(res.OpsPerSec),
@@ -180,6 +193,9 @@ func (r *Report) finish() {
 	}
 	r.AddedP50 = r.Proxied.Latency.P50 - r.Direct.Latency.P50
 	r.AddedP99 = r.Proxied.Latency.P99 - r.Direct.Latency.P99
+	if d, p := r.Direct.CPUPerOp(), r.Proxied.CPUPerOp(); d > 0 && p > 0 {
+		r.CPURatio = float64(d) / float64(p)
+	}
 	if n := len(r.RoundRatios); n > 0 {
 		s := slices.Sorted(slices.Values(r.RoundRatios))
 		r.RatioMin, r.RatioMax = s[0], s[n-1]
@@ -221,6 +237,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "proxied/direct throughput %.3f (per-round median %.3f, range %.3f-%.3f); added p50 %s, added p99 %s\n",
 		r.ThroughputRatio, r.RatioMedian, r.RatioMin, r.RatioMax, us(r.AddedP50), us(r.AddedP99))
 	if err != nil {
+		return err
+	}
+	if err := r.writeCPU(w); err != nil {
 		return err
 	}
 	for _, s := range []*SideSummary{&r.Direct, &r.Proxied} {

@@ -68,6 +68,9 @@ type Config struct {
 	Database string
 	// Logger receives progress messages; nil discards them.
 	Logger *slog.Logger
+	// Processes are the processes whose CPU time Compare reports per
+	// operation (Linux only; elsewhere nothing is reported).
+	Processes []Process
 }
 
 func (c Config) withDefaults() Config {

@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // RaiseFileLimit raises this process's RLIMIT_NOFILE soft limit to its hard
@@ -94,4 +96,44 @@ func peerClosed(conn net.Conn) (bool, error) {
 		return true // never wait for readiness
 	})
 	return closed, err
+}
+
+// clockTick is the unit of utime and stime in /proc/PID/stat: USER_HZ,
+// which Linux fixes at 100 for user space.
+const clockTick = 10 * time.Millisecond
+
+// ProcessCPUTime returns the user+system CPU time process pid (0: this
+// process) has used so far, all threads included, with a resolution of
+// 10ms.
+func ProcessCPUTime(pid int) (time.Duration, error) {
+	name := "self"
+	if pid != 0 {
+		name = strconv.Itoa(pid)
+	}
+	b, err := os.ReadFile("/proc/" + name + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("loadgen: reading CPU time of pid %d: %w", pid, err)
+	}
+	return parseStatCPU(string(b))
+}
+
+// parseStatCPU extracts utime+stime from the text of /proc/PID/stat.
+func parseStatCPU(s string) (time.Duration, error) {
+	// The command name (field 2) may contain spaces and parentheses;
+	// the fields after its last closing parenthesis are plain.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("loadgen: malformed /proc stat %.40q", s)
+	}
+	f := strings.Fields(s[i+1:])
+	// utime and stime are fields 14 and 15, i.e. 11 and 12 after ')'.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("loadgen: short /proc stat %.40q", s)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil || ut < 0 || st < 0 {
+		return 0, fmt.Errorf("loadgen: malformed /proc stat times %q %q", f[11], f[12])
+	}
+	return time.Duration(ut+st) * clockTick, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 )
 
 // errNoProc explains why the idle probe cannot run here.
@@ -20,3 +21,7 @@ func openFDs() (int, error) { return 0, errNoProc }
 func readRSS(int) (int64, error) { return 0, errNoProc }
 
 func peerClosed(net.Conn) (bool, error) { return false, errNoProc }
+
+// ProcessCPUTime is implemented on Linux only; elsewhere it returns an
+// error matching errors.ErrUnsupported.
+func ProcessCPUTime(int) (time.Duration, error) { return 0, errNoProc }
