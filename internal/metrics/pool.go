@@ -171,21 +171,60 @@ type poolState struct {
 	// drained, or replaced); it makes leaving happen once.
 	detached atomic.Bool
 
+	// mu serialises changes to conns (ConnectionCreated, ConnectionClosed,
+	// PoolClosed); it is never taken on the checkout path.
 	mu sync.Mutex
-	// conns are the pool's connections by ID. Guarded by mu: written by
-	// the pool's events, read by Connections.
-	conns map[int64]*connEntry
+	// conns are the pool's connections by ID, for SHOW SERVERS: a map
+	// that is copied on every change and never modified once published,
+	// so that a checkout or check-in finds its entry without a lock (the
+	// map changes when a connection is created or closed, not when it is
+	// used).
+	conns atomic.Pointer[map[int64]*connEntry]
 }
 
-// connEntry is one upstream connection in the registry. Guarded by its
-// poolState's mu. Times are monotonic offsets from Metrics.start (see
-// Metrics.now).
+// connEntry is one upstream connection in the registry. id and createdAt
+// are set before the entry is published; the rest is atomic because
+// checkouts update it without a lock. Times are monotonic offsets from
+// Metrics.start (see Metrics.now).
 type connEntry struct {
 	id         int64
-	state      string
-	generation uint64
 	createdAt  time.Duration
-	lastUsed   time.Duration
+	state      atomic.Uint32 // a connState
+	generation atomic.Uint64
+	lastUsed   atomic.Int64 // a time.Duration
+}
+
+// connState indexes connStates.
+type connState uint32
+
+const (
+	statePending connState = iota
+	stateAvailable
+	stateInUse
+)
+
+var connStates = [...]string{statePending: ConnPending, stateAvailable: ConnAvailable, stateInUse: ConnInUse}
+
+// entry returns connection id's entry, or nil.
+func (st *poolState) entry(id int64) *connEntry {
+	if m := st.conns.Load(); m != nil {
+		return (*m)[id]
+	}
+	return nil
+}
+
+// updateConnsLocked publishes a copy of the registry changed by f. The
+// caller holds st.mu.
+func (st *poolState) updateConnsLocked(f func(map[int64]*connEntry)) {
+	var next map[int64]*connEntry
+	if cur := st.conns.Load(); cur != nil {
+		next = maps.Clone(*cur)
+	}
+	if next == nil {
+		next = make(map[int64]*connEntry)
+	}
+	f(next)
+	st.conns.Store(&next)
 }
 
 // setCounts records the pool's counts from e. Counts are a snapshot taken
@@ -210,10 +249,18 @@ func (st *poolState) setCounts(t pool.EventType, c pool.Counts) {
 	case pool.ConnectionCheckOutStarted:
 		c.Waiters++
 	}
-	st.available.Store(int64(c.Available))
-	st.inUse.Store(int64(c.InUse))
-	st.pending.Store(int64(c.Pending))
-	st.waiters.Store(int64(c.Waiters))
+	// A checkout cycle changes two or three of the four; an atomic store
+	// costs several times the load that spares it.
+	storeChanged(&st.available, c.Available)
+	storeChanged(&st.inUse, c.InUse)
+	storeChanged(&st.pending, c.Pending)
+	storeChanged(&st.waiters, c.Waiters)
+}
+
+func storeChanged(a *atomic.Int64, v int) {
+	if a.Load() != int64(v) {
+		a.Store(int64(v))
+	}
 }
 
 // poolMonitor is the pool.Monitor of the pools of one route.
@@ -223,7 +270,11 @@ type poolMonitor struct {
 	// states holds the state of each server's pool, by address:
 	// copy-on-write, read without a lock by events, written under mu.
 	states atomic.Pointer[map[string]*poolState]
-	mu     sync.Mutex
+	// last is the state of the most recent event, which is where the
+	// next one almost always goes (a route has one server, or few):
+	// comparing its address spares a map lookup on every event.
+	last atomic.Pointer[poolState]
+	mu   sync.Mutex
 }
 
 // PoolMonitor returns the pool.Monitor for the pools of route (one pool per
@@ -249,9 +300,15 @@ func (m *Metrics) PoolMonitor(route string) pool.Monitor {
 
 // HandleEvent implements pool.Monitor.
 func (pm *poolMonitor) HandleEvent(e pool.Event) {
-	st := (*pm.states.Load())[e.Address]
+	st := pm.last.Load()
+	if st == nil || st.key.server != e.Address {
+		st = (*pm.states.Load())[e.Address]
+	}
 	if st == nil || e.Type == pool.PoolCreated {
 		st = pm.attach(e)
+	}
+	if pm.last.Load() != st {
+		pm.last.Store(st)
 	}
 	s := st.series
 	switch e.Type {
@@ -260,25 +317,29 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 	case pool.PoolClosed:
 		st.closed.Store(true)
 		st.mu.Lock()
-		clear(st.conns)
+		st.conns.Store(nil)
 		st.mu.Unlock()
 	case pool.ConnectionCreated:
 		s.created.Inc()
 		now := pm.m.now()
+		c := &connEntry{id: e.ConnectionID, createdAt: now}
+		c.generation.Store(e.Generation)
+		c.lastUsed.Store(int64(now))
 		st.mu.Lock()
-		st.conns[e.ConnectionID] = &connEntry{id: e.ConnectionID, state: ConnPending, generation: e.Generation, createdAt: now, lastUsed: now}
+		st.updateConnsLocked(func(m map[int64]*connEntry) { m[e.ConnectionID] = c })
 		st.mu.Unlock()
 	case pool.ConnectionReady:
-		st.mu.Lock()
-		if c := st.conns[e.ConnectionID]; c != nil {
+		if c := st.entry(e.ConnectionID); c != nil {
 			// In load-balancer mode the generation is known only now.
-			c.state, c.generation = ConnAvailable, e.Generation
+			c.generation.Store(e.Generation)
+			c.state.Store(uint32(stateAvailable))
 		}
-		st.mu.Unlock()
 	case pool.ConnectionClosed:
 		s.closedBy(pm.m, e.Reason).Inc()
 		st.mu.Lock()
-		delete(st.conns, e.ConnectionID)
+		if st.entry(e.ConnectionID) != nil {
+			st.updateConnsLocked(func(m map[int64]*connEntry) { delete(m, e.ConnectionID) })
+		}
 		st.mu.Unlock()
 	case pool.ConnectionCheckOutFailed:
 		s.failure(pm.m, e.Reason).Inc()
@@ -287,9 +348,9 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 		s.checkouts.Add(1)
 		s.waitNs.Add(int64(e.Duration))
 		pm.m.waitHist.record(e.Duration)
-		st.touch(e.ConnectionID, ConnInUse, pm.m.now())
+		st.touch(e.ConnectionID, stateInUse, pm.m.now())
 	case pool.ConnectionCheckedIn:
-		st.touch(e.ConnectionID, ConnAvailable, pm.m.now())
+		st.touch(e.ConnectionID, stateAvailable, pm.m.now())
 	}
 	st.setCounts(e.Type, e.Counts)
 	if e.Counts.Total == 0 && st.closed.Load() && !st.detached.Load() {
@@ -298,12 +359,11 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 }
 
 // touch records a checkout or check-in of connection id at now.
-func (st *poolState) touch(id int64, state string, now time.Duration) {
-	st.mu.Lock()
-	if c := st.conns[id]; c != nil {
-		c.state, c.lastUsed = state, now
+func (st *poolState) touch(id int64, state connState, now time.Duration) {
+	if c := st.entry(id); c != nil {
+		c.state.Store(uint32(state))
+		c.lastUsed.Store(int64(now))
 	}
-	st.mu.Unlock()
 }
 
 // attach starts tracking the pool of e.Address: on PoolCreated, or on the
@@ -316,7 +376,7 @@ func (pm *poolMonitor) attach(e pool.Event) *poolState {
 	if old != nil && e.Type != pool.PoolCreated {
 		return old // another event attached it meanwhile
 	}
-	st := &poolState{key: serverKey{pm.route, e.Address}, conns: make(map[int64]*connEntry)}
+	st := &poolState{key: serverKey{pm.route, e.Address}}
 	if e.Options != nil {
 		st.maxPoolSize.Store(int64(e.Options.MaxPoolSize))
 	}
@@ -375,19 +435,21 @@ func (m *Metrics) livePools() []*poolState {
 func (m *Metrics) Connections() []admin.ServerConnInfo {
 	var out []admin.ServerConnInfo
 	for _, st := range m.livePools() {
-		st.mu.Lock()
-		for _, c := range st.conns {
+		conns := st.conns.Load()
+		if conns == nil {
+			continue
+		}
+		for _, c := range *conns {
 			out = append(out, admin.ServerConnInfo{
 				Route:      st.key.route,
 				Server:     st.key.server,
 				ID:         c.id,
-				State:      c.state,
-				Generation: c.generation,
+				State:      connStates[c.state.Load()],
+				Generation: c.generation.Load(),
 				CreatedAt:  m.start.Add(c.createdAt),
-				LastUsed:   m.start.Add(c.lastUsed),
+				LastUsed:   m.start.Add(time.Duration(c.lastUsed.Load())),
 			})
 		}
-		st.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b admin.ServerConnInfo) int {
 		return cmp.Or(cmp.Compare(a.Route, b.Route), cmp.Compare(a.Server, b.Server), cmp.Compare(a.ID, b.ID))

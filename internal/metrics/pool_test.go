@@ -368,3 +368,61 @@ func TestCheckoutTotals(t *testing.T) {
 		t.Fatalf("unknown server totals %d %v", n, w)
 	}
 }
+
+// Checkouts update the connection registry without a lock: events of two
+// servers interleaved (each pool's own events in order, as pools emit
+// them) must land on their own server while SHOW SERVERS reads the
+// registry concurrently (the race detector checks the latter).
+func TestRegistryInterleavedServersConcurrentReads(t *testing.T) {
+	m := New()
+	mon := m.PoolMonitor("r")
+	opts := pool.DefaultOptions()
+	addrs := []string{"a:1", "b:1"}
+	for _, a := range addrs {
+		mon.HandleEvent(pool.Event{Type: pool.PoolCreated, Address: a, Options: &opts})
+		mon.HandleEvent(ev(pool.ConnectionCreated, a, 1, pool.Counts{Total: 1, Pending: 1}))
+		mon.HandleEvent(ev(pool.ConnectionReady, a, 1, pool.Counts{Total: 1, Pending: 1}))
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, c := range m.Connections() {
+				if c.State != ConnAvailable && c.State != ConnInUse {
+					t.Errorf("connection %d of %s in state %q", c.ID, c.Server, c.State)
+					return
+				}
+			}
+		}
+	}()
+	cycle := func(a string, checkIn bool) {
+		mon.HandleEvent(ev(pool.ConnectionCheckOutStarted, a, 0, pool.Counts{Total: 1, Available: 1}))
+		mon.HandleEvent(ev(pool.ConnectionCheckedOut, a, 1, pool.Counts{Total: 1, InUse: 1}))
+		if checkIn {
+			mon.HandleEvent(ev(pool.ConnectionCheckedIn, a, 1, pool.Counts{Total: 1, InUse: 1}))
+		}
+	}
+	for i := range 2000 {
+		cycle(addrs[i%2], true)
+	}
+	cycle("a:1", false) // a:1 ends checked out, b:1 checked in
+	cycle("b:1", true)
+	close(stop)
+	<-done
+	got := map[string]string{}
+	for _, c := range m.Connections() {
+		got[c.Server] = c.State
+	}
+	if got["a:1"] != ConnInUse || got["b:1"] != ConnAvailable {
+		t.Fatalf("registry states %v", got)
+	}
+	if ga, gb := poolGauges(t, m, "r", "a:1"), poolGauges(t, m, "r", "b:1"); ga.inUse != 1 || ga.available != 0 || gb.available != 1 || gb.inUse != 0 {
+		t.Fatalf("gauges a %+v b %+v", ga, gb)
+	}
+}
