@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -887,6 +888,40 @@ func establishedTo(ports ...int) (map[int]int, error) {
 	return out, nil
 }
 
+// describeUpstreamUse lists this process's sockets whose remote port is
+// port, in every TCP state, and the stacks of the goroutines that are in
+// the upstream, pool or topology packages or dialling.
+func describeUpstreamUse(port int) string {
+	var b strings.Builder
+	inodes, err := socketInodes()
+	if err != nil {
+		return err.Error()
+	}
+	hex := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) >= 10 && strings.HasSuffix(fs[2], hex) && inodes[fs[9]] {
+				fmt.Fprintf(&b, "socket local %s remote %s state %s inode %s\n", fs[1], fs[2], fs[3], fs[9])
+			}
+		}
+	}
+	var all bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&all, 1)
+	for _, g := range strings.Split(all.String(), "\n\n") {
+		if strings.Contains(g, "internal/upstream.") || strings.Contains(g, "internal/pool.") ||
+			strings.Contains(g, "internal/topology.") || strings.Contains(g, "net.(*Dialer)") {
+			b.WriteString(g)
+			b.WriteString("\n\n")
+		}
+	}
+	return b.String()
+}
+
 func portOf(t testing.TB, addr string) int {
 	t.Helper()
 	_, p, err := net.SplitHostPort(addr)
@@ -931,6 +966,10 @@ func testManyClients(t *testing.T, up *devmongo.Server) {
 	// sockets, for the failure message. Written by the sampler only, read
 	// after it has stopped.
 	var atMaxUp pool.Stats
+	// overLimit describes the first sample over the limit: the sockets and
+	// the goroutines that deal with upstream connections, so that a
+	// failure says who opened the extra ones. Written by the sampler only.
+	var overLimit string
 	stop := make(chan struct{})
 	sampled := make(chan error, 1)
 	pl := a.Topologies()[0].Servers()[0].Pool()
@@ -953,6 +992,9 @@ func testManyClients(t *testing.T, up *devmongo.Server) {
 				}
 				if int64(n[upPort]) > maxUp.Load() {
 					atMaxUp = pl.Stats()
+					if n[upPort] > poolSize+1 && overLimit == "" {
+						overLimit = describeUpstreamUse(upPort)
+					}
 				}
 				setMax(&maxUp, int64(n[upPort]))
 				setMax(&maxClientConns, int64(n[bPort]))
@@ -1056,8 +1098,8 @@ func testManyClients(t *testing.T, up *devmongo.Server) {
 		// The pool's connections plus the monitor's one connection, which
 		// lives outside the pool.
 		if maxUp.Load() > poolSize+1 {
-			t.Fatalf("%d upstream connections at once, want <= %d (pool %d + monitor 1); pool then: %+v (generation %d at the start, %d at the end)",
-				maxUp.Load(), poolSize+1, poolSize, atMaxUp.Counts, gen0, pl.Stats().Generation)
+			t.Fatalf("%d upstream connections at once, want <= %d (pool %d + monitor 1); pool then: %+v (generation %d at the start, %d at the end)\n%s",
+				maxUp.Load(), poolSize+1, poolSize, atMaxUp.Counts, gen0, pl.Stats().Generation, overLimit)
 		}
 		if maxUp.Load() < 2 {
 			t.Fatalf("at most %d upstream connection seen: the sampler missed the pool", maxUp.Load())
