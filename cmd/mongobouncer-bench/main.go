@@ -169,13 +169,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	if compare {
 		var procs []loadgen.Process
+		mcfg := cfg
 		if sp != nil {
 			// Every process of the comparison, so that the report shows
 			// where a proxied operation's CPU goes (see docs/performance.md).
 			procs = []loadgen.Process{{Name: "bench", PID: 0}, {Name: "upstream", PID: sp.fake.cmd.Process.Pid}}
-		}
-		mcfg := cfg
-		if sp != nil {
 			mcfg.Processes = slices.Concat(procs, []loadgen.Process{{Name: "mongobouncer", PID: spawnedPID, ProxiedOnly: true}})
 		}
 		var rep loadgen.Report

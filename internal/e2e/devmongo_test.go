@@ -853,18 +853,23 @@ func socketInodes() (map[string]bool, error) {
 	return out, nil
 }
 
-// establishedTo counts this process's established TCP connections whose
-// remote port is each of ports, from /proc/net/tcp{,6}.
-func establishedTo(ports ...int) (map[int]int, error) {
+// tcpSocket is one line of /proc/net/tcp{,6}: addresses as hex IP:PORT,
+// the state as a hex TCP state ("01" is ESTABLISHED).
+type tcpSocket struct{ local, remote, state, inode string }
+
+// remotePort returns the socket's remote port in /proc's hex spelling.
+func (s tcpSocket) remotePort() string {
+	_, port, _ := strings.Cut(s.remote, ":")
+	return port
+}
+
+// ownSockets returns this process's TCP sockets, from /proc/net/tcp{,6}.
+func ownSockets() ([]tcpSocket, error) {
 	inodes, err := socketInodes()
 	if err != nil {
 		return nil, err
 	}
-	want := map[string]int{}
-	for _, p := range ports {
-		want[fmt.Sprintf("%04X", p)] = p
-	}
-	out := map[int]int{}
+	var out []tcpSocket
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -876,13 +881,29 @@ func establishedTo(ports ...int) (map[int]int, error) {
 		for _, line := range strings.Split(string(b), "\n")[1:] {
 			fs := strings.Fields(line)
 			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode
-			if len(fs) < 10 || fs[3] != "01" || !inodes[fs[9]] {
-				continue
+			if len(fs) >= 10 && inodes[fs[9]] {
+				out = append(out, tcpSocket{local: fs[1], remote: fs[2], state: fs[3], inode: fs[9]})
 			}
-			_, port, ok := strings.Cut(fs[2], ":")
-			if p, hit := want[port]; ok && hit {
-				out[p]++
-			}
+		}
+	}
+	return out, nil
+}
+
+// establishedTo counts this process's established TCP connections whose
+// remote port is each of ports.
+func establishedTo(ports ...int) (map[int]int, error) {
+	socks, err := ownSockets()
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]int{}
+	for _, p := range ports {
+		want[fmt.Sprintf("%04X", p)] = p
+	}
+	out := map[int]int{}
+	for _, s := range socks {
+		if p, hit := want[s.remotePort()]; hit && s.state == "01" {
+			out[p]++
 		}
 	}
 	return out, nil
@@ -893,21 +914,13 @@ func establishedTo(ports ...int) (map[int]int, error) {
 // the upstream, pool or topology packages or dialling.
 func describeUpstreamUse(port int) string {
 	var b strings.Builder
-	inodes, err := socketInodes()
+	socks, err := ownSockets()
 	if err != nil {
 		return err.Error()
 	}
-	hex := fmt.Sprintf(":%04X", port)
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(data), "\n")[1:] {
-			fs := strings.Fields(line)
-			if len(fs) >= 10 && strings.HasSuffix(fs[2], hex) && inodes[fs[9]] {
-				fmt.Fprintf(&b, "socket local %s remote %s state %s inode %s\n", fs[1], fs[2], fs[3], fs[9])
-			}
+	for _, s := range socks {
+		if s.remotePort() == fmt.Sprintf("%04X", port) {
+			fmt.Fprintf(&b, "socket local %s remote %s state %s inode %s\n", s.local, s.remote, s.state, s.inode)
 		}
 	}
 	var all bytes.Buffer

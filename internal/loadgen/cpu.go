@@ -3,6 +3,7 @@ package loadgen
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -59,12 +60,7 @@ func (s *SideSummary) addCPU(ps []Process, proxied bool, a, b cpuSample, ops int
 		if (p.ProxiedOnly && !proxied) || !a.ok[i] || !b.ok[i] {
 			continue
 		}
-		j := -1
-		for k := range s.CPU {
-			if s.CPU[k].Name == p.Name {
-				j = k
-			}
-		}
+		j := slices.IndexFunc(s.CPU, func(c ProcessCPU) bool { return c.Name == p.Name })
 		if j < 0 {
 			s.CPU = append(s.CPU, ProcessCPU{Name: p.Name})
 			j = len(s.CPU) - 1
@@ -91,10 +87,8 @@ func (s *SideSummary) CPUPerOp() time.Duration {
 // ProcessCPU returns the CPU of the process named name, and whether it was
 // measured.
 func (s *SideSummary) ProcessCPU(name string) (ProcessCPU, bool) {
-	for _, c := range s.CPU {
-		if c.Name == name {
-			return c, true
-		}
+	if j := slices.IndexFunc(s.CPU, func(c ProcessCPU) bool { return c.Name == name }); j >= 0 {
+		return s.CPU[j], true
 	}
 	return ProcessCPU{}, false
 }
