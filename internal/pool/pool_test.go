@@ -968,3 +968,82 @@ func TestEventDurations(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TryCheckOut hands out an available connection with CheckOut's events, and
+// otherwise does nothing at all: no waiting, no establishing, no events, no
+// closing of perished connections (CheckOut does that, in the spec's order).
+func TestTryCheckOut(t *testing.T) {
+	o := pool.DefaultOptions()
+	o.MaxPoolSize = 1
+	m := &mockConnector{}
+	p, rec := newTestPool(t, m, o)
+	if _, ok := p.TryCheckOut(); ok {
+		t.Fatal("a paused pool handed out a connection")
+	}
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.TryCheckOut(); ok || m.calls.Load() != 0 {
+		t.Fatalf("an empty pool handed out a connection or dialled (%d dials)", m.calls.Load())
+	}
+	c, err := p.CheckOut(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.TryCheckOut(); ok {
+		t.Fatal("handed out a connection that is in use")
+	}
+	before := len(rec.snapshot())
+	if err := p.CheckIn(c); err != nil {
+		t.Fatal(err)
+	}
+	c2, ok := p.TryCheckOut()
+	if !ok || c2.ID() != c.ID() {
+		t.Fatalf("available connection not handed out: %v %v", c2, ok)
+	}
+	ev := rec.snapshot()[before:]
+	if got := types(ev); len(got) != 3 || ev[1].Type != pool.ConnectionCheckOutStarted || ev[2].Type != pool.ConnectionCheckedOut {
+		t.Fatalf("events %v", got)
+	}
+	if s := p.Stats(); s.InUse != 1 {
+		t.Fatalf("in use %d", s.InUse)
+	}
+
+	// A waiter is never overtaken.
+	done := make(chan *pool.Conn, 1)
+	go func() {
+		c, err := p.CheckOut(ctxT(t))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- c
+	}()
+	waitUntil(t, func() bool { return p.Stats().Waiters == 1 }, "waiter queued")
+	if _, ok := p.TryCheckOut(); ok {
+		t.Fatal("TryCheckOut overtook a waiter")
+	}
+	if err := p.CheckIn(c2); err != nil {
+		t.Fatal(err)
+	}
+	c3 := <-done
+
+	// A stale connection is left for CheckOut to close.
+	if err := p.CheckIn(c3); err != nil {
+		t.Fatal(err)
+	}
+	p.Clear(false)
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	before = len(rec.snapshot())
+	if _, ok := p.TryCheckOut(); ok {
+		t.Fatal("handed out a stale connection")
+	}
+	if ev := rec.snapshot()[before:]; len(ev) != 0 {
+		t.Fatalf("a failed TryCheckOut emitted %v", types(ev))
+	}
+	if s := p.Stats(); s.Total != 1 || s.Available != 1 {
+		t.Fatalf("stats after failed TryCheckOut: %+v", s.Counts)
+	}
+	rec.checkInvariants(t)
+}

@@ -19,6 +19,13 @@ func (t *Topology) SelectServer(ctx context.Context) (*Server, error) {
 	return t.selectSlow(ctx)
 }
 
+// TrySelectServer is SelectServer for callers that must never wait (the
+// proxy's event loop): it returns nil, having requested nothing, when no
+// server is selectable now, and the caller uses SelectServer.
+func (t *Topology) TrySelectServer() *Server {
+	return t.pick(t.sel.Load().servers)
+}
+
 func (t *Topology) selectSlow(ctx context.Context) (*Server, error) {
 	start := time.Now()
 	timer := time.NewTimer(t.opts.ServerSelectionTimeout)

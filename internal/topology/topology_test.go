@@ -466,6 +466,9 @@ func TestSecondaryNotSelected(t *testing.T) {
 	if s.Kind() != KindRSSecondary {
 		t.Fatalf("kind %v", s.Kind())
 	}
+	if s := topo.TrySelectServer(); s != nil {
+		t.Fatalf("TrySelectServer = %v, want nil for a secondary", s.Address())
+	}
 	_, err := topo.SelectServer(context.Background())
 	if !errors.Is(err, ErrSelectionTimeout) || !strings.Contains(err.Error(), "not selectable") {
 		t.Fatalf("SelectServer = %v, want a timeout naming the unselectable secondary", err)
@@ -479,8 +482,12 @@ func TestSecondaryNotSelected(t *testing.T) {
 func TestPrimarySelected(t *testing.T) {
 	fake := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.ReplicaSetMember, SetName: "rs0"})
 	topo := newTopology(t, testOptions(&recorder{}, fake.Addr()))
-	if s := mustSelect(t, topo); s.Kind() != KindRSPrimary {
+	s := mustSelect(t, topo)
+	if s.Kind() != KindRSPrimary {
 		t.Fatalf("kind %v", s.Kind())
+	}
+	if got := topo.TrySelectServer(); got != s {
+		t.Fatalf("TrySelectServer = %v, want the primary", got)
 	}
 }
 
