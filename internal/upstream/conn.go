@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -54,6 +55,10 @@ type Conn struct {
 	rbuf []byte
 	// qbuf holds RoundTrip's request.
 	qbuf []byte
+
+	// attachment is the user's per-connection state (the proxy's event loop
+	// keeps its registration there).
+	attachment atomic.Value
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -102,13 +107,50 @@ func (c *Conn) SetDeadline(t time.Time) error { return c.nc.SetDeadline(t) }
 
 // Close closes the connection. It is idempotent, safe to call concurrently
 // with I/O (which it interrupts) and does not block on the network.
+//
+// An attachment with an UpstreamClosed method hears of the close
+// afterwards: closing a descriptor removes it from every epoll set, and may
+// drop an event already pending there, so an event loop waiting for a reply
+// on this connection would otherwise never learn that none will come.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
 		c.closeErr = c.raw.Close()
+		if h, ok := c.attachment.Load().(interface{ UpstreamClosed() }); ok {
+			h.UpstreamClosed()
+		}
 	})
 	return c.closeErr
 }
+
+// RawConn returns the socket for callers that do their own non-blocking I/O
+// (the proxy's event loop), when there is no TLS layer and no buffered
+// input: ok is false otherwise. Reading or writing it bypasses compression,
+// and must stay in step with ReadMessage and WriteMessage: only whole
+// exchanges may be done one way or the other.
+func (c *Conn) RawConn() (rc syscall.RawConn, ok bool) {
+	if c.nc != c.raw || c.br.Buffered() != 0 {
+		return nil, false
+	}
+	sc, isSC := c.raw.(syscall.Conn)
+	if !isSC {
+		return nil, false
+	}
+	rc, err := sc.SyscallConn()
+	return rc, err == nil
+}
+
+// Attachment returns what SetAttachment stored, or nil.
+func (c *Conn) Attachment() any { return c.attachment.Load() }
+
+// SetAttachment stores the user's state for this connection. v must always
+// have the same concrete type.
+func (c *Conn) SetAttachment(v any) { c.attachment.Store(v) }
+
+// IOError wraps an error of I/O done on RawConn as ReadMessage and
+// WriteMessage wrap theirs: a *NetworkError, with ErrClosed as the cause
+// after Close.
+func (c *Conn) IOError(op string, err error) error { return c.ioError(op, err) }
 
 // WriteMessage writes one whole wire message. When a compressor was
 // negotiated, messages that may be compressed (wire.CanCompress) are sent as
