@@ -64,8 +64,11 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# The end-to-end package runs a second time with every bouncer on the event
+# loop (event_loop = true), so both I/O models pass the same tests.
 test: devmongo node-tools python-tools browser-tools fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+	MONGOBOUNCER_TEST_EVENT_LOOP=1 $(GO) test -race -count=1 -timeout 12m ./internal/e2e/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

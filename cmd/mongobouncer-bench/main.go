@@ -83,6 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		spawnBin = fs.String("spawn", "", "start a fake upstream here and this mongobouncer `binary` in front of it, and measure them")
 		bPool    = fs.Int("bouncer-pool", 10, "max_pool_size of the spawned mongobouncer")
 		bMode    = fs.String("bouncer-mode", "statement", "pool_mode of the spawned mongobouncer")
+		bLoop    = fs.Bool("bouncer-event-loop", false, "run the spawned mongobouncer with --event-loop")
 		refs     = fs.Bool("reference", false, "with -spawn: also measure two reference relays in front of the same upstream (a goroutine per client, and epoll event loops), which copy messages and do nothing else: the floor of what relaying costs on this machine")
 	)
 	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client) or driver (insert/find/update through the Go driver)")
@@ -114,7 +115,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		var err error
-		sp, err = spawn(*spawnBin, *bPool, *bMode)
+		var extra []string
+		if *bLoop {
+			extra = append(extra, "--event-loop")
+		}
+		sp, err = spawn(*spawnBin, *bPool, *bMode, extra...)
 		if err != nil {
 			fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)
 			return 1
@@ -131,8 +136,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if *idle > 0 {
 			*pid = sp.pid()
 		}
-		fmt.Fprintf(stderr, "spawned: fake upstream %s, mongobouncer %s (pid %d, pool %d, %s mode)\n",
-			sp.direct, sp.proxied, sp.pid(), *bPool, *bMode)
+		io := "goroutine per client"
+		if *bLoop {
+			io = "event loop"
+		}
+		fmt.Fprintf(stderr, "spawned: fake upstream %s, mongobouncer %s (pid %d, pool %d, %s mode, %s)\n",
+			sp.direct, sp.proxied, sp.pid(), *bPool, *bMode, io)
 	}
 	compare := *direct != "" || *proxied != "" && *idle == 0
 	switch {

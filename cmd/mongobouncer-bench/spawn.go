@@ -89,7 +89,7 @@ func announceAndServe(addr string, sig <-chan os.Signal, stop func()) int {
 
 // spawn starts the fake upstream process and bin as mongobouncer in front
 // of it, with a pool of poolSize in the given mode.
-func spawn(bin string, poolSize int, mode string) (*spawned, error) {
+func spawn(bin string, poolSize int, mode string, extra ...string) (*spawned, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -106,8 +106,9 @@ func spawn(bin string, poolSize int, mode string) (*spawned, error) {
 	}
 	listen := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(bin, "--listen", listen, "--upstream", "mongodb://"+direct+"/", "--pool-mode", mode,
-		"--max-pool-size", strconv.Itoa(poolSize), "--max-client-conn", "0", "--log-level", "warn")
+	args := []string{"--listen", listen, "--upstream", "mongodb://" + direct + "/", "--pool-mode", mode,
+		"--max-pool-size", strconv.Itoa(poolSize), "--max-client-conn", "0", "--log-level", "warn"}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	bouncer, err := startChild(cmd)
 	if err != nil {

@@ -150,6 +150,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		MaxClientConn:     maxClients(g.MaxClientConn),
 		MaxMessageSize:    g.MaxMessageSize,
 		ClientIdleTimeout: g.ClientIdleTimeout,
+		EventLoop:         g.EventLoop,
 		Logger:            logger,
 		Observer:          a.metrics,
 		Admin:             a.admin,

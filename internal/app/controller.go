@@ -166,6 +166,7 @@ func (a *App) Config() map[string]any {
 		"log_level":        string(g.LogLevel),
 		"log_format":       string(g.LogFormat),
 		"shutdown_timeout": g.ShutdownTimeout.String(),
+		"event_loop":       g.EventLoop,
 	}
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {

@@ -160,6 +160,11 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute) error {
 	if g.LogFormat != a.cfg.Global.LogFormat {
 		a.log.Warn("reload: log_format changes need a restart", "running", string(a.cfg.Global.LogFormat), "file", string(g.LogFormat))
 	}
+	if g.EventLoop != a.cfg.Global.EventLoop {
+		a.log.Warn("reload: event_loop changes need a restart", "running", a.cfg.Global.EventLoop, "file", g.EventLoop)
+		g.EventLoop = a.cfg.Global.EventLoop
+		cfg.Global = g
+	}
 	if g.AdminListen != a.cfg.Global.AdminListen {
 		a.log.Warn("reload: admin_listen changes need a restart", "running", a.cfg.Global.AdminListen, "file", g.AdminListen)
 		g.AdminListen = a.cfg.Global.AdminListen

@@ -201,6 +201,9 @@ type Global struct {
 	LogLevel LogLevel
 	// LogFormat selects text or JSON logs.
 	LogFormat LogFormat
+	// EventLoop serves idle clients and plain requests on a few event-loop
+	// threads instead of a goroutine per client (Linux; event_loop).
+	EventLoop bool
 	// ShutdownTimeout bounds how long shutdown waits for in-flight
 	// commands before closing connections; 0 closes them at once.
 	ShutdownTimeout time.Duration

@@ -61,6 +61,10 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 	if c.Path != "min.toml" {
 		t.Fatalf("Path = %q", c.Path)
 	}
+	c, err = Parse([]byte("[mongobouncer]\nevent_loop = true\n[databases.\"*\"]\nconnection_string = \"mongodb://localhost:27019/\"\n"), "loop.toml")
+	if err != nil || !c.Global.EventLoop {
+		t.Fatalf("event_loop = true: %v, EventLoop %v", err, c.Global.EventLoop)
+	}
 }
 
 // The zero Config must be safe: Validate reports its invalid zero values

@@ -52,6 +52,7 @@ type rawGlobal struct {
 	LogLevel        any `toml:"log_level"`
 	LogFormat       any `toml:"log_format"`
 	ShutdownTimeout any `toml:"shutdown_timeout"`
+	EventLoop       any `toml:"event_loop"`
 	rawPool
 }
 
@@ -74,7 +75,7 @@ var (
 		"wait_queue_timeout", "heartbeat_interval", "connect_timeout",
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout"}
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "event_loop"}
 	globalKeys     = append(slices.Clone(globalOnlyKeys), poolKeys...)
 	routeKeys      = append([]string{"connection_string", "listen"}, poolKeys...)
 	topLevelKeys   = []string{tableGlobal, tableDatabases}
@@ -260,6 +261,21 @@ func (d *converter) str(path []string, v any, dst *string) bool {
 	return false
 }
 
+func (d *converter) boolean(path []string, v any, dst *bool) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case bool:
+		*dst = x
+		return true
+	case string:
+		d.fail(path, "must be true or false without quotes")
+		return false
+	}
+	d.fail(path, "must be true or false, not %s", kindOf(v))
+	return false
+}
+
 func (d *converter) integer(path []string, v any, dst *int) bool {
 	switch x := v.(type) {
 	case nil:
@@ -331,6 +347,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 		g.LogFormat = LogFormat(s)
 	}
 	d.duration(at("shutdown_timeout"), r.ShutdownTimeout, &g.ShutdownTimeout)
+	d.boolean(at("event_loop"), r.EventLoop, &g.EventLoop)
 
 	p, rp := &g.Pool, &r.rawPool
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {

@@ -109,11 +109,18 @@ type client struct {
 	open map[txnKey]*Route
 	busy bool // a request is in progress: pins may not be released by others
 
-	// Per-request accounting for the Observer; owned by the client goroutine.
+	// Per-request accounting for the Observer; owned by the client's owner.
 	bytesOut int
 	okReply  bool
 
-	closeOnce sync.Once
+	// selRoute and selServer are the event loop's server selection for the
+	// request it gave to the goroutine; acquire uses it and clears it.
+	selRoute  *Route
+	selServer *topology.Server
+
+	// lc is the event-loop state; it says whether the goroutine or the loop
+	// owns the client (nc is nil while the loop does).
+	lc loopClient
 }
 
 func newClient(s *Server, nc net.Conn, only string, listener string) *client {
@@ -126,11 +133,15 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 		maxMsg:    s.opts.MaxMessageSize,
 	}
 	c.log = s.log.With("client", id, "remote", c.remote)
+	c.initLoop()
 	return c
 }
 
+// closeConn closes the goroutine's connection; safe to repeat.
 func (c *client) closeConn() {
-	c.closeOnce.Do(func() { c.nc.Close() })
+	if c.nc != nil {
+		_ = c.nc.Close()
+	}
 }
 
 // monoEpoch anchors monoNow.
@@ -143,32 +154,68 @@ func monoNow() time.Duration { return time.Since(monoEpoch) }
 // errClientGone ends the client loop without an error reply.
 var errClientGone = errors.New("client connection closed")
 
-// serve runs the client's request loop until it disconnects or breaks the
-// protocol.
+// serve serves a new client on its goroutine.
 func (c *client) serve() {
 	c.log.Info("client connected")
-	var err error
-	defer func() {
-		c.cleanup()
-		c.closeConn()
-		c.releaseBuffers()
-		attrs := []any{"appName", c.appName, "duration", time.Since(c.connected).Round(time.Millisecond)}
-		if err != nil && !errors.Is(err, errClientGone) {
-			attrs = append(attrs, "error", err)
-		}
-		c.log.Info("client disconnected", attrs...)
-	}()
+	c.run()
+}
+
+// run is the goroutine's request loop. It returns when the client is gone
+// or breaks the protocol (then the client is finished), or when the client
+// is idle and the event loop took it over.
+func (c *client) run() {
 	for {
-		var msg []byte
-		msg, err = c.read()
-		if err != nil {
-			return
+		msg, err := c.read()
+		if err == nil {
+			err = c.handle(msg)
 		}
-		if err = c.handle(msg); err != nil {
+		c.selRoute, c.selServer = nil, nil
+		if err != nil {
+			c.finish(err)
 			return
 		}
 		c.releaseBuffers()
+		if c.enterLoop() {
+			return
+		}
 	}
+}
+
+// finish ends a client its goroutine owns: open transactions are aborted
+// (network I/O, so without the loop lock), then the client is finalized.
+func (c *client) finish(err error) {
+	c.cleanup()
+	c.lc.mu.Lock()
+	c.lc.state = lsClosed
+	c.loopForget()
+	c.lc.mu.Unlock()
+	c.finalize(err)
+}
+
+// finishLocked ends a client the loop owns, holding c.lc.mu. Such a client
+// has no transaction open and nothing pinned, so cleanup does no I/O.
+func (c *client) finishLocked(err error) {
+	c.cleanup()
+	c.loopForget()
+	c.finalize(err)
+}
+
+// finalize closes the connection and takes the client off the server.
+func (c *client) finalize(err error) {
+	c.closeConn()
+	c.releaseBuffers()
+	attrs := []any{"appName", c.appName, "duration", time.Since(c.connected).Round(time.Millisecond)}
+	if err != nil && !errors.Is(err, errClientGone) {
+		attrs = append(attrs, "error", err)
+	}
+	c.log.Info("client disconnected", attrs...)
+	s := c.s
+	s.mu.Lock()
+	delete(s.clients, c)
+	s.mu.Unlock()
+	s.clientCount.Add(-1)
+	s.opts.Observer.ClientDisconnected()
+	s.wg.Done()
 }
 
 // read reads one whole message from the client, bounded by the message size
@@ -633,6 +680,13 @@ func (c *client) acquire(route *Route, req *request, key txnKey, inTxn bool, kil
 	c.mu.Unlock()
 
 	srv := need
+	if srv == nil && c.selRoute == route {
+		// The event loop selected this server before it gave the request
+		// to this goroutine (its pool had no connection to spare): keep the
+		// choice, or servers that have no connection yet would never get one.
+		srv = c.selServer
+	}
+	c.selRoute, c.selServer = nil, nil
 	if srv == nil {
 		// SelectServer bounds its own wait by server_selection_timeout.
 		s, err := route.Topology.SelectServer(context.Background())

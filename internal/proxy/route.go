@@ -35,6 +35,10 @@ type Route struct {
 	// not yet back in a pool (requests in flight and pins), so that a route
 	// removed by a reload can drain before its pools close.
 	held atomic.Int64
+	// noLoop is set once the event loop finds it cannot use this route's
+	// upstream connections (TLS, compression): its requests stay on
+	// goroutines without a checkout to find out again.
+	noLoop atomic.Bool
 
 	gateMu sync.Mutex // guards gate
 	// gate is non-nil while the route is paused; Resume closes it.

@@ -54,6 +54,11 @@ type Options struct {
 	// Admin answers commands on the "mongobouncer" database; nil refuses
 	// them.
 	Admin AdminHandler
+	// EventLoop serves idle clients and plain requests on GOMAXPROCS
+	// event-loop threads, without a goroutine per client (Linux only;
+	// elsewhere it is ignored). False serves every client on its own
+	// goroutine.
+	EventLoop bool
 }
 
 func (o *Options) setDefaults() {
@@ -115,6 +120,12 @@ type Server struct {
 	// stopping is closed by Shutdown, to end waits at pause gates.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
+
+	// loopsPtr is the event loop, started by the first client that can use
+	// it (loopsFor) and stopped by Close.
+	loopsPtr atomic.Pointer[loops]
+	loopsMu  sync.Mutex // guards loopsOff and the start of the loop
+	loopsOff bool       // the loop failed to start, or the server closed
 
 	txnMu sync.Mutex // guards txnOwners
 	// txnOwners maps an open transaction to the client that began it.
@@ -222,15 +233,8 @@ func (s *Server) accept(nc net.Conn, only string, listener string) {
 		return
 	}
 	s.opts.Observer.ClientConnected()
-	go func() {
-		defer s.wg.Done()
-		defer s.clientCount.Add(-1)
-		defer s.opts.Observer.ClientDisconnected()
-		c.serve()
-		s.mu.Lock()
-		delete(s.clients, c)
-		s.mu.Unlock()
-	}()
+	// The client's finalize releases its count in wg, whoever serves it then.
+	go c.serve()
 }
 
 // ClientCount returns the number of connected clients.
@@ -248,12 +252,14 @@ func (s *Server) Close(ctx context.Context) error {
 	for l := range s.listeners {
 		l.Close()
 	}
-	for c := range s.clients {
-		c.closeConn()
-	}
 	s.mu.Unlock()
+	// Outside s.mu: finishing a loop-owned client takes it.
+	for _, c := range s.snapshot() {
+		c.disconnect()
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
+	defer s.stopLoops()
 	select {
 	case <-done:
 		return nil

@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+)
+
+// These tests turn the event loop on whatever MONGOBOUNCER_TEST_EVENT_LOOP
+// says: they cover what only the loop does. The rest of the package runs in
+// both modes (make test runs it twice).
+
+func withLoop(mode string, size int) func(*config.Config) {
+	return func(c *config.Config) {
+		c.Global.EventLoop = true
+		c.Global.PoolMode = config.PoolMode(mode)
+		c.Global.MaxPoolSize = size
+	}
+}
+
+// waitFor polls cond for up to 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Idle clients cost no goroutine, and every one is still served, through a
+// pool smaller than the number of clients (requests that must wait for a
+// connection wait in the pool's queue while the client stays in the loop).
+func TestEventLoopServesClientsWithoutGoroutines(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loop is Linux only")
+	}
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	a, addr := bouncer(t, up.URI(), withLoop("statement", 2))
+	base := runtime.NumGoroutine()
+	const n = 60
+	cls := make([]*rawClient, n)
+	for i := range cls {
+		cls[i] = dialRaw(t, addr)
+		cls[i].hello()
+		if r := cls[i].cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+			t.Fatalf("ping %d: %v", i, r)
+		}
+	}
+	// The loop's threads and sweeper are a handful; a goroutine per client
+	// would be n more.
+	waitFor(t, "clients handed to the loop", func() bool { return runtime.NumGoroutine() < base+n/4 })
+	if got := a.Server().ClientCount(); got != n {
+		t.Fatalf("%d clients, want %d", got, n)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for i, cl := range cls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				r := cl.cmd(bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{bson.D{{Key: "i", Value: i*100 + j}}}}, {Key: "$db", Value: "test"}})
+				if okOf(r) != 1 {
+					errs <- r.String()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatalf("insert failed: %s", e)
+	}
+	if got := len(up.Collection("test", "c")); got != n*20 {
+		t.Fatalf("%d documents, want %d", got, n*20)
+	}
+	if st := a.Topologies()[0].Servers()[0].Pool().Stats(); st.Total > 2 {
+		t.Fatalf("pool grew to %d connections, max 2", st.Total)
+	}
+}
+
+// A request in flight on the loop ends with a retryable error when the pool
+// interrupts its connection: closing the socket alone would leave the loop
+// waiting for a reply that never comes.
+func TestEventLoopRequestInterruptedByPoolClear(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loop is Linux only")
+	}
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	release := make(chan struct{})
+	defer close(release)
+	up.Handle("find", func(req *fakemongo.Request) fakemongo.Reply {
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+		return up.Builtin(req)
+	})
+	a, addr := bouncer(t, up.URI(), withLoop("statement", 1))
+	pl := a.Topologies()[0].Servers()[0].Pool()
+	cl := dialRaw(t, addr)
+	cl.hello()
+	if r := cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+		t.Fatal(r)
+	}
+	id := cl.send(0, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "test"}})
+	waitFor(t, "the find to reach the upstream", func() bool { return up.Requests("find") == 1 })
+	pl.Clear(true)
+	rep, err := cl.tryRecv(5 * time.Second)
+	if err != nil {
+		t.Fatalf("no reply after the pool interrupted the request's connection: %v", err)
+	}
+	if rep.header.ResponseTo != id || okOf(rep.body) != 0 {
+		t.Fatalf("reply %v to %d, want an error to %d", rep.body, rep.header.ResponseTo, id)
+	}
+	switch code := codeOf(rep.body); code {
+	case 6, 89, 9001:
+	default:
+		t.Fatalf("code %d (%v), want a retryable network code", code, rep.body)
+	}
+	// The client stays connected and is served once the pool is ready again.
+	waitFor(t, "the pool to be ready again", func() bool { return pl.Stats().State == pool.StateReady })
+	if r := cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+		t.Fatal(r)
+	}
+}
+
+// A client that does not read its reply never blocks the loop: what the
+// socket does not take is written by a goroutine, and other clients are
+// served meanwhile.
+func TestEventLoopClientThatDoesNotReadBlocksNobody(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loop is Linux only")
+	}
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	big := strings.Repeat("x", 15<<20)
+	up.Handle("big", func(*fakemongo.Request) fakemongo.Reply {
+		d := bsoncore.NewDocumentBuilder().AppendString("data", big).AppendDouble("ok", 1).Build()
+		return fakemongo.Reply{Docs: []bsoncore.Document{d}}
+	})
+	_, addr := bouncer(t, up.URI(), withLoop("statement", 2))
+	slow := dialRaw(t, addr)
+	slow.hello()
+	fast := dialRaw(t, addr)
+	fast.hello()
+	id := slow.send(0, bson.D{{Key: "big", Value: 1}, {Key: "$db", Value: "test"}})
+	waitFor(t, "the big request to reach the upstream", func() bool { return up.Requests("big") == 1 })
+	for range 50 {
+		if r := fast.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+			t.Fatal(r)
+		}
+	}
+	rep := slow.recv()
+	if rep.header.ResponseTo != id || okOf(rep.body) != 1 || len(rep.body.Lookup("data").StringValue()) != len(big) {
+		t.Fatalf("big reply: responseTo %d (want %d), ok %v", rep.header.ResponseTo, id, okOf(rep.body))
+	}
+	if r := slow.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+		t.Fatal(r)
+	}
+}
+
+// client_idle_timeout closes clients the loop holds, as the read deadline
+// does for goroutine-served ones.
+func TestEventLoopIdleTimeout(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loop is Linux only")
+	}
+	up := fakemongo.Start(t, fakemongo.Options{})
+	a, addr := bouncer(t, up.URI(), func(c *config.Config) {
+		withLoop("transaction", 4)(c)
+		c.Global.ClientIdleTimeout = 300 * time.Millisecond
+	})
+	cl := dialRaw(t, addr)
+	cl.hello()
+	if r := cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+		t.Fatal(r)
+	}
+	busy := dialRaw(t, addr)
+	busy.hello()
+	start := time.Now()
+	// A client that keeps sending is not idle.
+	for time.Since(start) < 700*time.Millisecond {
+		if r := busy.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+			t.Fatal(r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !cl.closed(3 * time.Second) {
+		t.Fatal("idle client not closed")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("idle client closed after %v, timeout 300ms", d)
+	}
+	if r := busy.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+		t.Fatal(r)
+	}
+	waitFor(t, "the closed client to leave the count", func() bool { return a.Server().ClientCount() == 1 })
+}

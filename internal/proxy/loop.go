@@ -1,0 +1,32 @@
+package proxy
+
+// loopState says who owns a client's socket: its goroutine or the event
+// loop (loop_linux.go).
+type loopState uint8
+
+const (
+	lsGoroutine loopState = iota // the client's goroutine reads and writes c.nc
+	lsIdle                       // the loop owns the client; no request in flight
+	lsWaiting                    // a goroutine waits for a connection for the request
+	lsUpstream                   // the loop sent a request and waits for the reply
+	lsClosed                     // finished
+)
+
+// snapshot returns the connected clients.
+func (s *Server) snapshot() []*client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := make([]*client, 0, len(s.clients))
+	for c := range s.clients {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// hasPinOrOpen reports whether the client holds a pinned connection or has
+// a transaction open: such a client stays on its goroutine.
+func (c *client) hasPinOrOpen() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hasPinLocked() || len(c.open) > 0
+}

@@ -1,0 +1,32 @@
+//go:build !linux
+
+package proxy
+
+import "sync"
+
+// eventLoopsSupported reports whether this platform has the event loop;
+// elsewhere every client is served by its goroutine.
+const eventLoopsSupported = false
+
+// loopClient is the event-loop state of a client; here only the lock and
+// the state that finish uses.
+type loopClient struct {
+	mu    sync.Mutex
+	state loopState
+}
+
+func (c *client) initLoop() {}
+
+func (c *client) enterLoop() bool { return false }
+
+func (c *client) loopForget() {}
+
+func (c *client) disconnect() {
+	c.lc.mu.Lock()
+	defer c.lc.mu.Unlock()
+	if c.nc != nil {
+		_ = c.nc.Close()
+	}
+}
+
+func (s *Server) stopLoops() {}
