@@ -250,30 +250,24 @@ func (r *rawIO) result() (int, error) {
 }
 
 // read reads once from rc, retrying only on EINTR.
-func (r *rawIO) read(rc syscall.RawConn, b []byte) (int, error) {
-	if r.rd == nil {
-		r.rd, r.wr = r.doRead, r.doWrite
-	}
-	for {
-		r.b = b
-		if err := rc.Read(r.rd); err != nil {
-			r.b = nil
-			return 0, err
-		}
-		if r.err != syscall.EINTR {
-			return r.result()
-		}
-	}
-}
+func (r *rawIO) read(rc syscall.RawConn, b []byte) (int, error) { return r.do(rc, b, false) }
 
 // write writes once to rc, retrying only on EINTR.
-func (r *rawIO) write(rc syscall.RawConn, b []byte) (int, error) {
+func (r *rawIO) write(rc syscall.RawConn, b []byte) (int, error) { return r.do(rc, b, true) }
+
+func (r *rawIO) do(rc syscall.RawConn, b []byte, write bool) (int, error) {
 	if r.rd == nil {
 		r.rd, r.wr = r.doRead, r.doWrite
 	}
 	for {
 		r.b = b
-		if err := rc.Write(r.wr); err != nil {
+		var err error
+		if write {
+			err = rc.Write(r.wr)
+		} else {
+			err = rc.Read(r.rd)
+		}
+		if err != nil {
 			r.b = nil
 			return 0, err
 		}
