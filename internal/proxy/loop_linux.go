@@ -422,17 +422,22 @@ func dupConn(nc net.Conn) (int, error) {
 	}
 	fd := -1
 	var derr error
-	if err := rc.Control(func(s uintptr) {
-		syscall.ForkLock.RLock()
-		fd, derr = syscall.Dup(int(s))
-		if derr == nil {
-			syscall.CloseOnExec(fd)
-		}
-		syscall.ForkLock.RUnlock()
-	}); err != nil {
+	if err := rc.Control(func(s uintptr) { fd, derr = dupCloexec(int(s)) }); err != nil {
 		return -1, err
 	}
 	return fd, derr
+}
+
+// dupCloexec duplicates fd, close-on-exec; under ForkLock so that no child
+// started meanwhile inherits the copy.
+func dupCloexec(fd int) (int, error) {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	d, err := syscall.Dup(fd)
+	if err == nil {
+		syscall.CloseOnExec(d)
+	}
+	return d, err
 }
 
 // toGoroutine gives the client back to a goroutine, which handles what is
@@ -452,12 +457,7 @@ func (c *client) toGoroutine() {
 
 // fileConn makes a net.Conn (in Go's netpoller) of a duplicate of fd.
 func fileConn(fd int) (net.Conn, error) {
-	syscall.ForkLock.RLock()
-	d, err := syscall.Dup(fd)
-	if err == nil {
-		syscall.CloseOnExec(d)
-	}
-	syscall.ForkLock.RUnlock()
+	d, err := dupCloexec(fd)
 	if err != nil {
 		return nil, err
 	}
