@@ -142,3 +142,36 @@ func benchParallel(b *testing.B, maxPoolSize, goroutines int) {
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 }
+
+// BenchmarkCheckOutFuncHandOff: the event loop's wait, without a goroutine. One
+// connection is held; each iteration queues a CheckOutFunc and checks the held
+// connection in, which hands it to the queued checkout through its callback.
+func BenchmarkCheckOutFuncHandOff(b *testing.B) {
+	o := pool.DefaultOptions()
+	o.MaxPoolSize = 1
+	p := benchPool(b, o)
+	held, err := p.CheckOut(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var got *pool.Conn
+	done := func(c *pool.Conn, err error) {
+		if err != nil {
+			b.Error(err)
+		}
+		got = c
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, queued, err := p.CheckOutFunc(done); !queued || err != nil {
+			b.Fatal(queued, err)
+		}
+		if err := p.CheckIn(held); err != nil {
+			b.Fatal(err)
+		}
+		held, got = got, nil
+	}
+	if err := p.CheckIn(held); err != nil {
+		b.Fatal(err)
+	}
+}

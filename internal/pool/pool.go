@@ -325,33 +325,10 @@ func (p *Pool) Close() {
 // *ConnectionError (establishing the connection made for this checkout failed).
 func (p *Pool) CheckOut(ctx context.Context) (*Conn, error) {
 	p.mu.Lock()
-	var start instant
-	if p.mon != nil {
-		start = monoNow()
-		p.emitLocked(Event{Type: ConnectionCheckOutStarted})
-	}
-	if p.state != StateReady {
-		err, reason := p.unavailableLocked()
-		p.emitFailedLocked(start, reason, err)
+	start, c, err := p.beginLocked(ctx)
+	if c != nil || err != nil {
 		p.mu.Unlock()
-		return nil, err
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		err := p.timeoutErrLocked(cerr, start)
-		p.emitFailedLocked(start, ReasonTimeout, err)
-		p.mu.Unlock()
-		return nil, err
-	}
-	// Fast path, only when nobody waits: a newcomer never overtakes a waiter.
-	if p.queue.n == 0 {
-		if c := p.popAvailableLocked(); c != nil {
-			p.handOutLocked(c, start)
-			p.mu.Unlock()
-			return c, nil
-		}
-	}
-	if start == 0 {
-		start = monoNow()
+		return c, err
 	}
 	w := getWaiter()
 	w.start = start
@@ -361,6 +338,96 @@ func (p *Pool) CheckOut(ctx context.Context) (*Conn, error) {
 	wqt := p.opts.WaitQueueTimeout
 	p.mu.Unlock()
 	return p.await(ctx, w, wqt)
+}
+
+// beginLocked starts a checkout: the CheckOutStarted event, the checks that fail it at
+// once, and the fast path. It returns a connection or an error, or neither when the
+// checkout must queue; start is when it began.
+func (p *Pool) beginLocked(ctx context.Context) (start instant, c *Conn, err error) {
+	if p.mon != nil {
+		start = monoNow()
+		p.emitLocked(Event{Type: ConnectionCheckOutStarted})
+	}
+	if p.state != StateReady {
+		err, reason := p.unavailableLocked()
+		p.emitFailedLocked(start, reason, err)
+		return start, nil, err
+	}
+	if ctx != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			err := p.timeoutErrLocked(cerr, start)
+			p.emitFailedLocked(start, ReasonTimeout, err)
+			return start, nil, err
+		}
+	}
+	// Fast path, only when nobody waits: a newcomer never overtakes a waiter.
+	if p.queue.n == 0 {
+		if c := p.popAvailableLocked(); c != nil {
+			p.handOutLocked(c, start)
+			return start, c, nil
+		}
+	}
+	if start == 0 {
+		start = monoNow()
+	}
+	return start, nil, nil
+}
+
+// CheckOutFunc is CheckOut for callers that must not block (the proxy's event
+// loop). A connection that can be had at once is returned, and so is an error
+// that fails the checkout at once, as CheckOut would. Otherwise queued is true: the
+// checkout waits in the queue, in order with every other one and with the same
+// events, and the pool later calls done exactly once with its result (a connection,
+// or one of CheckOut's errors; WaitQueueTimeout applies, there is no context).
+//
+// done is called with the pool's lock held, possibly before CheckOutFunc returns
+// and on any goroutine that changes the pool (a CheckIn, an establishment, Clear,
+// Close, the timeout), so it must be quick, must not block and must not call the
+// pool: typically it queues the result for the caller's own thread.
+func (p *Pool) CheckOutFunc(done func(*Conn, error)) (c *Conn, queued bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start, c, err := p.beginLocked(nil)
+	if c != nil || err != nil {
+		return c, false, err
+	}
+	w := getWaiter()
+	w.start = start
+	w.state = waiterQueued
+	w.fn = done
+	w.pool.Store(p)
+	if wqt := p.opts.WaitQueueTimeout; wqt > 0 {
+		if w.expiry == nil {
+			w.expiry = time.AfterFunc(wqt, w.expire)
+		} else {
+			w.expiry.Reset(wqt)
+		}
+		w.armed = true
+	}
+	p.queue.pushBack(w)
+	p.dispatchLocked()
+	return nil, true, nil
+}
+
+// expire is the WaitQueueTimeout of a CheckOutFunc waiter. A waiter that left the
+// queue meanwhile is left alone: once bound, the timeout no longer applies, and
+// once done, its result went to done (see callLocked for why it is not recycled
+// then).
+func (w *waiter) expire() {
+	p := w.pool.Load()
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	if w.state != waiterQueued || w.pool.Load() != p {
+		p.mu.Unlock()
+		return
+	}
+	err := p.abandonLocked(w, nil)
+	fn := w.fn
+	fn(nil, err)
+	p.mu.Unlock()
+	putWaiter(w)
 }
 
 // TryCheckOut is CheckOut for callers that must never wait (the proxy's
@@ -630,9 +697,24 @@ func (p *Pool) makeAvailableLocked(c *Conn) {
 // deliverLocked completes waiter w with connection c (already handed out).
 func (p *Pool) deliverLocked(w *waiter, c *Conn) {
 	w.pending = nil
-	w.conn = c
 	w.state = waiterDone
+	if w.fn != nil {
+		p.callLocked(w, c, nil)
+		return
+	}
+	w.conn = c
 	w.ch <- struct{}{}
+}
+
+// callLocked gives a CheckOutFunc waiter its result, and recycles it unless its
+// timer's function has started: that function holds w and will find it done, so w
+// must not be reused under it.
+func (p *Pool) callLocked(w *waiter, c *Conn, err error) {
+	fn := w.fn
+	if !w.armed || w.expiry.Stop() {
+		putWaiter(w)
+	}
+	fn(c, err)
 }
 
 // failWaiterLocked completes waiter w with err and emits ConnectionCheckOutFailed.
@@ -641,9 +723,13 @@ func (p *Pool) failWaiterLocked(w *waiter, reason Reason, err error) {
 		p.queue.remove(w)
 	}
 	w.pending = nil
-	w.err = err
 	w.state = waiterDone
 	p.emitFailedLocked(w.start, reason, err)
+	if w.fn != nil {
+		p.callLocked(w, nil, err)
+		return
+	}
+	w.err = err
 	w.ch <- struct{}{}
 }
 

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,9 +17,13 @@ const (
 )
 
 // waiter is one checkout in the wait queue, in the spirit of net/http's wantConn. All
-// fields except ch and timer are guarded by Pool.mu. Whoever moves a waiter to
-// waiterDone on its behalf sets conn or err and sends exactly one token on ch; the
-// waiter itself may also finish (timeout) without a token.
+// fields except ch, timer, pool and expiry are guarded by Pool.mu. Whoever moves a
+// waiter to waiterDone on its behalf sets conn or err and sends exactly one token on
+// ch; the waiter itself may also finish (timeout) without a token.
+//
+// A waiter of CheckOutFunc has no goroutine: fn takes the place of ch, and expiry, a
+// timer whose function is the waiter's own expire, the place of the waiting
+// goroutine's timeout.
 type waiter struct {
 	prev, next *waiter
 	state      waiterState
@@ -28,6 +33,11 @@ type waiter struct {
 	err        error   // result
 	ch         chan struct{}
 	timer      *time.Timer // reused WaitQueueTimeout timer (owned by the waiting goroutine)
+
+	fn     func(*Conn, error)   // CheckOutFunc's callback; nil for CheckOut
+	pool   atomic.Pointer[Pool] // CheckOutFunc: the pool, for expire (waiters are shared by pools)
+	expiry *time.Timer          // CheckOutFunc: reused WaitQueueTimeout timer running expire
+	armed  bool                 // expiry was started for this use
 }
 
 var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct{}, 1)} }}
@@ -41,6 +51,8 @@ func putWaiter(w *waiter) {
 		w.timer.Stop()
 	}
 	w.prev, w.next, w.pending, w.conn, w.err = nil, nil, nil, nil, nil
+	w.fn, w.armed = nil, false
+	w.pool.Store(nil)
 	w.state = waiterFree
 	w.start = 0
 	waiterPool.Put(w)
