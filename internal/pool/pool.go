@@ -430,39 +430,6 @@ func (w *waiter) expire() {
 	putWaiter(w)
 }
 
-// TryCheckOut is CheckOut for callers that must never wait (the proxy's
-// event loop): when the pool is ready, nobody is queued and the most recently
-// used available connection can be handed out as it is, it checks that
-// connection out with the events of a CheckOut that finds one at once.
-// Otherwise it returns false having done and emitted nothing, and the caller
-// uses CheckOut, which waits, establishes or closes perished connections
-// with the events the spec orders.
-func (p *Pool) TryCheckOut() (*Conn, bool) {
-	p.mu.Lock()
-	n := len(p.idle)
-	if p.state != StateReady || p.queue.n != 0 || n == 0 {
-		p.mu.Unlock()
-		return nil, false
-	}
-	c := p.idle[n-1]
-	var now instant
-	if p.mon != nil || p.opts.MaxIdleTime > 0 {
-		now = monoNow()
-	}
-	if p.staleLocked(c) || (p.opts.MaxIdleTime > 0 && now.sub(c.idleSince) > p.opts.MaxIdleTime) {
-		p.mu.Unlock()
-		return nil, false
-	}
-	if p.mon != nil {
-		p.emitLocked(Event{Type: ConnectionCheckOutStarted})
-	}
-	p.idle[n-1] = nil
-	p.idle = p.idle[:n-1]
-	p.handOutLocked(c, now)
-	p.mu.Unlock()
-	return c, true
-}
-
 // await waits for w's result, for WaitQueueTimeout while w is queued, and for ctx.
 func (p *Pool) await(ctx context.Context, w *waiter, wqt time.Duration) (*Conn, error) {
 	var timeout <-chan time.Time

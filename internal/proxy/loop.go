@@ -7,7 +7,7 @@ type loopState uint8
 const (
 	lsGoroutine loopState = iota // the client's goroutine reads and writes c.nc
 	lsIdle                       // the loop owns the client; no request in flight
-	lsWaiting                    // a goroutine waits for a connection for the request
+	lsWaiting                    // the request waits in the pool's queue (CheckOutFunc)
 	lsUpstream                   // the loop sent a request and waits for the reply
 	lsClosed                     // finished
 )

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -41,6 +40,14 @@ import (
 // descriptor under it, and registers each in the epoll set once. A Close
 // calls loopUp.UpstreamClosed, so a loop waiting for a reply on a connection
 // the pool interrupts hears of it.
+//
+// Waiting for a connection takes no goroutine either: the request waits in
+// the pool's queue as a pool.CheckOutFunc, whose callback (run by whoever
+// frees a connection, under the pool's lock) only posts the result to the
+// loops' ready list. Loop threads run the ready list after each event, so a
+// connection checked in by a loop thread goes to the next waiting request on
+// that same thread without a wake-up; a result posted while no loop thread is
+// running wakes one through a pipe.
 
 // loopClient is a client's event-loop state, guarded by mu. The loop
 // threads, the client's goroutine, the idle sweeper and Server.Close take mu
@@ -61,7 +68,13 @@ type loopClient struct {
 	// lastActive (monoNow) is when the last request ended, for the idle timeout.
 	lastActive time.Duration
 
-	// The request in flight (lsUpstream).
+	// The request in flight (lsWaiting, lsUpstream). unsent is set while
+	// it is still at the front of rbuf; retried once a cleared pool's
+	// checkout was retried.
+	unsent  bool
+	retried bool
+	// deliver is the request's pool.CheckOutFunc callback, made once.
+	deliver func(*pool.Conn, error)
 	route   *Route
 	srv     *topology.Server
 	pc      *pool.Conn
@@ -97,6 +110,20 @@ type loopEntry struct {
 type loops struct {
 	ep           int
 	stopR, stopW int
+	// wakeR and wakeW are a pipe that wakes a thread for the ready list;
+	// wakePending is set while a wake-up is written and not yet taken.
+	wakeR, wakeW int
+	wakePending  atomic.Bool
+	// running counts threads between an epoll_wait's return and their last
+	// look at the ready list.
+	running atomic.Int32
+
+	// readyMu guards ready and head: checkout results to run, from head on.
+	// readyN, their number, lets threads skip the lock when there is none.
+	readyMu sync.Mutex
+	ready   []readyItem
+	head    int
+	readyN  atomic.Int32
 	// done is closed by stop, for the helpers that run beside the threads.
 	done chan struct{}
 	wg   sync.WaitGroup // the threads and the helpers
@@ -105,6 +132,13 @@ type loops struct {
 	mu sync.Mutex
 	// tab maps a descriptor to its registration.
 	tab atomic.Pointer[[]atomic.Pointer[loopEntry]]
+}
+
+// readyItem is the result of a queued checkout, for client c.
+type readyItem struct {
+	c   *client
+	pc  *pool.Conn
+	err error
 }
 
 // epollET is EPOLLET as the uint32 that EpollEvent.Events holds.
@@ -121,19 +155,27 @@ func startLoops(n int) (*loops, error) {
 	}
 	var p [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		_ = syscall.Close(ep)
+		closeFds(ep)
 		return nil, fmt.Errorf("pipe2: %w", err)
 	}
 	// Level-triggered: once the write end is closed, every thread's
 	// epoll_wait returns it, so all of them stop.
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(p[0])}
 	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, p[0], &ev); err != nil {
-		_ = syscall.Close(ep)
-		_ = syscall.Close(p[0])
-		_ = syscall.Close(p[1])
+		closeFds(ep, p[0], p[1])
 		return nil, fmt.Errorf("epoll_ctl: %w", err)
 	}
-	l := &loops{ep: ep, stopR: p[0], stopW: p[1], done: make(chan struct{})}
+	var w [2]int
+	if err := syscall.Pipe2(w[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		closeFds(ep, p[0], p[1])
+		return nil, fmt.Errorf("pipe2: %w", err)
+	}
+	ev = syscall.EpollEvent{Events: syscall.EPOLLIN | epollET, Fd: int32(w[0])}
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, w[0], &ev); err != nil {
+		closeFds(ep, p[0], p[1], w[0], w[1])
+		return nil, fmt.Errorf("epoll_ctl: %w", err)
+	}
+	l := &loops{ep: ep, stopR: p[0], stopW: p[1], wakeR: w[0], wakeW: w[1], done: make(chan struct{})}
 	tab := make([]atomic.Pointer[loopEntry], 1024)
 	l.tab.Store(&tab)
 	for range n {
@@ -149,8 +191,13 @@ func (l *loops) stop() {
 	close(l.done)
 	_ = syscall.Close(l.stopW)
 	l.wg.Wait()
-	_ = syscall.Close(l.ep)
-	_ = syscall.Close(l.stopR)
+	closeFds(l.ep, l.stopR, l.wakeR, l.wakeW)
+}
+
+func closeFds(fds ...int) {
+	for _, fd := range fds {
+		_ = syscall.Close(fd)
+	}
 }
 
 func (l *loops) run() {
@@ -164,24 +211,79 @@ func (l *loops) run() {
 		if err != nil {
 			return
 		}
+		l.running.Add(1)
 		tab := *l.tab.Load()
 		for i := range evs[:n] {
 			fd := int(evs[i].Fd)
-			if fd == l.stopR {
-				return
-			}
-			if fd < 0 || fd >= len(tab) {
-				continue
-			}
-			e := tab[fd].Load()
 			switch {
-			case e == nil:
-			case e.c != nil:
-				e.c.loopReadable()
+			case fd == l.stopR:
+				l.running.Add(-1)
+				return
+			case fd == l.wakeR:
+				l.wakePending.Store(false)
+				var b [64]byte
+				for {
+					if m, _ := syscall.Read(l.wakeR, b[:]); m < len(b) {
+						break
+					}
+				}
+			case fd < 0 || fd >= len(tab):
 			default:
-				e.u.readable()
+				e := tab[fd].Load()
+				switch {
+				case e == nil:
+				case e.c != nil:
+					e.c.loopReadable()
+				default:
+					e.u.readable()
+				}
 			}
+			l.runReady()
 		}
+		// A result posted while running was set is this thread's to run:
+		// look again after clearing it (post looks at running after
+		// adding to the list).
+		for {
+			l.running.Add(-1)
+			if l.readyN.Load() == 0 {
+				break
+			}
+			l.running.Add(1)
+			l.runReady()
+		}
+	}
+}
+
+// post queues a checkout's result for a loop thread. It is a
+// pool.CheckOutFunc callback's work: called under the pool's lock, it only
+// takes readyMu and, when no thread is running, writes the wake-up pipe.
+func (l *loops) post(it readyItem) {
+	l.readyMu.Lock()
+	l.ready = append(l.ready, it)
+	l.readyN.Add(1)
+	l.readyMu.Unlock()
+	if l.running.Load() == 0 && l.wakePending.CompareAndSwap(false, true) {
+		one := [1]byte{1}
+		_, _ = syscall.Write(l.wakeW, one[:])
+	}
+}
+
+// runReady resumes the requests whose checkouts ended, oldest first.
+func (l *loops) runReady() {
+	for l.readyN.Load() > 0 {
+		l.readyMu.Lock()
+		if l.head == len(l.ready) {
+			l.readyMu.Unlock()
+			return
+		}
+		it := l.ready[l.head]
+		l.ready[l.head] = readyItem{}
+		if l.head++; l.head == len(l.ready) {
+			l.ready, l.head = l.ready[:0], 0
+		}
+		l.readyN.Add(-1)
+		l.readyMu.Unlock()
+		it.c.loopResume(it.pc, it.err)
 	}
 }
 
@@ -564,72 +666,92 @@ func (c *client) loopRequest(msg []byte) bool {
 	if srv == nil {
 		return false
 	}
-	pc, ok := srv.Pool().TryCheckOut()
-	var lu *loopUp
-	if ok {
-		if lu = c.s.loopUpFor(pc.Upstream().(*upstream.Conn)); lu == nil {
-			// TLS or compression toward this upstream: its requests stay
-			// on goroutines.
-			route.noLoop.Store(true)
-			_ = srv.Pool().CheckIn(pc)
-			return false
-		}
-		route.held.Add(1)
-	}
 	// The request is the loop's from here on.
 	lc := &c.lc
 	lc.route, lc.srv = route, srv
 	lc.start = monoNow()
 	lc.reqID = int32(binary.LittleEndian.Uint32(msg[4:]))
 	lc.bytesIn = len(msg)
+	lc.unsent = true
 	c.requests.Add(1)
 	c.bytesOut = 0
 	c.okReply = false
 	c.mu.Lock()
 	c.busy = true
 	c.mu.Unlock()
-	if !ok {
-		// No connection to spare now: a goroutine waits in the pool's queue
-		// (or for a new connection), and the client stays the loop's.
-		lc.state = lsWaiting
-		c.state.Store(uint32(stateWaiting))
-		go c.loopCheckOut(route, srv)
-		return true
-	}
-	c.state.Store(uint32(stateActive))
-	c.loopSend(pc, lu)
+	c.loopCheckOut()
 	return true
 }
 
-// loopCheckOut waits for a connection for the request the loop could not
-// serve at once, then sends it. It runs on its own goroutine.
-func (c *client) loopCheckOut(route *Route, srv *topology.Server) {
-	pc, err := route.checkOut(context.Background(), srv)
-	if err != nil && clearedAndReady(err, srv) {
-		pc, err = route.checkOut(context.Background(), srv)
+// loopCheckOut checks a connection out for the request, or queues the
+// request in the pool until one is free. It holds lc.mu.
+func (c *client) loopCheckOut() {
+	lc := &c.lc
+	if lc.deliver == nil {
+		lc.deliver = c.loopDelivered
 	}
-	if err != nil {
-		srv.HandleError(err, nil)
+	pc, queued, err := lc.srv.Pool().CheckOutFunc(lc.deliver)
+	if queued {
+		lc.state = lsWaiting
+		c.state.Store(uint32(stateWaiting))
+		return
 	}
+	c.loopCheckedOut(pc, err)
+}
+
+// loopDelivered is the CheckOutFunc callback of a queued request: under the
+// pool's lock, it only posts the result to a loop thread.
+func (c *client) loopDelivered(pc *pool.Conn, err error) {
+	if l := c.s.loopsPtr.Load(); l != nil {
+		l.post(readyItem{c: c, pc: pc, err: err})
+		return
+	}
+	// The loops have stopped (the server is closing): finish on a
+	// goroutine, which must not run under the pool's lock.
+	go c.loopResume(pc, err)
+}
+
+// loopResume continues a request whose queued checkout ended. While it
+// waits (lsWaiting) nothing but this ends the request, so the state is
+// still lsWaiting here.
+func (c *client) loopResume(pc *pool.Conn, err error) {
 	lc := &c.lc
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
+	c.loopCheckedOut(pc, err)
+}
+
+// loopCheckedOut sends the request on the connection it was given, or
+// answers the checkout's error. It holds lc.mu.
+func (c *client) loopCheckedOut(pc *pool.Conn, err error) {
+	lc := &c.lc
+	route, srv := lc.route, lc.srv
+	if err != nil && !lc.retried && clearedAndReady(err, srv) {
+		// Cleared and ready again meanwhile: one more try, as the
+		// goroutine code does.
+		lc.retried = true
+		c.loopCheckOut()
+		return
+	}
+	lc.retried = false
 	c.state.Store(uint32(stateActive))
 	if err != nil {
+		srv.HandleError(err, nil)
 		c.loopErrorReply(c.s.upstreamError(route, err, &c.req, false))
 		return
 	}
+	route.held.Add(1)
 	lu := c.s.loopUpFor(pc.Upstream().(*upstream.Conn))
 	if lu == nil {
-		// As in loopRequest: the goroutine code serves this route. The
-		// request is still in rbuf; it starts over there.
+		// TLS or compression toward this upstream: its requests stay on
+		// goroutines. The request is still in rbuf; it starts over there.
 		route.noLoop.Store(true)
 		route.checkIn(srv, pc)
 		c.requests.Add(^uint64(0))
 		c.mu.Lock()
 		c.busy = false
 		c.mu.Unlock()
-		lc.route, lc.srv = nil, nil
+		lc.route, lc.srv, lc.unsent = nil, nil, false
 		c.toGoroutine()
 		return
 	}
@@ -642,6 +764,7 @@ func (c *client) loopSend(pc *pool.Conn, lu *loopUp) {
 	lc := &c.lc
 	msg := c.rbuf[c.rlo : c.rlo+lc.bytesIn]
 	c.consume(lc.bytesIn)
+	lc.unsent = false
 	lc.pc, lc.up = pc, lu
 	lc.state = lsUpstream
 	lu.owner.Store(c)
@@ -814,8 +937,9 @@ func (c *client) loopFail(err error) {
 // stays connected. It holds lc.mu, the request's connection returned.
 func (c *client) loopErrorReply(body []byte) {
 	lc := &c.lc
-	if lc.state == lsWaiting {
+	if lc.unsent {
 		c.consume(lc.bytesIn)
+		lc.unsent = false
 	}
 	c.okReply = false
 	c.mu.Lock()
