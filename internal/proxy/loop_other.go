@@ -30,3 +30,6 @@ func (c *client) disconnect() {
 }
 
 func (s *Server) stopLoops() {}
+
+// loops is the event loop, which never starts here.
+type loops struct{}
