@@ -253,7 +253,7 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	if err != nil {
 		return nil, fmt.Errorf("route %q: %w", er.Name, err)
 	}
-	t, err := newTopology(er, a.log, a.metrics.PoolMonitor(er.Name))
+	t, err := newTopology(er, a.log, a.metrics.PoolMonitor(er.Name), a.cfg.Global.EventLoop)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,9 @@ import (
 )
 
 // newTopology makes the servers, monitors and pools of one route.
-func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor) (*topology.Topology, error) {
+// eventLoop detaches pooled connections from Go's netpoller for the proxy's
+// event loop.
+func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, eventLoop bool) (*topology.Topology, error) {
 	cs := er.Conn
 	if cs.Username != "" || cs.AuthMechanism != "" {
 		return nil, fmt.Errorf("route %q: upstream authentication is not supported yet; remove the credentials from its connection string", er.Name)
@@ -47,6 +49,8 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor) (
 		Logger:         log,
 	}
 	mo := uo
+	// Only pooled connections: the loop never sees a monitor's.
+	uo.Detach = eventLoop
 	mo.Compressors = nil // monitoring sends tiny hellos: never worth compressing
 	po := pool.DefaultOptions()
 	po.MaxPoolSize = er.MaxPoolSize

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -449,7 +450,15 @@ func connectWithin(t *testing.T, d *Dialer, ctx context.Context, addr string) er
 	return err
 }
 
+// Interrupting a round trip works the same on connections detached from
+// Go's netpoller (Options.Detach, Linux) as on ordinary ones.
 func TestRoundTripInterrupted(t *testing.T) {
+	for _, detach := range []bool{false, true} {
+		t.Run(fmt.Sprintf("detach=%v", detach), func(t *testing.T) { testRoundTripInterrupted(t, Options{Detach: detach}) })
+	}
+}
+
+func testRoundTripInterrupted(t *testing.T, o Options) {
 	srv := newFakeServer(t, func(c *fakeConn) {
 		req, ok := c.read()
 		if ok && c.reply(req, helloReply(nil), nil) {
@@ -457,7 +466,7 @@ func TestRoundTripInterrupted(t *testing.T) {
 		}
 	})
 	t.Run("cancel", func(t *testing.T) {
-		c := dialDev(t, Options{}, srv.addr())
+		c := dialDev(t, o, srv.addr())
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start := time.Now()
@@ -471,7 +480,7 @@ func TestRoundTripInterrupted(t *testing.T) {
 		}
 	})
 	t.Run("deadline", func(t *testing.T) {
-		c := dialDev(t, Options{}, srv.addr())
+		c := dialDev(t, o, srv.addr())
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		_, err := c.RoundTrip(ctx, "admin", ping())
@@ -481,7 +490,7 @@ func TestRoundTripInterrupted(t *testing.T) {
 		}
 	})
 	t.Run("close during read", func(t *testing.T) {
-		c := dialDev(t, Options{}, srv.addr())
+		c := dialDev(t, o, srv.addr())
 		errc := make(chan error, 1)
 		go func() {
 			_, err := c.ReadMessage(nil)
@@ -551,7 +560,8 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := startFake(t, ln, serveHello(helloReply(nil)))
-	c := dialDev(t, Options{TLSConfig: &tls.Config{RootCAs: pool}}, srv.addr())
+	// Detach leaves TLS connections as they are: crypto/tls reads them.
+	c := dialDev(t, Options{TLSConfig: &tls.Config{RootCAs: pool}, Detach: true}, srv.addr())
 	if _, ok := c.NetConn().(*tls.Conn); !ok {
 		t.Fatalf("NetConn is %T, want *tls.Conn", c.NetConn())
 	}
