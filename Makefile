@@ -68,7 +68,7 @@ fmt-check:
 # loop (event_loop = true), so both I/O models pass the same tests.
 test: devmongo node-tools python-tools browser-tools fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
-	MONGOBOUNCER_TEST_EVENT_LOOP=1 $(GO) test -race -count=1 -timeout 12m ./internal/e2e/
+	MONGOBOUNCER_TEST_EVENT_LOOP=0 $(GO) test -race -count=1 -timeout 12m ./internal/e2e/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -81,9 +81,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		maxOps   = fs.Int64("max-ops", loadgen.DefaultMaxOps, "maximum operations per run (each side of each round)")
 		poolSize = fs.Uint64("pool", loadgen.DefaultMaxPoolSize, "driver maxPoolSize (-workload driver)")
 		spawnBin = fs.String("spawn", "", "start a fake upstream here and this mongobouncer `binary` in front of it, and measure them")
-		bPool    = fs.Int("bouncer-pool", 10, "max_pool_size of the spawned mongobouncer")
-		bMode    = fs.String("bouncer-mode", "statement", "pool_mode of the spawned mongobouncer")
-		bLoop    = fs.Bool("bouncer-event-loop", false, "run the spawned mongobouncer with --event-loop")
+		bPool    = fs.Int("bouncer-pool", 100, "max_pool_size of the spawned mongobouncer (its default)")
+		bMode    = fs.String("bouncer-mode", "transaction", "pool_mode of the spawned mongobouncer (its default)")
+		bLoop    = fs.Bool("bouncer-event-loop", true, "run the spawned mongobouncer with --event-loop=true (its default on Linux) or false")
 		refs     = fs.Bool("reference", false, "with -spawn: also measure two reference relays in front of the same upstream (a goroutine per client, and epoll event loops), which copy messages and do nothing else: the floor of what relaying costs on this machine")
 	)
 	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client) or driver (insert/find/update through the Go driver)")
@@ -115,11 +115,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		var err error
-		var extra []string
-		if *bLoop {
-			extra = append(extra, "--event-loop")
-		}
-		sp, err = spawn(*spawnBin, *bPool, *bMode, extra...)
+		sp, err = spawn(*spawnBin, *bPool, *bMode, fmt.Sprintf("--event-loop=%v", *bLoop))
 		if err != nil {
 			fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)
 			return 1

@@ -41,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		logLevel    = fs.String("log-level", "", "log level: debug, info, warn or error; overrides the file")
 		logFormat   = fs.String("log-format", "", "log format: text or json; overrides the file")
 		adminListen = fs.String("admin-listen", "", "admin HTTP listen `address` (metrics, health, admin, status page); overrides the file")
-		eventLoop   = fs.Bool("event-loop", false, "serve idle clients and plain requests on event-loop threads (Linux); overrides the file when given")
+		eventLoop   = fs.Bool("event-loop", true, "serve idle clients and plain requests on event-loop threads (Linux); --event-loop=false gives every client a goroutine; overrides the file when given")
 		showVersion = fs.Bool("version", false, "print the version and exit")
 	)
 	fs.Usage = func() {

@@ -202,7 +202,8 @@ type Global struct {
 	// LogFormat selects text or JSON logs.
 	LogFormat LogFormat
 	// EventLoop serves idle clients and plain requests on a few event-loop
-	// threads instead of a goroutine per client (Linux; event_loop).
+	// threads instead of a goroutine per client (Linux; event_loop, on by
+	// default).
 	EventLoop bool
 	// ShutdownTimeout bounds how long shutdown waits for in-flight
 	// commands before closing connections; 0 closes them at once.
@@ -274,6 +275,7 @@ func Default() Config {
 		LogLevel:        LogLevelInfo,
 		LogFormat:       LogFormatText,
 		ShutdownTimeout: 30 * time.Second,
+		EventLoop:       true,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,

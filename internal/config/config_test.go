@@ -21,6 +21,7 @@ func TestDefault(t *testing.T) {
 	want := Global{
 		Listen: "127.0.0.1:27017", AdminListen: "", MaxClientConn: 10000,
 		LogLevel: LogLevelInfo, LogFormat: LogFormatText, ShutdownTimeout: 30 * time.Second,
+		EventLoop: true,
 		Pool: Pool{
 			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MinPoolSize: 0, MaxIdleTime: 0,
 			MaxConnecting: 2, WaitQueueTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second,
@@ -61,9 +62,9 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 	if c.Path != "min.toml" {
 		t.Fatalf("Path = %q", c.Path)
 	}
-	c, err = Parse([]byte("[mongobouncer]\nevent_loop = true\n[databases.\"*\"]\nconnection_string = \"mongodb://localhost:27019/\"\n"), "loop.toml")
-	if err != nil || !c.Global.EventLoop {
-		t.Fatalf("event_loop = true: %v, EventLoop %v", err, c.Global.EventLoop)
+	c, err = Parse([]byte("[mongobouncer]\nevent_loop = false\n[databases.\"*\"]\nconnection_string = \"mongodb://localhost:27019/\"\n"), "loop.toml")
+	if err != nil || c.Global.EventLoop {
+		t.Fatalf("event_loop = false: %v, EventLoop %v", err, c.Global.EventLoop)
 	}
 }
 

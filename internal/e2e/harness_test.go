@@ -25,9 +25,10 @@ func bouncer(t testing.TB, upstreamURI string, tweak func(*config.Config)) (*app
 	cfg.Global.ServerSelectionTimeout = 5 * time.Second
 	cfg.Global.WaitQueueTimeout = 10 * time.Second
 	cfg.Databases = map[string]config.Route{"*": {ConnectionString: config.URI(upstreamURI)}}
-	// make test runs this package twice: once as configured by default,
-	// once with every bouncer on the event loop.
-	cfg.Global.EventLoop = os.Getenv("MONGOBOUNCER_TEST_EVENT_LOOP") != ""
+	// make test runs this package twice: once as configured by default
+	// (the event loop on Linux), once with MONGOBOUNCER_TEST_EVENT_LOOP=0,
+	// a goroutine per client.
+	cfg.Global.EventLoop = os.Getenv("MONGOBOUNCER_TEST_EVENT_LOOP") != "0"
 	if tweak != nil {
 		tweak(&cfg)
 	}
