@@ -209,3 +209,77 @@ func TestEventLoopIdleTimeout(t *testing.T) {
 	}
 	waitFor(t, "the closed client to leave the count", func() bool { return a.Server().ClientCount() == 1 })
 }
+
+// Requests that find no free connection wait in the pool's queue as
+// callbacks, without a goroutine each: they are served in order when the
+// connection comes back, a wait past wait_queue_timeout ends in a
+// retryable error reply, and every client stays connected.
+func TestEventLoopQueuedRequests(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loop is Linux only")
+	}
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	release := make(chan struct{}, 1)
+	up.Handle("find", func(req *fakemongo.Request) fakemongo.Reply {
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+		return up.Builtin(req)
+	})
+	const wait = 300 * time.Millisecond
+	_, addr := bouncer(t, up.URI(), func(c *config.Config) {
+		withLoop("statement", 1)(c)
+		c.Global.WaitQueueTimeout = wait
+	})
+	ping := bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}
+	holder := dialRaw(t, addr)
+	holder.hello()
+	const n = 30
+	cls := make([]*rawClient, n)
+	for i := range cls {
+		cls[i] = dialRaw(t, addr)
+		cls[i].hello()
+		if r := cls[i].cmd(ping); okOf(r) != 1 {
+			t.Fatalf("ping %d: %v", i, r)
+		}
+	}
+
+	// The only connection is busy: a lone request times out in the queue.
+	holder.send(0, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "test"}})
+	waitFor(t, "the find to reach the upstream", func() bool { return up.Requests("find") == 1 })
+	start := time.Now()
+	r := cls[0].cmd(ping)
+	if took := time.Since(start); took < wait*3/4 || took > 10*time.Second {
+		t.Fatalf("queued request ended after %v, want about %v", took, wait)
+	}
+	malCheckError(t, r, 89, "timed out waiting")
+
+	// n requests queue behind it without a goroutine each, and are all
+	// served once the connection comes back.
+	base := runtime.NumGoroutine()
+	ids := make([]int32, n)
+	for i, cl := range cls {
+		ids[i] = cl.send(0, ping)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if g := runtime.NumGoroutine(); g > base+n/4 {
+		t.Fatalf("%d goroutines with %d queued requests, %d before: a goroutine per wait", g, n, base)
+	}
+	release <- struct{}{}
+	if rep, err := holder.tryRecv(5 * time.Second); err != nil || okOf(rep.body) != 1 {
+		t.Fatalf("the find: %v %v", rep, err)
+	}
+	for i, cl := range cls {
+		rep, err := cl.tryRecv(5 * time.Second)
+		if err != nil {
+			t.Fatalf("queued client %d: %v", i, err)
+		}
+		if rep.header.ResponseTo != ids[i] || okOf(rep.body) != 1 {
+			t.Fatalf("queued client %d: %v to %d, want ok to %d", i, rep.body, rep.header.ResponseTo, ids[i])
+		}
+	}
+	if got := up.MaxOpen(); got > 2 {
+		t.Fatalf("upstream saw %d connections at once, want the pool's 1 and the monitor's", got)
+	}
+}
