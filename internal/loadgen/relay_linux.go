@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/mongobouncer/mongobouncer/internal/sysconn"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -121,33 +122,9 @@ func (ls *epollLoops) add(c, u net.Conn) error {
 // detach returns a duplicate of conn's descriptor (non-blocking, as Go
 // made it) and closes conn, which removes it from Go's netpoller.
 func detach(conn net.Conn) (int, error) {
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		_ = conn.Close()
-		return -1, errors.New("loadgen: connection has no descriptor")
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		_ = conn.Close()
-		return -1, err
-	}
-	fd := -1
-	var derr error
-	if err := rc.Control(func(s uintptr) {
-		syscall.ForkLock.RLock()
-		fd, derr = syscall.Dup(int(s))
-		if derr == nil {
-			syscall.CloseOnExec(fd)
-		}
-		syscall.ForkLock.RUnlock()
-	}); err != nil {
-		derr = err
-	}
+	fd, err := sysconn.Dup(conn)
 	_ = conn.Close()
-	if derr != nil {
-		return -1, derr
-	}
-	return fd, nil
+	return fd, err
 }
 
 // stop ends every loop, closing its connections, and waits for them.

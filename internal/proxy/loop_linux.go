@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/sysconn"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -402,27 +402,18 @@ func (r *rawIO) do(rc syscall.RawConn, b []byte, write bool) (int, error) {
 }
 
 // sysRead and sysWrite are read(2) and write(2) on a non-blocking
-// descriptor. They never block, so they skip what syscall.Read and Write do
-// for the scheduler around a call that might (entersyscall, exitsyscall): a
-// tenth of the loop's own CPU per request.
-func sysRead(fd int, b []byte) (int, error) {
-	var p unsafe.Pointer
-	if len(b) > 0 {
-		p = unsafe.Pointer(&b[0])
-	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(p), uintptr(len(b)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
-}
+// descriptor. They never block, so they skip the scheduler's bookkeeping
+// around a call that might (entersyscall, exitsyscall).
+func sysRead(fd int, b []byte) (int, error) { return rawRW(syscall.SYS_READ, fd, b) }
 
-func sysWrite(fd int, b []byte) (int, error) {
+func sysWrite(fd int, b []byte) (int, error) { return rawRW(syscall.SYS_WRITE, fd, b) }
+
+func rawRW(trap uintptr, fd int, b []byte) (int, error) {
 	var p unsafe.Pointer
 	if len(b) > 0 {
 		p = unsafe.Pointer(&b[0])
 	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(p), uintptr(len(b)))
+	n, _, e := syscall.RawSyscall(trap, uintptr(fd), uintptr(p), uintptr(len(b)))
 	if e != 0 {
 		return -1, e
 	}
@@ -536,7 +527,7 @@ func (c *client) enterLoop() bool {
 		return false
 	}
 	if lc.ent == nil {
-		fd, err := dupConn(c.nc)
+		fd, err := sysconn.Dup(c.nc)
 		if err != nil {
 			lc.off = true
 			return false
@@ -562,36 +553,6 @@ func (c *client) enterLoop() bool {
 	return true
 }
 
-// dupConn returns a close-on-exec duplicate of nc's descriptor.
-func dupConn(nc net.Conn) (int, error) {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return -1, errors.New("no descriptor")
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	var derr error
-	if err := rc.Control(func(s uintptr) { fd, derr = dupCloexec(int(s)) }); err != nil {
-		return -1, err
-	}
-	return fd, derr
-}
-
-// dupCloexec duplicates fd, close-on-exec; under ForkLock so that no child
-// started meanwhile inherits the copy.
-func dupCloexec(fd int) (int, error) {
-	syscall.ForkLock.RLock()
-	defer syscall.ForkLock.RUnlock()
-	d, err := syscall.Dup(fd)
-	if err == nil {
-		syscall.CloseOnExec(d)
-	}
-	return d, err
-}
-
 // toGoroutine gives the client back to a goroutine, which handles what is
 // in rbuf with the goroutine code. It holds lc.mu.
 func (c *client) toGoroutine() {
@@ -609,7 +570,7 @@ func (c *client) toGoroutine() {
 
 // fileConn makes a net.Conn (in Go's netpoller) of a duplicate of fd.
 func fileConn(fd int) (net.Conn, error) {
-	d, err := dupCloexec(fd)
+	d, err := sysconn.DupFd(fd)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/mongobouncer/mongobouncer/internal/sysconn"
 )
 
 // fdConn is a net.Conn over a socket descriptor that is not in Go's
@@ -56,19 +58,8 @@ func detach(nc net.Conn) (net.Conn, bool) {
 	default:
 		return nil, false
 	}
-	rc, err := nc.(syscall.Conn).SyscallConn()
+	fd, err := sysconn.Dup(nc)
 	if err != nil {
-		return nil, false
-	}
-	fd := -1
-	var derr error
-	if err := rc.Control(func(s uintptr) {
-		syscall.ForkLock.RLock()
-		defer syscall.ForkLock.RUnlock()
-		if fd, derr = syscall.Dup(int(s)); derr == nil {
-			syscall.CloseOnExec(fd)
-		}
-	}); err != nil || derr != nil {
 		return nil, false
 	}
 	// The duplicate shares the open file description, so it is
