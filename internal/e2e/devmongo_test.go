@@ -870,6 +870,12 @@ func ownSockets() ([]tcpSocket, error) {
 		return nil, err
 	}
 	var out []tcpSocket
+	// /proc/net/tcp is not a snapshot: it is read in chunks, and sockets
+	// opened or closed between two chunks can make the kernel list another
+	// socket twice. A socket's inode is unique, so count each once (this
+	// is what made ManyClients see up to 33 "upstream connections" when
+	// 11 existed).
+	seen := map[string]bool{}
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -881,7 +887,8 @@ func ownSockets() ([]tcpSocket, error) {
 		for _, line := range strings.Split(string(b), "\n")[1:] {
 			fs := strings.Fields(line)
 			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode
-			if len(fs) >= 10 && inodes[fs[9]] {
+			if len(fs) >= 10 && inodes[fs[9]] && !seen[fs[9]] {
+				seen[fs[9]] = true
 				out = append(out, tcpSocket{local: fs[1], remote: fs[2], state: fs[3], inode: fs[9]})
 			}
 		}
