@@ -64,10 +64,11 @@ type Options struct {
 	// server's maxMessageSizeBytes (which bounds them afterwards). Default
 	// wire.DefaultMaxMessageSize.
 	MaxMessageSize int
-	// Detach takes established plain (non-TLS) TCP and Unix connections
-	// out of Go's netpoller, for an event loop that polls their sockets
-	// itself (Linux; elsewhere it does nothing). Blocking reads and writes
-	// still work, each waiting in poll(2) on its own thread.
+	// Detach takes established plain (no TLS, no compression) TCP and
+	// Unix connections out of Go's netpoller, for an event loop that polls
+	// their sockets itself (Linux; elsewhere it does nothing). Blocking
+	// reads and writes still work, each waiting in poll(2) on its own
+	// thread.
 	Detach bool
 	// Dial replaces net.Dialer.DialContext, for tests.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -217,7 +218,10 @@ func (d *Dialer) Dial(ctx context.Context, address string, id int64) (*Conn, err
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return fail("hello", &NetworkError{Addr: address, Op: "write", Err: err})
 	}
-	if d.opts.Detach && nc == raw && c.br.Buffered() == 0 {
+	// A compressed connection is never the loop's (it relays whole
+	// messages uncompressed), so it stays in the netpoller, where its
+	// blocking reads cost no thread each.
+	if d.opts.Detach && nc == raw && !c.compress && c.br.Buffered() == 0 {
 		if dc, ok := detach(raw); ok {
 			c.nc, c.raw = dc, dc
 			c.br.Reset(dc)

@@ -132,9 +132,14 @@ func TestCompressionNegotiated(t *testing.T) {
 					}
 				}
 			})
-			c := dialDev(t, Options{Compressors: []string{"zstd", "snappy", "zlib"}}, srv.addr())
+			// Detach leaves compressed connections in the netpoller: the
+			// event loop never uses them.
+			c := dialDev(t, Options{Compressors: []string{"zstd", "snappy", "zlib"}, Detach: true}, srv.addr())
 			if id, ok := c.Compressor(); !ok || id != want {
 				t.Fatalf("Compressor() = %v, %v; want %v", id, ok, want)
+			}
+			if _, ok := c.NetConn().(*net.TCPConn); !ok {
+				t.Fatalf("NetConn is %T, want the dialled *net.TCPConn", c.NetConn())
 			}
 			reply, err := c.RoundTrip(testCtx(t), "admin", ping())
 			if err != nil {
