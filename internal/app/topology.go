@@ -49,8 +49,11 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 		Logger:         log,
 	}
 	mo := uo
-	// Only pooled connections: the loop never sees a monitor's.
-	uo.Detach = eventLoop
+	// Only pooled connections of routes the loop serves: it never sees a
+	// monitor's, nor a session-mode route's. (Either kind works for both
+	// models; this only decides which is cheaper. A reload that changes
+	// the pool mode keeps the connections as they are.)
+	uo.Detach = eventLoop && er.PoolMode != config.PoolModeSession
 	mo.Compressors = nil // monitoring sends tiny hellos: never worth compressing
 	po := pool.DefaultOptions()
 	po.MaxPoolSize = er.MaxPoolSize

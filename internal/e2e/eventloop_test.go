@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
 // These tests turn the event loop on whatever MONGOBOUNCER_TEST_EVENT_LOOP
@@ -281,5 +283,38 @@ func TestEventLoopQueuedRequests(t *testing.T) {
 	}
 	if got := up.MaxOpen(); got > 2 {
 		t.Fatalf("upstream saw %d connections at once, want the pool's 1 and the monitor's", got)
+	}
+}
+
+// With the event loop on, pooled connections of routes the loop serves
+// leave Go's netpoller (they are no longer *net.TCPConn); a session-mode
+// route's, which the loop never serves, stay in it.
+func TestEventLoopDetachesUpstreamsOfLoopRoutes(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loop is Linux only")
+	}
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	for _, tc := range []struct {
+		mode   string
+		detach bool
+	}{{"transaction", true}, {"statement", true}, {"session", false}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			a, addr := bouncer(t, up.URI(), withLoop(tc.mode, 2))
+			cl := dialRaw(t, addr)
+			cl.hello()
+			if r := cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+				t.Fatal(r)
+			}
+			pl := a.Topologies()[0].Servers()[0].Pool()
+			pc, err := pl.CheckOut(ctxT(t, 10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pl.CheckIn(pc)
+			_, plain := pc.Upstream().(*upstream.Conn).NetConn().(*net.TCPConn)
+			if plain == tc.detach {
+				t.Fatalf("%s mode: upstream socket is %T, want detached %v", tc.mode, pc.Upstream().(*upstream.Conn).NetConn(), tc.detach)
+			}
+		})
 	}
 }
