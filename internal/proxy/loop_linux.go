@@ -22,23 +22,23 @@ import (
 
 // The event loop serves the common request without any goroutine: a plain
 // OP_MSG command, outside a transaction and an exhaust stream, on a route
-// in statement or transaction mode whose server is selectable and whose pool
-// has an available connection. The loop reads the request, writes it to the
-// upstream, reads the reply when the upstream socket says it is there, and
-// writes it to the client, with non-blocking system calls on a few threads,
-// each with an edge-triggered epoll set. Every other message, and every
-// request that would have to wait, goes to the client's goroutine, which
-// runs the code it always ran and hands the client back to the loop when the
+// in statement or transaction mode whose server is selectable. The loop
+// reads the request, writes it to the upstream, reads the reply when the
+// upstream socket says it is there, and writes it to the client, with
+// non-blocking system calls on a few threads, each with an edge-triggered
+// epoll set. Every other message goes to the client's goroutine, which runs
+// the code it always ran and hands the client back to the loop when the
 // client is idle again with nothing pinned.
 //
 // Ownership: a client belongs either to its goroutine or to the loop, as
 // loopClient.state says, and only the owner reads its socket. A client in
 // the loop has no goroutine and no net.Conn in Go's netpoller: its socket is
-// a descriptor of its own (lfd), so that readiness wakes only the loop.
+// a descriptor of its own (lc.fd), so that readiness wakes only the loop.
 //
 // Upstream connections stay the pool's: the loop borrows their sockets
 // through syscall.RawConn, which keeps a concurrent Close from reusing the
-// descriptor under it, and registers each in the epoll set once. A Close
+// descriptor under it, and registers each in one epoll set once (pooled
+// sockets are out of Go's netpoller: upstream.Options.Detach). A Close
 // calls loopUp.UpstreamClosed, so a loop waiting for a reply on a connection
 // the pool interrupts hears of it.
 //
