@@ -38,7 +38,9 @@ type Options struct {
 
 	// Pool is the template for every server's pool. The topology replaces
 	// OnBackgroundError (errors establishing connections in the background are
-	// handled like application errors) and wraps Monitor.
+	// handled like application errors) and, when Logger is nil, gives the
+	// pools its own Logger, so that CMAP log messages appear whenever that
+	// logger's level allows Debug.
 	Pool pool.Options
 
 	// Dialer establishes pool connections.
