@@ -253,19 +253,26 @@ type gapFloats []float64
 
 // MarshalJSON implements json.Marshaler.
 func (g gapFloats) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 2+8*len(g))
+	return appendGaps(g, 8, func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) },
+		func(b []byte, v float64) []byte { return strconv.AppendFloat(b, v, 'f', -1, 64) }), nil
+}
+
+// appendGaps writes series g as a JSON array, null where gap says a point is
+// missing; size is a guess at one value's length.
+func appendGaps[T any](g []T, size int, gap func(T) bool, value func([]byte, T) []byte) []byte {
+	b := make([]byte, 0, 2+size*len(g))
 	b = append(b, '[')
 	for i, v := range g {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if math.IsNaN(v) || math.IsInf(v, 0) {
+		if gap(v) {
 			b = append(b, "null"...)
-			continue
+		} else {
+			b = value(b, v)
 		}
-		b = strconv.AppendFloat(b, v, 'f', -1, 64)
 	}
-	return append(b, ']'), nil
+	return append(b, ']')
 }
 
 // CurrentStatus is the newest sample's details.
@@ -284,19 +291,8 @@ type gapInts []int32
 
 // MarshalJSON implements json.Marshaler.
 func (g gapInts) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 2+4*len(g))
-	b = append(b, '[')
-	for i, v := range g {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		if v < 0 {
-			b = append(b, "null"...)
-		} else {
-			b = strconv.AppendInt(b, int64(v), 10)
-		}
-	}
-	return append(b, ']'), nil
+	return appendGaps(g, 4, func(v int32) bool { return v < 0 },
+		func(b []byte, v int32) []byte { return strconv.AppendInt(b, int64(v), 10) }), nil
 }
 
 // Data returns the sampler's history for the status page.
