@@ -118,6 +118,11 @@ type Report struct {
 	// ratio to expect when the processes measured share CPUs they keep
 	// busy (0 when CPU was not measured).
 	CPURatio float64 `json:"cpu_ratio,omitempty"`
+	// Steal is the share of the machine's CPU time that the hypervisor
+	// gave to other guests during the comparison (Linux; 0 when unknown).
+	// On a shared host this is what makes ratios wander from run to run:
+	// a few percent already shows.
+	Steal float64 `json:"cpu_steal,omitempty"`
 
 	// Runs lists every run in execution order.
 	Runs []RunRecord `json:"runs"`
@@ -132,17 +137,23 @@ type Report struct {
 //
 // It returns an error, with the rounds completed so far in the Report,
 // when ctx is cancelled or a run measures no operation (ErrNoMeasurement).
-func Compare(ctx context.Context, directAddr, proxiedAddr string, cfg Config) (Report, error) {
+func Compare(ctx context.Context, directAddr, proxiedAddr string, cfg Config) (rep Report, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
 	}
-	rep := Report{
+	rep = Report{
 		Workload: cfg.Workload, Clients: cfg.Clients, Rounds: cfg.Rounds,
 		Duration: cfg.Duration, Warmup: cfg.Warmup, MaxOps: cfg.MaxOps,
 		Direct:  SideSummary{Addr: directAddr},
 		Proxied: SideSummary{Addr: proxiedAddr},
 	}
+	steal0, total0, stealErr := machineCPU()
+	defer func() {
+		if steal1, total1, err := machineCPU(); err == nil && stealErr == nil && total1 > total0 {
+			rep.Steal = float64(steal1-steal0) / float64(total1-total0)
+		}
+	}()
 	for round := range cfg.Rounds {
 		order := []string{SideDirect, SideProxied}
 		if round%2 == 1 {
@@ -241,6 +252,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if err := r.writeCPU(w); err != nil {
 		return err
+	}
+	if r.Steal > 0 {
+		if _, err := fmt.Fprintf(w, "CPU steal %.1f%% during the runs (time the hypervisor gave other guests): ratios move with it\n", 100*r.Steal); err != nil {
+			return err
+		}
 	}
 	for _, s := range []*SideSummary{&r.Direct, &r.Proxied} {
 		for _, m := range s.ErrorSamples {

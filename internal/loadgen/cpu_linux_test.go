@@ -4,6 +4,7 @@ package loadgen
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -71,5 +72,43 @@ func TestCompareReportsCPU(t *testing.T) {
 		if c.Total < 0 || c.PerOp < 0 {
 			t.Fatalf("negative CPU %+v", c)
 		}
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	steal, total, err := parseProcStat([]byte("cpu  100 5 50 800 10 1 4 30 0 0\ncpu0 50 2 25 400 5 0 2 15 0 0\n"))
+	if err != nil || steal != 30 || total != 1000 {
+		t.Fatalf("got steal %d total %d err %v, want 30 1000", steal, total, err)
+	}
+	for _, bad := range []string{"", "cpu 1 2 3\n", "intr 1 2 3 4 5 6 7 8 9\n", "cpu 1 2 3 4 5 6 7 x 9\n"} {
+		if _, _, err := parseProcStat([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	// The machine's own file parses, and time goes forward.
+	s0, t0, err := machineCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	s1, t1, err := machineCPU()
+	if err != nil || t1 < t0 || s1 < s0 {
+		t.Fatalf("second reading %d/%d after %d/%d, err %v", s1, t1, s0, t0, err)
+	}
+}
+
+func TestCompareReportsSteal(t *testing.T) {
+	r := Report{Steal: 0.123}
+	var out strings.Builder
+	if err := r.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "CPU steal 12.3%") {
+		t.Fatalf("table does not report the steal:\n%s", out.String())
+	}
+	out.Reset()
+	r.Steal = 0
+	if err := r.WriteTable(&out); err != nil || strings.Contains(out.String(), "steal") {
+		t.Fatalf("steal reported while unknown:\n%s", out.String())
 	}
 }

@@ -137,3 +137,35 @@ func parseStatCPU(s string) (time.Duration, error) {
 	}
 	return time.Duration(ut+st) * clockTick, nil
 }
+
+// machineCPU returns the steal time and the total time of all CPUs so far,
+// in clock ticks, from /proc/stat.
+func machineCPU() (steal, total uint64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("loadgen: reading /proc/stat: %w", err)
+	}
+	return parseProcStat(b)
+}
+
+// parseProcStat extracts the steal and total times from the aggregate "cpu"
+// line of /proc/stat: user nice system idle iowait irq softirq steal
+// (guest and guest_nice follow; they are already counted in user and nice).
+func parseProcStat(b []byte) (steal, total uint64, err error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 9 || string(f[0]) != "cpu" {
+		return 0, 0, fmt.Errorf("loadgen: unexpected /proc/stat line %.60q", line)
+	}
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseUint(string(v), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("loadgen: unexpected /proc/stat line %.60q", line)
+		}
+		total += n
+		if i == 7 {
+			steal = n
+		}
+	}
+	return steal, total, nil
+}

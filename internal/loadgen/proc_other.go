@@ -25,3 +25,5 @@ func peerClosed(net.Conn) (bool, error) { return false, errNoProc }
 // ProcessCPUTime is implemented on Linux only; elsewhere it returns an
 // error matching errors.ErrUnsupported.
 func ProcessCPUTime(int) (time.Duration, error) { return 0, errNoProc }
+
+func machineCPU() (steal, total uint64, err error) { return 0, 0, errNoProc }
