@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 )
 
 // nopUpstream is an upstream connection without I/O.
@@ -54,13 +55,7 @@ func newRealPool(t *testing.T, m *Metrics, addr string, conn pool.Connector, max
 // eventually polls cond for up to 5s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.Until(t, what, 5*time.Second, time.Millisecond, cond)
 }
 
 // matchStats asserts that the exported gauges and the registry agree with

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
@@ -109,13 +110,7 @@ func newTopology(t testing.TB, o Options) *Topology {
 // bound: the conditions normally hold within a few heartbeats).
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(t, what, 10*time.Second, 5*time.Millisecond, cond)
 }
 
 func ctxTimeout(t testing.TB, d time.Duration) context.Context {
