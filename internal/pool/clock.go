@@ -18,3 +18,12 @@ func (i instant) sub(earlier instant) time.Duration { return time.Duration(i - e
 
 // since returns the time elapsed since i.
 func since(i instant) time.Duration { return monoNow().sub(i) }
+
+// waited returns the time elapsed since start, or 0 when start was not taken:
+// a checkout that never waited (see Pool.beginLocked).
+func waited(start instant) time.Duration {
+	if start == 0 {
+		return 0
+	}
+	return since(start)
+}

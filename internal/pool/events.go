@@ -95,7 +95,9 @@ type Event struct {
 	// the service's, in load-balancer mode) new generation on PoolCleared.
 	Generation uint64
 	// Duration is set on ConnectionReady (created to ready), ConnectionCheckedOut and
-	// ConnectionCheckOutFailed (checkout started to this event).
+	// ConnectionCheckOutFailed (checkout started to this event). A checkout decided
+	// without waiting (served from the available connections, or failed at once) reports
+	// 0: the pool reads the clock only for checkouts that wait.
 	Duration time.Duration
 	// Reason is set on ConnectionClosed and ConnectionCheckOutFailed.
 	Reason Reason

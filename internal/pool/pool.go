@@ -343,9 +343,14 @@ func (p *Pool) CheckOut(ctx context.Context) (*Conn, error) {
 // beginLocked starts a checkout: the CheckOutStarted event, the checks that fail it at
 // once, and the fast path. It returns a connection or an error, or neither when the
 // checkout must queue; start is when it began.
+//
+// The clock is read only when the checkout has to wait. One that is decided
+// at once (a connection from the available stack, or an immediate failure)
+// never releases the pool's lock, so its duration is the few dozen
+// nanoseconds of this function: its events report 0, which spares the two
+// clock reads that would otherwise cost more than the checkout itself.
 func (p *Pool) beginLocked(ctx context.Context) (start instant, c *Conn, err error) {
 	if p.mon != nil {
-		start = monoNow()
 		p.emitLocked(Event{Type: ConnectionCheckOutStarted})
 	}
 	if p.state != StateReady {
@@ -648,7 +653,7 @@ func (p *Pool) handOutLocked(c *Conn, start instant) {
 	c.lease++
 	p.inUse++
 	if p.mon != nil {
-		p.emitLocked(Event{Type: ConnectionCheckedOut, ConnectionID: c.id, Generation: c.generation, Duration: since(start)})
+		p.emitLocked(Event{Type: ConnectionCheckedOut, ConnectionID: c.id, Generation: c.generation, Duration: waited(start)})
 	}
 }
 
@@ -954,15 +959,11 @@ func (p *Pool) unavailableLocked() (error, Reason) {
 }
 
 func (p *Pool) timeoutErrLocked(cause error, start instant) *WaitQueueTimeoutError {
-	var waited time.Duration
-	if start != 0 {
-		waited = since(start)
-	}
 	c := p.countsLocked()
 	return &WaitQueueTimeoutError{
 		Address:          p.address,
 		Cause:            cause,
-		Waited:           waited,
+		Waited:           waited(start),
 		WaitQueueTimeout: p.opts.WaitQueueTimeout,
 		MaxPoolSize:      p.opts.MaxPoolSize,
 		MaxConnecting:    p.opts.MaxConnecting,
@@ -994,6 +995,6 @@ func (p *Pool) emitLocked(e Event) {
 
 func (p *Pool) emitFailedLocked(start instant, reason Reason, err error) {
 	if p.mon != nil {
-		p.emitLocked(Event{Type: ConnectionCheckOutFailed, Duration: since(start), Reason: reason, Err: err})
+		p.emitLocked(Event{Type: ConnectionCheckOutFailed, Duration: waited(start), Reason: reason, Err: err})
 	}
 }

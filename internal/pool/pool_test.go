@@ -960,11 +960,22 @@ func TestEventDurations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Served from the available stack without waiting: the pool reads no
+	// clock for it and reports 0 (Event.Duration).
 	ev = onlyTypes(rec.snapshot(), pool.ConnectionCheckedOut)
-	if d := ev[len(ev)-1].Duration; d >= dial {
-		t.Errorf("reusing an available connection took %v", d)
+	if d := ev[len(ev)-1].Duration; d != 0 {
+		t.Errorf("reusing an available connection reported %v, want 0", d)
 	}
 	if err := p.CheckIn(c); err != nil {
 		t.Fatal(err)
+	}
+	// Failed at once (the pool is paused): 0 as well.
+	p.Clear(false)
+	if _, err := p.CheckOut(ctxT(t)); err == nil {
+		t.Fatal("checkout from a paused pool succeeded")
+	}
+	ev = onlyTypes(rec.snapshot(), pool.ConnectionCheckOutFailed)
+	if len(ev) != 1 || ev[0].Duration != 0 {
+		t.Fatalf("immediate failure: %d events, duration %v", len(ev), ev[len(ev)-1].Duration)
 	}
 }
