@@ -346,7 +346,11 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 	case pool.ConnectionCheckedOut:
 		s.checkout.Observe(e.Duration.Seconds())
 		s.checkouts.Add(1)
-		s.waitNs.Add(int64(e.Duration))
+		if e.Duration > 0 {
+			// Most checkouts do not wait and report 0 (pool.Event.Duration):
+			// an atomic add of nothing would still take the cache line.
+			s.waitNs.Add(int64(e.Duration))
+		}
 		pm.m.waitHist.record(e.Duration)
 		st.touch(e.ConnectionID, stateInUse, pm.m.now())
 	case pool.ConnectionCheckedIn:
