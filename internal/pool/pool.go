@@ -342,40 +342,38 @@ func (p *Pool) CheckOut(ctx context.Context) (*Conn, error) {
 
 // beginLocked starts a checkout: the CheckOutStarted event, the checks that fail it at
 // once, and the fast path. It returns a connection or an error, or neither when the
-// checkout must queue; start is when it began.
+// checkout must queue, and then start, when it began waiting.
 //
 // The clock is read only when the checkout has to wait. One that is decided
 // at once (a connection from the available stack, or an immediate failure)
 // never releases the pool's lock, so its duration is the few dozen
-// nanoseconds of this function: its events report 0, which spares the two
-// clock reads that would otherwise cost more than the checkout itself.
+// nanoseconds of this function: its events report 0 (an untaken instant, see
+// waited), which spares the two clock reads that would otherwise cost more
+// than the checkout itself.
 func (p *Pool) beginLocked(ctx context.Context) (start instant, c *Conn, err error) {
 	if p.mon != nil {
 		p.emitLocked(Event{Type: ConnectionCheckOutStarted})
 	}
 	if p.state != StateReady {
 		err, reason := p.unavailableLocked()
-		p.emitFailedLocked(start, reason, err)
-		return start, nil, err
+		p.emitFailedLocked(0, reason, err)
+		return 0, nil, err
 	}
 	if ctx != nil {
 		if cerr := ctx.Err(); cerr != nil {
-			err := p.timeoutErrLocked(cerr, start)
-			p.emitFailedLocked(start, ReasonTimeout, err)
-			return start, nil, err
+			err := p.timeoutErrLocked(cerr, 0)
+			p.emitFailedLocked(0, ReasonTimeout, err)
+			return 0, nil, err
 		}
 	}
 	// Fast path, only when nobody waits: a newcomer never overtakes a waiter.
 	if p.queue.n == 0 {
 		if c := p.popAvailableLocked(); c != nil {
-			p.handOutLocked(c, start)
-			return start, c, nil
+			p.handOutLocked(c, 0)
+			return 0, c, nil
 		}
 	}
-	if start == 0 {
-		start = monoNow()
-	}
-	return start, nil, nil
+	return monoNow(), nil, nil
 }
 
 // CheckOutFunc is CheckOut for callers that must not block (the proxy's event

@@ -976,6 +976,6 @@ func TestEventDurations(t *testing.T) {
 	}
 	ev = onlyTypes(rec.snapshot(), pool.ConnectionCheckOutFailed)
 	if len(ev) != 1 || ev[0].Duration != 0 {
-		t.Fatalf("immediate failure: %d events, duration %v", len(ev), ev[len(ev)-1].Duration)
+		t.Fatalf("immediate failure: want one ConnectionCheckOutFailed with duration 0, got %+v", ev)
 	}
 }
