@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/mongobouncer/mongobouncer/internal/app"
@@ -21,6 +22,11 @@ import (
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
+
+// startProcs is GOMAXPROCS as the runtime chose it (the CPUs the process may
+// use, cgroup limits and the GOMAXPROCS variable included), read before run
+// changes it.
+var startProcs = runtime.GOMAXPROCS(0)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, nil))
@@ -79,8 +85,15 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		}
 		cfg = config.Default()
 	}
+	// loopThreads is event_loop_threads as resolved at startup (0: the
+	// event loop is off); reloads see it in place of a 0 ("auto") so that
+	// only a real change is reported as needing a restart.
+	var loopThreads int
 	// Flags override the file, now and at every reload.
 	overrides := func(c *config.Config) {
+		if loopThreads > 0 && c.Global.EventLoopThreads == 0 {
+			c.Global.EventLoopThreads = loopThreads
+		}
 		if *listen != "" {
 			c.Global.Listen = *listen
 		}
@@ -119,6 +132,8 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		fmt.Fprintf(stderr, "mongobouncer: invalid configuration:\n%v\n", err)
 		return 2
 	}
+	loopThreads = reserveLoopProcs(cfg.Global)
+	cfg.Global.EventLoopThreads = loopThreads
 
 	// Signals are handled from before the listeners are bound: the kernel
 	// completes connections to a bound listener before the first Accept.
@@ -142,7 +157,8 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		return 1
 	}
 	a.Start()
-	log.Info("mongobouncer started", "version", version, "pool_mode", string(cfg.Global.PoolMode))
+	log.Info("mongobouncer started", "version", version, "pool_mode", string(cfg.Global.PoolMode),
+		"event_loop_threads", loopThreads, "gomaxprocs", runtime.GOMAXPROCS(0))
 
 	code := 0
 wait:
@@ -186,6 +202,26 @@ wait:
 			return 1
 		}
 	}
+}
+
+// reserveLoopProcs resolves event_loop_threads and runs the process with one
+// P more than that: a loop thread blocked in epoll_wait is in a system call,
+// and with as many Ps as loop threads the runtime's sysmon keeps taking their
+// Ps back and handing them to spinning threads, while goroutine work (accepts,
+// monitors, clients served by their goroutine, the garbage collector) waits
+// for a loop to let go of one. Measured in docs/performance.md. It returns
+// the number of loop threads, or 0 when the event loop is off or not
+// available (not Linux), in which case GOMAXPROCS is left alone.
+func reserveLoopProcs(g config.Global) int {
+	if !g.EventLoop || runtime.GOOS != "linux" {
+		return 0
+	}
+	n := g.EventLoopThreads
+	if n == 0 {
+		n = startProcs
+	}
+	runtime.GOMAXPROCS(n + 1)
+	return n
 }
 
 func newLogger(w io.Writer, g config.Global, level *slog.LevelVar) *slog.Logger {

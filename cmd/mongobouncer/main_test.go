@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/goleak"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -117,6 +119,12 @@ func TestServesOnUnixSocketAndStopsCleanly(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), `"msg":"mongobouncer stopped"`) {
 		t.Fatalf("json logs missing the stop line: %s", errb.String())
+	}
+	if runtime.GOOS == "linux" {
+		want := fmt.Sprintf(`"event_loop_threads":%d,"gomaxprocs":%d`, startProcs, startProcs+1)
+		if !strings.Contains(errb.String(), want) {
+			t.Fatalf("start line does not say %s: %s", want, errb.String())
+		}
 	}
 }
 
@@ -297,4 +305,26 @@ func okValue(r bson.Raw) float64 {
 func codeValue(r bson.Raw) int64 {
 	c, _ := r.Lookup("code").AsInt64OK()
 	return c
+}
+
+// With the event loop on (Linux), the process runs one P more than loop
+// threads; with it off, GOMAXPROCS is left alone.
+func TestReserveLoopProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	g := config.Default().Global
+	g.EventLoop = false
+	before := runtime.GOMAXPROCS(0)
+	if n := reserveLoopProcs(g); n != 0 || runtime.GOMAXPROCS(0) != before {
+		t.Fatalf("event loop off: %d threads, GOMAXPROCS %d (was %d)", n, runtime.GOMAXPROCS(0), before)
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loop is Linux-only")
+	}
+	g.EventLoop = true
+	for _, tc := range []struct{ set, want int }{{3, 3}, {0, startProcs}, {1, 1}} {
+		g.EventLoopThreads = tc.set
+		if n := reserveLoopProcs(g); n != tc.want || runtime.GOMAXPROCS(0) != tc.want+1 {
+			t.Errorf("event_loop_threads = %d: %d threads, GOMAXPROCS %d; want %d and %d", tc.set, n, runtime.GOMAXPROCS(0), tc.want, tc.want+1)
+		}
+	}
 }

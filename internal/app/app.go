@@ -151,6 +151,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		MaxMessageSize:    g.MaxMessageSize,
 		ClientIdleTimeout: g.ClientIdleTimeout,
 		EventLoop:         g.EventLoop,
+		LoopThreads:       g.EventLoopThreads,
 		Logger:            logger,
 		Observer:          a.metrics,
 		Admin:             a.admin,

@@ -159,14 +159,15 @@ func (a *App) Config() map[string]any {
 	a.mu.Unlock()
 	g := cfg.Global
 	out := map[string]any{
-		"path":             cfg.Path,
-		"listen":           g.Listen,
-		"admin_listen":     g.AdminListen,
-		"max_client_conn":  g.MaxClientConn,
-		"log_level":        string(g.LogLevel),
-		"log_format":       string(g.LogFormat),
-		"shutdown_timeout": g.ShutdownTimeout.String(),
-		"event_loop":       g.EventLoop,
+		"path":               cfg.Path,
+		"listen":             g.Listen,
+		"admin_listen":       g.AdminListen,
+		"max_client_conn":    g.MaxClientConn,
+		"log_level":          string(g.LogLevel),
+		"log_format":         string(g.LogFormat),
+		"shutdown_timeout":   g.ShutdownTimeout.String(),
+		"event_loop":         g.EventLoop,
+		"event_loop_threads": g.EventLoopThreads,
 	}
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {

@@ -165,6 +165,11 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute) error {
 		g.EventLoop = a.cfg.Global.EventLoop
 		cfg.Global = g
 	}
+	if g.EventLoopThreads != a.cfg.Global.EventLoopThreads {
+		a.log.Warn("reload: event_loop_threads changes need a restart", "running", a.cfg.Global.EventLoopThreads, "file", g.EventLoopThreads)
+		g.EventLoopThreads = a.cfg.Global.EventLoopThreads
+		cfg.Global = g
+	}
 	if g.AdminListen != a.cfg.Global.AdminListen {
 		a.log.Warn("reload: admin_listen changes need a restart", "running", a.cfg.Global.AdminListen, "file", g.AdminListen)
 		g.AdminListen = a.cfg.Global.AdminListen

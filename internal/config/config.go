@@ -61,6 +61,10 @@ const (
 // server more often only adds load.
 const MinHeartbeatInterval = 500 * time.Millisecond
 
+// MaxEventLoopThreads bounds event_loop_threads: each thread has its own
+// epoll set and its own P, so more threads than CPUs only add switching.
+const MaxEventLoopThreads = 256
+
 // MaxAppNameBytes is the longest app_name accepted: the handshake spec caps
 // client.application.name at 128 bytes and servers reject longer names.
 const MaxAppNameBytes = 128
@@ -205,6 +209,11 @@ type Global struct {
 	// threads instead of a goroutine per client (Linux; event_loop, on by
 	// default).
 	EventLoop bool
+	// EventLoopThreads is the number of event-loop threads
+	// (event_loop_threads); 0 means one per CPU that Go schedules on
+	// (GOMAXPROCS at startup). The binary runs with one P more than this
+	// (docs/performance.md).
+	EventLoopThreads int
 	// ShutdownTimeout bounds how long shutdown waits for in-flight
 	// commands before closing connections; 0 closes them at once.
 	ShutdownTimeout time.Duration

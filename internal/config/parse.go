@@ -46,13 +46,14 @@ type rawPool struct {
 }
 
 type rawGlobal struct {
-	Listen          any `toml:"listen"`
-	AdminListen     any `toml:"admin_listen"`
-	MaxClientConn   any `toml:"max_client_conn"`
-	LogLevel        any `toml:"log_level"`
-	LogFormat       any `toml:"log_format"`
-	ShutdownTimeout any `toml:"shutdown_timeout"`
-	EventLoop       any `toml:"event_loop"`
+	Listen           any `toml:"listen"`
+	AdminListen      any `toml:"admin_listen"`
+	MaxClientConn    any `toml:"max_client_conn"`
+	LogLevel         any `toml:"log_level"`
+	LogFormat        any `toml:"log_format"`
+	ShutdownTimeout  any `toml:"shutdown_timeout"`
+	EventLoop        any `toml:"event_loop"`
+	EventLoopThreads any `toml:"event_loop_threads"`
 	rawPool
 }
 
@@ -75,7 +76,7 @@ var (
 		"wait_queue_timeout", "heartbeat_interval", "connect_timeout",
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "event_loop"}
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "event_loop", "event_loop_threads"}
 	globalKeys     = append(slices.Clone(globalOnlyKeys), poolKeys...)
 	routeKeys      = append([]string{"connection_string", "listen"}, poolKeys...)
 	topLevelKeys   = []string{tableGlobal, tableDatabases}
@@ -348,6 +349,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	}
 	d.duration(at("shutdown_timeout"), r.ShutdownTimeout, &g.ShutdownTimeout)
 	d.boolean(at("event_loop"), r.EventLoop, &g.EventLoop)
+	d.integer(at("event_loop_threads"), r.EventLoopThreads, &g.EventLoopThreads)
 
 	p, rp := &g.Pool, &r.rawPool
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {

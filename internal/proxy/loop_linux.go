@@ -453,7 +453,11 @@ func (s *Server) loopsFor() *loops {
 	if l := s.loopsPtr.Load(); l != nil || s.loopsOff {
 		return l
 	}
-	l, err := startLoops(runtime.GOMAXPROCS(0))
+	n := s.opts.LoopThreads
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	l, err := startLoops(n)
 	if err != nil {
 		s.loopsOff = true
 		s.log.Warn("event loop unavailable; every client is served by its goroutine", "error", err)

@@ -54,11 +54,16 @@ type Options struct {
 	// Admin answers commands on the "mongobouncer" database; nil refuses
 	// them.
 	Admin AdminHandler
-	// EventLoop serves idle clients and plain requests on GOMAXPROCS
-	// event-loop threads, without a goroutine per client (Linux only;
-	// elsewhere it is ignored). False serves every client on its own
-	// goroutine.
+	// EventLoop serves idle clients and plain requests on event-loop
+	// threads, without a goroutine per client (Linux only; elsewhere it is
+	// ignored). False serves every client on its own goroutine.
 	EventLoop bool
+	// LoopThreads is the number of event-loop threads; 0 means GOMAXPROCS
+	// when the loop starts. Each blocks in epoll_wait holding an OS thread,
+	// so a process that wants goroutine work (accepts, monitors, clients
+	// served by their goroutine) never to wait behind them runs with more
+	// Ps than loop threads (cmd/mongobouncer runs one more).
+	LoopThreads int
 }
 
 func (o *Options) setDefaults() {
