@@ -124,6 +124,48 @@ func BenchmarkPoolCheckoutCycle(b *testing.B) {
 	}
 }
 
+// BenchmarkPoolCheckoutCycleParallel is BenchmarkPoolCheckoutCycle from
+// every P at once, as the proxy's loop threads run it: what the monitor's
+// shared cache lines cost when they move between cores.
+func BenchmarkPoolCheckoutCycleParallel(b *testing.B) {
+	for _, withMetrics := range []bool{false, true} {
+		name := "nomonitor"
+		if withMetrics {
+			name = "metrics"
+		}
+		b.Run(name, func(b *testing.B) {
+			o := pool.DefaultOptions()
+			o.MaintenanceInterval = -1
+			if withMetrics {
+				o.Monitor = New().PoolMonitor("app")
+			}
+			p, err := pool.New("db:27017", &mockConnector{}, o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			if err := p.Ready(); err != nil {
+				b.Fatal(err)
+			}
+			ctx := b.Context()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					c, err := p.CheckOut(ctx)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := p.CheckIn(c); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
 func BenchmarkStats(b *testing.B) {
 	m := New()
 	for i := range 10000 {

@@ -50,7 +50,7 @@ var (
 	// checkoutBuckets cover a pool checkout from a hot fast path (tens of
 	// microseconds through the proxy) to a wait that hits a long
 	// waitQueueTimeout.
-	checkoutBuckets = []float64{
+	checkoutBuckets = [...]float64{
 		10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
 		1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3,
 		1, 2.5, 5, 10, 30,
@@ -72,7 +72,6 @@ type Metrics struct {
 	log   *slog.Logger
 
 	// Pool series (labels route, server, and reason where named).
-	checkoutDuration *prometheus.HistogramVec
 	checkoutFailures *prometheus.CounterVec
 	connsCreated     *prometheus.CounterVec
 	connsClosed      *prometheus.CounterVec
@@ -129,11 +128,6 @@ func New() *Metrics {
 	empty := map[string]*routeSeries{}
 	m.routes.Store(&empty)
 	rs := []string{"route", "server"}
-	m.checkoutDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: Namespace, Subsystem: "pool", Name: "checkout_duration_seconds",
-		Help:    "Time from the start of a successful connection checkout to ConnectionCheckedOut.",
-		Buckets: checkoutBuckets,
-	}, rs)
 	m.checkoutFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Subsystem: "pool", Name: "checkout_failures_total",
 		Help: "Failed connection checkouts (ConnectionCheckOutFailed) by reason: timeout, connectionError, poolClosed.",
@@ -189,7 +183,7 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.checkoutDuration, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
+		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
 		clientsCurrent, clientsTotal,
 		poolCollector{m},

@@ -32,7 +32,6 @@ type serverSeries struct {
 	// lroute and lserver are key as label values.
 	lroute, lserver string
 	refs            int // live pool states using these series; guarded by Metrics.mu
-	checkout        prometheus.Observer
 	created         prometheus.Counter
 	cleared         prometheus.Counter
 	// Indexed by failIndex / closeIndex; the last slot is created on first
@@ -41,9 +40,31 @@ type serverSeries struct {
 	closed   [5]atomic.Pointer[prometheus.Counter]
 	// checkouts and waitNs total the successful checkouts and their wait,
 	// so that readers (the status page) can compute the mean wait over any
-	// window from two readings.
+	// window from two readings. With waited they are the checkout-duration
+	// histogram, exported by checkoutCollector.
 	checkouts atomic.Uint64
 	waitNs    atomic.Int64
+	// waited counts the checkouts that waited (Duration > 0) by the first
+	// bucket of checkoutBuckets that holds them, the last slot those beyond
+	// every bucket (+Inf). Those that did not wait,
+	// almost all on a busy pool, are checkouts minus these: counting them
+	// costs the one add on checkouts, where a Prometheus histogram
+	// observation costs three atomic updates on lines that every loop
+	// thread writes.
+	waited [len(checkoutBuckets) + 1]atomic.Uint64
+}
+
+// observe counts one successful checkout that waited d (0: it did not).
+// checkouts is added to first, so that a reader that loads waited before
+// checkouts (checkoutCollector) never sees more waits than checkouts.
+func (s *serverSeries) observe(d time.Duration) {
+	s.checkouts.Add(1)
+	if d <= 0 {
+		return
+	}
+	s.waitNs.Add(int64(d))
+	i, _ := slices.BinarySearch(checkoutBuckets[:], d.Seconds())
+	s.waited[i].Add(1)
 }
 
 var (
@@ -113,12 +134,11 @@ func (m *Metrics) acquireSeriesLocked(key serverKey) *serverSeries {
 	if s == nil {
 		lr, ls := labelValue(key.route), labelValue(key.server)
 		s = &serverSeries{
-			key:      key,
-			lroute:   lr,
-			lserver:  ls,
-			checkout: m.checkoutDuration.WithLabelValues(lr, ls),
-			created:  m.connsCreated.WithLabelValues(lr, ls),
-			cleared:  m.poolCleared.WithLabelValues(lr, ls),
+			key:     key,
+			lroute:  lr,
+			lserver: ls,
+			created: m.connsCreated.WithLabelValues(lr, ls),
+			cleared: m.poolCleared.WithLabelValues(lr, ls),
 		}
 		// The known reasons are exported from the start, at 0, so that
 		// rate() and alerts see them before the first failure.
@@ -145,7 +165,6 @@ func (m *Metrics) releaseSeriesLocked(s *serverSeries) {
 	}
 	delete(m.servers, s.key)
 	l := prometheus.Labels{"route": s.lroute, "server": s.lserver}
-	m.checkoutDuration.DeletePartialMatch(l)
 	m.checkoutFailures.DeletePartialMatch(l)
 	m.connsCreated.DeletePartialMatch(l)
 	m.connsClosed.DeletePartialMatch(l)
@@ -184,7 +203,9 @@ type poolState struct {
 
 // connEntry is one upstream connection in the registry. id and createdAt
 // are set before the entry is published; the rest is atomic because
-// checkouts update it without a lock. Times are monotonic offsets from
+// checkouts update it without a lock. lastUsed is its last check-in (its
+// creation before the first); Connections reports an in-use connection as
+// used now. Times are monotonic offsets from
 // Metrics.start (see Metrics.now).
 type connEntry struct {
 	id         int64
@@ -344,15 +365,13 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 	case pool.ConnectionCheckOutFailed:
 		s.failure(pm.m, e.Reason).Inc()
 	case pool.ConnectionCheckedOut:
-		s.checkout.Observe(e.Duration.Seconds())
-		s.checkouts.Add(1)
-		if e.Duration > 0 {
-			// Most checkouts do not wait and report 0 (pool.Event.Duration):
-			// an atomic add of nothing would still take the cache line.
-			s.waitNs.Add(int64(e.Duration))
-		}
+		s.observe(e.Duration)
 		pm.m.waitHist.record(e.Duration)
-		st.touch(e.ConnectionID, stateInUse, pm.m.now())
+		// No clock read: while in use, a connection's last use is now
+		// (Connections), and the check-in records when it ended.
+		if c := st.entry(e.ConnectionID); c != nil {
+			c.state.Store(uint32(stateInUse))
+		}
 	case pool.ConnectionCheckedIn:
 		st.touch(e.ConnectionID, stateAvailable, pm.m.now())
 	}
@@ -362,7 +381,8 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 	}
 }
 
-// touch records a checkout or check-in of connection id at now.
+// touch records a check-in (or another change to state) of connection id
+// at now.
 func (st *poolState) touch(id int64, state connState, now time.Duration) {
 	if c := st.entry(id); c != nil {
 		c.state.Store(uint32(state))
@@ -435,23 +455,31 @@ func (m *Metrics) livePools() []*poolState {
 
 // Connections returns the upstream connections of every live pool, for
 // SHOW SERVERS, ordered by route, server and ID. A connection is listed from
-// ConnectionCreated until ConnectionClosed or its pool's PoolClosed.
+// ConnectionCreated until ConnectionClosed or its pool's PoolClosed. LastUsed
+// is its last check-in (its creation before the first), and now while it is
+// in use.
 func (m *Metrics) Connections() []admin.ServerConnInfo {
 	var out []admin.ServerConnInfo
+	now := m.now()
 	for _, st := range m.livePools() {
 		conns := st.conns.Load()
 		if conns == nil {
 			continue
 		}
 		for _, c := range *conns {
+			state := connState(c.state.Load())
+			used := time.Duration(c.lastUsed.Load())
+			if state == stateInUse {
+				used = now
+			}
 			out = append(out, admin.ServerConnInfo{
 				Route:      st.key.route,
 				Server:     st.key.server,
 				ID:         c.id,
-				State:      connStates[c.state.Load()],
+				State:      connStates[state],
 				Generation: c.generation.Load(),
 				CreatedAt:  m.start.Add(c.createdAt),
-				LastUsed:   m.start.Add(time.Duration(c.lastUsed.Load())),
+				LastUsed:   m.start.Add(used),
 			})
 		}
 	}
@@ -526,6 +554,41 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descPoolMax, prometheus.GaugeValue, float64(a.max), k.route, k.server)
 		ch <- prometheus.MustNewConstMetric(descPoolUtil, prometheus.GaugeValue, float64(a.inUse)/float64(a.max), k.route, k.server)
+	}
+}
+
+// checkoutCollector exports the checkout-duration histogram of every
+// (route, server) series from serverSeries' counters.
+type checkoutCollector struct{ m *Metrics }
+
+var descCheckout = prometheus.NewDesc(Namespace+"_pool_checkout_duration_seconds",
+	"Time from the start of a successful connection checkout to ConnectionCheckedOut; 0 for a checkout served at once.",
+	[]string{"route", "server"}, nil)
+
+// Describe implements prometheus.Collector.
+func (c checkoutCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descCheckout }
+
+// Collect implements prometheus.Collector.
+func (c checkoutCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	series := slices.Collect(maps.Values(c.m.servers))
+	c.m.mu.Unlock()
+	for _, s := range series {
+		// waited before checkouts: see serverSeries.observe.
+		var waited [len(checkoutBuckets) + 1]uint64
+		var n uint64
+		for i := range waited {
+			waited[i] = s.waited[i].Load()
+			n += waited[i]
+		}
+		count := s.checkouts.Load()
+		buckets := make(map[float64]uint64, len(checkoutBuckets))
+		cum := count - n // the checkouts that did not wait, in the first bucket
+		for i, le := range checkoutBuckets {
+			cum += waited[i]
+			buckets[le] = cum
+		}
+		ch <- prometheus.MustNewConstHistogram(descCheckout, count, time.Duration(s.waitNs.Load()).Seconds(), buckets, s.lroute, s.lserver)
 	}
 }
 

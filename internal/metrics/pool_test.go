@@ -96,9 +96,11 @@ func TestPoolMonitorSyntheticLifecycle(t *testing.T) {
 	if n := histCount(t, m, famCheckout, "route", "app", "server", a); n != 1 {
 		t.Fatalf("checkout histogram count %d", n)
 	}
+	time.Sleep(time.Millisecond)
+	listed := time.Now()
 	c := m.Connections()
-	if c[0].State != ConnInUse || c[0].LastUsed.Before(c[0].CreatedAt) {
-		t.Fatalf("registry after checkout: %+v", c)
+	if c[0].State != ConnInUse || c[0].LastUsed.Before(listed) {
+		t.Fatalf("registry after checkout: %+v; a connection in use was last used now (%v)", c, listed)
 	}
 	lastOut := c[0].LastUsed
 	if s := m.Stats(); s.WaitAvg < 2900*time.Microsecond || s.WaitAvg > 3100*time.Microsecond || s.WaitP99 != s.WaitAvg {
@@ -366,6 +368,48 @@ func TestCheckoutTotals(t *testing.T) {
 	}
 	if n, w := m.CheckoutTotals("app", "other:27017"); n != 0 || w != 0 {
 		t.Fatalf("unknown server totals %d %v", n, w)
+	}
+}
+
+// The checkout histogram is built from counters: checkouts that did not
+// wait (Duration 0) land in the first bucket, those that waited in theirs,
+// waits beyond the last bucket only in +Inf; sum and count include all.
+func TestCheckoutHistogram(t *testing.T) {
+	m := New()
+	mon := m.PoolMonitor("app")
+	const a = "db1:27017"
+	opts := pool.DefaultOptions()
+	mon.HandleEvent(pool.Event{Type: pool.PoolCreated, Address: a, Options: &opts})
+	mon.HandleEvent(ev(pool.ConnectionCreated, a, 1, pool.Counts{Total: 1, Pending: 1}))
+	for _, d := range []time.Duration{0, 0, 0, 3 * time.Millisecond, 10 * time.Microsecond, 40 * time.Second} {
+		e := ev(pool.ConnectionCheckedOut, a, 1, pool.Counts{Total: 1, InUse: 1})
+		e.Duration = d
+		mon.HandleEvent(e)
+	}
+	h := find(t, m, famCheckout, "route", "app", "server", a).GetHistogram()
+	if h.GetSampleCount() != 6 {
+		t.Fatalf("count %d, want 6", h.GetSampleCount())
+	}
+	if sum := h.GetSampleSum(); sum < 40.00300 || sum > 40.00302 {
+		t.Fatalf("sum %v, want 40.00301", sum)
+	}
+	want := map[float64]uint64{10e-6: 4, 25e-6: 4, 1e-3: 4, 2.5e-3: 4, 5e-3: 5, 10: 5, 30: 5}
+	got := map[float64]uint64{}
+	prev := uint64(0)
+	for _, b := range h.GetBucket() {
+		if b.GetCumulativeCount() < prev {
+			t.Fatalf("buckets not cumulative: %v", h.GetBucket())
+		}
+		prev = b.GetCumulativeCount()
+		got[b.GetUpperBound()] = b.GetCumulativeCount()
+	}
+	if len(got) != len(checkoutBuckets) {
+		t.Fatalf("%d buckets, want %d", len(got), len(checkoutBuckets))
+	}
+	for le, n := range want {
+		if got[le] != n {
+			t.Errorf("bucket le=%v: %d, want %d", le, got[le], n)
+		}
 	}
 }
 
