@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -87,9 +88,18 @@ func BenchmarkHandleEvent(b *testing.B) {
 	}
 }
 
-// BenchmarkPoolCheckoutCycle is a real pool's CheckOut+CheckIn fast path
-// with and without the metrics monitor.
-func BenchmarkPoolCheckoutCycle(b *testing.B) {
+// cycleOnce is one checkout and check-in on p.
+func cycleOnce(ctx context.Context, p *pool.Pool) error {
+	c, err := p.CheckOut(ctx)
+	if err != nil {
+		return err
+	}
+	return p.CheckIn(c)
+}
+
+// benchCycle runs run on a ready real pool, without a monitor and with the
+// metrics monitor, as two sub-benchmarks.
+func benchCycle(b *testing.B, run func(b *testing.B, p *pool.Pool)) {
 	for _, withMetrics := range []bool{false, true} {
 		name := "nomonitor"
 		if withMetrics {
@@ -109,61 +119,40 @@ func BenchmarkPoolCheckoutCycle(b *testing.B) {
 			if err := p.Ready(); err != nil {
 				b.Fatal(err)
 			}
-			ctx := b.Context()
 			b.ReportAllocs()
-			for b.Loop() {
-				c, err := p.CheckOut(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := p.CheckIn(c); err != nil {
-					b.Fatal(err)
-				}
-			}
+			run(b, p)
 		})
 	}
+}
+
+// BenchmarkPoolCheckoutCycle is a real pool's CheckOut+CheckIn fast path
+// with and without the metrics monitor.
+func BenchmarkPoolCheckoutCycle(b *testing.B) {
+	benchCycle(b, func(b *testing.B, p *pool.Pool) {
+		ctx := b.Context()
+		for b.Loop() {
+			if err := cycleOnce(ctx, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkPoolCheckoutCycleParallel is BenchmarkPoolCheckoutCycle from
 // every P at once, as the proxy's loop threads run it: what the monitor's
 // shared cache lines cost when they move between cores.
 func BenchmarkPoolCheckoutCycleParallel(b *testing.B) {
-	for _, withMetrics := range []bool{false, true} {
-		name := "nomonitor"
-		if withMetrics {
-			name = "metrics"
-		}
-		b.Run(name, func(b *testing.B) {
-			o := pool.DefaultOptions()
-			o.MaintenanceInterval = -1
-			if withMetrics {
-				o.Monitor = New().PoolMonitor("app")
-			}
-			p, err := pool.New("db:27017", &mockConnector{}, o)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			if err := p.Ready(); err != nil {
-				b.Fatal(err)
-			}
-			ctx := b.Context()
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					c, err := p.CheckOut(ctx)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := p.CheckIn(c); err != nil {
-						b.Error(err)
-						return
-					}
+	benchCycle(b, func(b *testing.B, p *pool.Pool) {
+		ctx := b.Context()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := cycleOnce(ctx, p); err != nil {
+					b.Error(err)
+					return
 				}
-			})
+			}
 		})
-	}
+	})
 }
 
 func BenchmarkStats(b *testing.B) {

@@ -36,6 +36,16 @@ func ev(typ pool.EventType, addr string, id int64, c pool.Counts) pool.Event {
 	return pool.Event{Type: typ, Address: addr, ConnectionID: id, Counts: c}
 }
 
+// createdPool returns Metrics and a Monitor of route that has seen
+// PoolCreated for addr with the default options.
+func createdPool(route, addr string) (*Metrics, pool.Monitor) {
+	m := New()
+	mon := m.PoolMonitor(route)
+	opts := pool.DefaultOptions()
+	mon.HandleEvent(pool.Event{Type: pool.PoolCreated, Address: addr, Options: &opts})
+	return m, mon
+}
+
 // A synthetic lifecycle: every gauge, counter and registry entry follows
 // the events, including the corrections for the events whose counts are
 // taken before the connection moves on.
@@ -165,11 +175,8 @@ func TestPoolMonitorSyntheticLifecycle(t *testing.T) {
 // A closed pool keeps being exported while in-use connections drain; its
 // registry entries go at PoolClosed.
 func TestPoolMonitorDrainAfterClose(t *testing.T) {
-	m := New()
-	mon := m.PoolMonitor("r")
 	const a = "h:1"
-	opts := pool.DefaultOptions()
-	mon.HandleEvent(pool.Event{Type: pool.PoolCreated, Address: a, Options: &opts})
+	m, mon := createdPool("r", a)
 	mon.HandleEvent(pool.Event{Type: pool.ConnectionCreated, Address: a, ConnectionID: 1, Counts: pool.Counts{Total: 1, Pending: 1}})
 	mon.HandleEvent(pool.Event{Type: pool.ConnectionCheckedOut, Address: a, ConnectionID: 1, Counts: pool.Counts{Total: 1, InUse: 1}})
 	mon.HandleEvent(pool.Event{Type: pool.PoolClosed, Address: a, Counts: pool.Counts{Total: 1, InUse: 1}})
@@ -342,11 +349,8 @@ func poolCreated(addr string, maxPoolSize int) pool.Event {
 // CheckoutTotals sums the successful checkouts and their waits of one
 // (route, server), for windowed means computed by readers.
 func TestCheckoutTotals(t *testing.T) {
-	m := New()
-	mon := m.PoolMonitor("app")
 	const a = "db1:27017"
-	opts := pool.DefaultOptions()
-	mon.HandleEvent(pool.Event{Type: pool.PoolCreated, Address: a, Options: &opts})
+	m, mon := createdPool("app", a)
 	mon.HandleEvent(ev(pool.PoolReady, a, 0, pool.Counts{}))
 	if n, w := m.CheckoutTotals("app", a); n != 0 || w != 0 {
 		t.Fatalf("fresh totals %d %v", n, w)
@@ -375,11 +379,8 @@ func TestCheckoutTotals(t *testing.T) {
 // wait (Duration 0) land in the first bucket, those that waited in theirs,
 // waits beyond the last bucket only in +Inf; sum and count include all.
 func TestCheckoutHistogram(t *testing.T) {
-	m := New()
-	mon := m.PoolMonitor("app")
 	const a = "db1:27017"
-	opts := pool.DefaultOptions()
-	mon.HandleEvent(pool.Event{Type: pool.PoolCreated, Address: a, Options: &opts})
+	m, mon := createdPool("app", a)
 	mon.HandleEvent(ev(pool.ConnectionCreated, a, 1, pool.Counts{Total: 1, Pending: 1}))
 	for _, d := range []time.Duration{0, 0, 0, 3 * time.Millisecond, 10 * time.Microsecond, 40 * time.Second} {
 		e := ev(pool.ConnectionCheckedOut, a, 1, pool.Counts{Total: 1, InUse: 1})
