@@ -132,8 +132,9 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		fmt.Fprintf(stderr, "mongobouncer: invalid configuration:\n%v\n", err)
 		return 2
 	}
-	loopThreads = reserveLoopProcs(cfg.Global)
-	cfg.Global.EventLoopThreads = loopThreads
+	if loopThreads = reserveLoopProcs(cfg.Global); loopThreads > 0 {
+		cfg.Global.EventLoopThreads = loopThreads
+	}
 
 	// Signals are handled from before the listeners are bound: the kernel
 	// completes connections to a bound listener before the first Accept.
