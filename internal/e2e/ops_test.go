@@ -430,3 +430,23 @@ func TestReloadReplacesAndRemovesRoutesWithoutDroppingClients(t *testing.T) {
 		}
 	}
 }
+
+// Settings that take a restart keep their running values across a reload
+// that changes them (the reload itself succeeds and logs a warning).
+func TestReloadKeepsRestartOnlySettings(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	a, _, path := fileBouncer(t, baseTOML(up.URI(), "event_loop_threads = 2"))
+	if got := a.Config()["event_loop_threads"]; got != 2 {
+		t.Fatalf("event_loop_threads %v, want 2", got)
+	}
+	if err := os.WriteFile(path, []byte(baseTOML(up.URI(), "event_loop_threads = 3\nmax_client_conn = 7")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := a.Config()
+	if cfg["event_loop_threads"] != 2 || cfg["max_client_conn"] != 7 {
+		t.Fatalf("after reload: event_loop_threads %v (want the running 2), max_client_conn %v (want the new 7)", cfg["event_loop_threads"], cfg["max_client_conn"])
+	}
+}
