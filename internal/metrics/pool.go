@@ -373,20 +373,14 @@ func (pm *poolMonitor) HandleEvent(e pool.Event) {
 			c.state.Store(uint32(stateInUse))
 		}
 	case pool.ConnectionCheckedIn:
-		st.touch(e.ConnectionID, stateAvailable, pm.m.now())
+		if c := st.entry(e.ConnectionID); c != nil {
+			c.state.Store(uint32(stateAvailable))
+			c.lastUsed.Store(int64(pm.m.now()))
+		}
 	}
 	st.setCounts(e.Type, e.Counts)
 	if e.Counts.Total == 0 && st.closed.Load() && !st.detached.Load() {
 		pm.m.detach(st)
-	}
-}
-
-// touch records a check-in (or another change to state) of connection id
-// at now.
-func (st *poolState) touch(id int64, state connState, now time.Duration) {
-	if c := st.entry(id); c != nil {
-		c.state.Store(uint32(state))
-		c.lastUsed.Store(int64(now))
 	}
 }
 
