@@ -133,11 +133,25 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 			c.Global.AdminListen = o.AdminListen
 		}
 	}
+	// Bind first: an address in use fails before any upstream is dialled
+	// or monitored. Nothing is accepted until Start.
+	for _, want := range wantedListeners(cfg, routes) {
+		if err := a.bind(want.addr, want.route); err != nil {
+			a.closeRest()
+			return nil, err
+		}
+	}
+	if cfg.Global.AdminListen != "" {
+		if err := a.bindAdmin(cfg.Global.AdminListen); err != nil {
+			a.closeRest()
+			return nil, err
+		}
+	}
 	var proxyRoutes []*proxy.Route
 	for _, er := range routes {
 		r, err := a.buildRoute(er)
 		if err != nil {
-			a.closeRoutes()
+			a.closeRest()
 			return nil, err
 		}
 		a.routes[er.Name] = r
@@ -157,20 +171,8 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		Admin:             a.admin,
 	})
 	if err != nil {
-		a.closeRoutes()
+		a.closeRest()
 		return nil, err
-	}
-	for _, want := range wantedListeners(cfg, routes) {
-		if err := a.bind(want.addr, want.route); err != nil {
-			a.Close(context.Background())
-			return nil, err
-		}
-	}
-	if g.AdminListen != "" {
-		if err := a.bindAdmin(g.AdminListen); err != nil {
-			a.Close(context.Background())
-			return nil, err
-		}
 	}
 	return a, nil
 }
@@ -380,7 +382,9 @@ func (a *App) closeRest() {
 		_ = a.adminHTTP.Shutdown(ctx)
 		cancel()
 		a.adminSampler.Stop()
-	} else if a.adminL != nil {
+	}
+	if a.adminL != nil {
+		// Shutdown closes it only if Serve ran; a second Close is harmless.
 		a.adminL.Close()
 	}
 	a.wg.Wait()

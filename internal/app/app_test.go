@@ -1,7 +1,12 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,5 +30,54 @@ func TestAdminListenWithoutHostIsLoopback(t *testing.T) {
 	host := a.AdminAddr().String()
 	if host[:len("127.0.0.1:")] != "127.0.0.1:" {
 		t.Fatalf("admin listener bound to %s, want loopback", host)
+	}
+}
+
+// A listen address in use fails New before any route is built, so no
+// upstream is dialled or monitored for a process that cannot serve.
+func TestListenInUseFailsBeforeRoutes(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	var logs bytes.Buffer
+	cfg := config.Default()
+	cfg.Global.Listen = busy.Addr().String()
+	cfg.Databases = map[string]config.Route{"*": {ConnectionString: "mongodb://127.0.0.1:1/"}}
+	_, err = New(cfg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	var le *ListenError
+	if !errors.As(err, &le) {
+		t.Fatalf("New: %v, want a *ListenError", err)
+	}
+	if strings.Contains(logs.String(), "route configured") || strings.Contains(logs.String(), "127.0.0.1:1") {
+		t.Fatalf("a route was built before the listen error:\n%s", logs.String())
+	}
+}
+
+// When a route cannot be built, New releases the listeners it had bound.
+func TestRouteErrorReleasesListeners(t *testing.T) {
+	addrs := make([]string, 2)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = l.Addr().String()
+		l.Close()
+	}
+	cfg := config.Default()
+	cfg.Global.Listen = addrs[0]
+	cfg.Global.AdminListen = addrs[1]
+	cfg.Databases = map[string]config.Route{"*": {ConnectionString: "mongodb://user:secret@127.0.0.1:1/"}}
+	if _, err := New(cfg, nil); err == nil || !strings.Contains(err.Error(), "authentication") {
+		t.Fatalf("New: %v, want the upstream authentication error", err)
+	}
+	for _, addr := range addrs {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("%s still bound after the failed New: %v", addr, err)
+		}
+		l.Close()
 	}
 }
