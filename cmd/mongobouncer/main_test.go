@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,31 +16,14 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestVersionHelpAndUsageErrors(t *testing.T) {
-	var out, errb syncBuffer
+	var out, errb logbuf.Buffer
 	if code := run([]string{"--version"}, &out, &errb, nil); code != 0 || !strings.Contains(out.String(), "mongobouncer ") {
 		t.Fatalf("--version: %d %q", code, out.String())
 	}
@@ -50,7 +31,7 @@ func TestVersionHelpAndUsageErrors(t *testing.T) {
 		t.Fatalf("--help: %d %q", code, errb.String())
 	}
 	for _, args := range [][]string{{}, {"--nope"}, {"extra"}, {"--upstream", "mongodb://x/", "--pool-mode", "sessions"}} {
-		var e syncBuffer
+		var e logbuf.Buffer
 		if code := run(args, &out, &e, nil); code != 2 || e.String() == "" {
 			t.Fatalf("%v: exit %d, stderr %q", args, code, e.String())
 		}
@@ -61,7 +42,7 @@ func TestBadConfigFileNamesFileAndLine(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "mb.toml")
 	os.WriteFile(path, []byte("[mongobouncer]\nlisten = \"127.0.0.1:0\"\nmax_pool = 3\n\n[databases.\"*\"]\nconnection_string = \"mongodb://127.0.0.1:1/\"\n"), 0o600)
-	var out, errb syncBuffer
+	var out, errb logbuf.Buffer
 	if code := run([]string{"--config", path}, &out, &errb, nil); code != 2 {
 		t.Fatalf("exit %d", code)
 	}
@@ -76,7 +57,7 @@ func TestPortInUseExitsNonZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	var out, errb syncBuffer
+	var out, errb logbuf.Buffer
 	code := run([]string{"--listen", l.Addr().String(), "--upstream", "mongodb://127.0.0.1:1/"}, &out, &errb, nil)
 	if code == 0 || !strings.Contains(errb.String(), "address already in use") {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
@@ -86,7 +67,7 @@ func TestPortInUseExitsNonZero(t *testing.T) {
 func TestServesOnUnixSocketAndStopsCleanly(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{})
 	sock := filepath.Join(t.TempDir(), "mb.sock")
-	var out, errb syncBuffer
+	var out, errb logbuf.Buffer
 	stop := make(chan struct{})
 	done := make(chan int, 1)
 	go func() {
@@ -129,7 +110,7 @@ func TestServesOnUnixSocketAndStopsCleanly(t *testing.T) {
 }
 
 // waitDial waits until addr accepts connections.
-func waitDial(t *testing.T, network, addr string, errb *syncBuffer) net.Conn {
+func waitDial(t *testing.T, network, addr string, errb *logbuf.Buffer) net.Conn {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -196,7 +177,7 @@ func TestSignals(t *testing.T) {
 		}
 	}
 	write(7)
-	var out, errb syncBuffer
+	var out, errb logbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run([]string{"--config", path}, &out, &errb, nil) }()
 	c := waitDial(t, "unix", listen, &errb)
@@ -258,7 +239,7 @@ func TestShutdownUnderLoadExitsZero(t *testing.T) {
 		return r
 	})
 	listen := filepath.Join(t.TempDir(), "mb.sock")
-	var out, errb syncBuffer
+	var out, errb logbuf.Buffer
 	stop := make(chan struct{})
 	done := make(chan int, 1)
 	go func() {

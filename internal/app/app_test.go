@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
 )
 
 func TestAdminListenWithoutHostIsLoopback(t *testing.T) {
@@ -41,7 +41,7 @@ func TestListenInUseFailsBeforeRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	var logs bytes.Buffer
+	var logs logbuf.Buffer
 	cfg := config.Default()
 	cfg.Global.Listen = busy.Addr().String()
 	cfg.Databases = map[string]config.Route{"*": {ConnectionString: "mongodb://127.0.0.1:1/"}}
@@ -79,5 +79,30 @@ func TestRouteErrorReleasesListeners(t *testing.T) {
 			t.Fatalf("%s still bound after the failed New: %v", addr, err)
 		}
 		l.Close()
+	}
+}
+
+// The pools log the CMAP messages whenever the logger's level allows, also
+// when it was raised to debug after they were created (a reload).
+func TestPoolLogsFollowTheLevel(t *testing.T) {
+	var logs logbuf.Buffer
+	level := new(slog.LevelVar)
+	level.Set(slog.LevelInfo)
+	cfg := config.Default()
+	cfg.Global.Listen = "127.0.0.1:0"
+	cfg.Databases = map[string]config.Route{"*": {ConnectionString: "mongodb://127.0.0.1:1/"}}
+	a, err := NewWithOptions(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: level})), Level: level})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "Connection pool created") {
+		t.Fatalf("CMAP debug message at info level:\n%s", logs.String())
+	}
+	level.Set(slog.LevelDebug)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a.Close(ctx)
+	if !strings.Contains(logs.String(), `msg="Connection pool closed" route=* component=connection`) {
+		t.Fatalf("no CMAP message after the level went to debug:\n%s", logs.String())
 	}
 }

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -62,9 +61,8 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 	po.MaxConnecting = er.MaxConnecting
 	po.WaitQueueTimeout = er.WaitQueueTimeout
 	po.Monitor = mon
-	if log.Enabled(context.Background(), slog.LevelDebug) {
-		po.Logger = log.With("route", er.Name)
-	}
+	// No po.Logger: the topology gives its pools its own logger, so that
+	// the CMAP log messages appear whenever the (reloadable) level allows.
 	t, err := topology.New(er.Name, topology.Options{
 		Hosts:                  hosts,
 		Pool:                   po,
