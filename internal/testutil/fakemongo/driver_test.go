@@ -268,6 +268,9 @@ func TestDriverStreamingMonitor(t *testing.T) {
 	s := Start(t, Options{Kind: Mongos, TopologyVersion: true})
 	awaited := make(chan struct{}, 64)
 	mon := &event.ServerMonitor{
+		ServerHeartbeatFailed: func(e *event.ServerHeartbeatFailedEvent) {
+			t.Logf("heartbeat failed (awaited %v) after %v: %v", e.Awaited, e.Duration, e.Failure)
+		},
 		ServerHeartbeatSucceeded: func(e *event.ServerHeartbeatSucceededEvent) {
 			if e.Awaited {
 				select {
