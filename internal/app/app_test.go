@@ -106,3 +106,18 @@ func TestPoolLogsFollowTheLevel(t *testing.T) {
 		t.Fatalf("no CMAP message after the level went to debug:\n%s", logs.String())
 	}
 }
+
+func TestKeepRunningWarnsAndRestores(t *testing.T) {
+	var logs logbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	file := "127.0.0.1:9300"
+	keepRunning(log, "admin_listen", &file, "127.0.0.1:9216")
+	if file != "127.0.0.1:9216" || !strings.Contains(logs.String(), `msg="reload: admin_listen changes need a restart" running=127.0.0.1:9216 file=127.0.0.1:9300`) {
+		t.Fatalf("file %q, log %q", file, logs.String())
+	}
+	same := true
+	keepRunning(log, "event_loop", &same, true)
+	if strings.Count(logs.String(), "need a restart") != 1 {
+		t.Fatalf("warned for an unchanged setting: %q", logs.String())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -160,21 +161,10 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute) error {
 	if g.LogFormat != a.cfg.Global.LogFormat {
 		a.log.Warn("reload: log_format changes need a restart", "running", string(a.cfg.Global.LogFormat), "file", string(g.LogFormat))
 	}
-	if g.EventLoop != a.cfg.Global.EventLoop {
-		a.log.Warn("reload: event_loop changes need a restart", "running", a.cfg.Global.EventLoop, "file", g.EventLoop)
-		g.EventLoop = a.cfg.Global.EventLoop
-		cfg.Global = g
-	}
-	if g.EventLoopThreads != a.cfg.Global.EventLoopThreads {
-		a.log.Warn("reload: event_loop_threads changes need a restart", "running", a.cfg.Global.EventLoopThreads, "file", g.EventLoopThreads)
-		g.EventLoopThreads = a.cfg.Global.EventLoopThreads
-		cfg.Global = g
-	}
-	if g.AdminListen != a.cfg.Global.AdminListen {
-		a.log.Warn("reload: admin_listen changes need a restart", "running", a.cfg.Global.AdminListen, "file", g.AdminListen)
-		g.AdminListen = a.cfg.Global.AdminListen
-		cfg.Global = g
-	}
+	run := a.cfg.Global
+	keepRunning(a.log, "event_loop", &cfg.Global.EventLoop, run.EventLoop)
+	keepRunning(a.log, "event_loop_threads", &cfg.Global.EventLoopThreads, run.EventLoopThreads)
+	keepRunning(a.log, "admin_listen", &cfg.Global.AdminListen, run.AdminListen)
 	a.routes = next
 	a.cfg = cfg
 	if len(changes) == 0 {
@@ -217,4 +207,15 @@ func (a *App) drain(r *route, timeout time.Duration, removed bool) {
 		}
 		a.log.Info("route drained and closed", "route", r.eff.Name)
 	}()
+}
+
+// keepRunning handles a restart-only setting: when the file changes it, it
+// warns and puts the running value back in the new configuration, so that
+// SHOW CONFIG and later reloads compare against what is really running.
+func keepRunning[T comparable](log *slog.Logger, key string, file *T, running T) {
+	if *file == running {
+		return
+	}
+	log.Warn("reload: "+key+" changes need a restart", "running", running, "file", *file)
+	*file = running
 }
