@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mongobouncer/mongobouncer/internal/loadgen"
+	"github.com/mongobouncer/mongobouncer/internal/uring"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -201,7 +202,12 @@ func TestSpawnWithReference(t *testing.T) {
 	if out.Compare == nil || out.Compare.Proxied.Ops == 0 || out.Compare.Proxied.Errors != 0 || out.CPUPerOp <= 0 {
 		t.Fatalf("mongobouncer comparison: %+v", out)
 	}
-	if len(out.References) != 2 || out.References[0].Relay != loadgen.RelayGoroutine || out.References[1].Relay != loadgen.RelayEpoll {
+	wantRefs := 2
+	if uring.Supported() {
+		wantRefs = 3
+	}
+	if len(out.References) != wantRefs || out.References[0].Relay != loadgen.RelayGoroutine || out.References[1].Relay != loadgen.RelayEpoll ||
+		(wantRefs == 3 && out.References[2].Relay != loadgen.RelayUring) {
 		t.Fatalf("references %+v", out.References)
 	}
 	for _, r := range out.References {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/loadgen"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/uring"
 )
 
 // spawned is a fast fake upstream and a real mongobouncer in front of it,
@@ -192,13 +193,18 @@ type spawnedRelay struct {
 	addr string
 }
 
-// spawnRelays starts one relay process of each kind in front of upstream.
+// spawnRelays starts one relay process of each kind in front of upstream;
+// the io_uring relay only where io_uring can be used.
 func (s *spawned) spawnRelays(upstream string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	for _, kind := range []loadgen.RelayKind{loadgen.RelayGoroutine, loadgen.RelayEpoll} {
+	kinds := []loadgen.RelayKind{loadgen.RelayGoroutine, loadgen.RelayEpoll}
+	if uring.Supported() {
+		kinds = append(kinds, loadgen.RelayUring)
+	}
+	for _, kind := range kinds {
 		proc, addr, err := startAnnouncing(exec.Command(self, relayFlag, string(kind), upstream))
 		if err != nil {
 			return fmt.Errorf("start %s relay: %w", kind, err)

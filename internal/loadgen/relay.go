@@ -24,6 +24,10 @@ const (
 	// calls and no goroutine per connection (Linux only): the I/O model of
 	// HAProxy or PgBouncer.
 	RelayEpoll RelayKind = "epoll"
+	// RelayUring relays from a few event loops on io_uring: every socket
+	// has a receive in flight, and a loop submits its sends and receives
+	// and collects their completions with one system call per batch.
+	RelayUring RelayKind = "uring"
 )
 
 // MaxRelayMessage bounds the messages a reference relay carries; a larger
@@ -56,22 +60,35 @@ type Relay struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 
-	loops *epollLoops // RelayEpoll only
+	loops relayLoops // RelayEpoll and RelayUring only
+}
+
+// relayLoops is the engine of a relay that polls sockets itself.
+type relayLoops interface {
+	add(c, u net.Conn) error
+	stop()
 }
 
 // ListenRelay starts a reference relay of the given kind on addr in front
 // of the upstream address. Close stops it and ends its connections.
 func ListenRelay(addr, upstream string, kind RelayKind) (*Relay, error) {
-	if kind != RelayGoroutine && kind != RelayEpoll {
-		return nil, fmt.Errorf("loadgen: unknown relay kind %q (want %q or %q)", kind, RelayGoroutine, RelayEpoll)
-	}
 	r := &Relay{upstream: upstream, closed: make(chan struct{}), conns: make(map[net.Conn]struct{})}
-	if kind == RelayEpoll {
+	switch kind {
+	case RelayGoroutine:
+	case RelayEpoll:
 		loops, err := startEpollLoops()
 		if err != nil {
 			return nil, err
 		}
 		r.loops = loops
+	case RelayUring:
+		loops, err := startUringLoops()
+		if err != nil {
+			return nil, err
+		}
+		r.loops = loops
+	default:
+		return nil, fmt.Errorf("loadgen: unknown relay kind %q (want %q, %q or %q)", kind, RelayGoroutine, RelayEpoll, RelayUring)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -16,3 +16,8 @@ func (*epollLoops) add(c, u net.Conn) error {
 }
 
 func (*epollLoops) stop() {}
+
+// uringLoops is RelayUring's engine, which needs Linux.
+type uringLoops = epollLoops
+
+func startUringLoops() (*uringLoops, error) { return nil, ErrRelayUnsupported }

@@ -14,7 +14,7 @@ import (
 func relayKinds() []RelayKind {
 	kinds := []RelayKind{RelayGoroutine}
 	if runtime.GOOS == "linux" {
-		kinds = append(kinds, RelayEpoll)
+		kinds = append(kinds, RelayEpoll, RelayUring)
 	}
 	return kinds
 }

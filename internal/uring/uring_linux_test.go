@@ -1,0 +1,110 @@
+package uring
+
+import (
+	"runtime"
+	"syscall"
+	"testing"
+)
+
+// A receive, a linked send and a pipe read complete through one ring, in
+// batches, with their results.
+func TestRecvSendRead(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r, err := New(8)
+	if err != nil {
+		t.Skipf("io_uring unavailable: %v", err)
+	}
+	defer r.Close()
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(sp[0])
+	defer syscall.Close(sp[1])
+	var p [2]int
+	if err := syscall.Pipe(p[:]); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(p[0])
+	defer syscall.Close(p[1])
+
+	got := map[uint64]int32{}
+	collect := func(ud uint64, res int32) { got[ud] = res }
+
+	buf := make([]byte, 16)
+	r.Recv(sp[1], buf, 1, true)
+	r.Send(sp[0], []byte("hello"), 2, true)
+	pb := make([]byte, 4)
+	r.Read(p[0], pb, 3)
+	if err := r.Enter(2); err != nil {
+		t.Fatal(err)
+	}
+	r.Completions(collect)
+	if got[1] != 5 || string(buf[:5]) != "hello" || got[2] != 5 {
+		t.Fatalf("completions %v, buf %q", got, buf)
+	}
+	if _, ok := got[3]; ok {
+		t.Fatalf("pipe read completed before anything was written: %v", got)
+	}
+	if _, err := syscall.Write(p[1], []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Enter(1); err != nil {
+		t.Fatal(err)
+	}
+	r.Completions(collect)
+	if got[3] != 1 || pb[0] != 'x' {
+		t.Fatalf("pipe read: %v %q", got, pb)
+	}
+	// A receive on a socket shut down completes with 0 (end of stream).
+	r.Recv(sp[1], buf, 4, false)
+	if err := syscall.Shutdown(sp[0], syscall.SHUT_WR); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Enter(1); err != nil {
+		t.Fatal(err)
+	}
+	r.Completions(collect)
+	if res, ok := got[4]; !ok || res != 0 {
+		t.Fatalf("receive after shutdown: %v", got)
+	}
+}
+
+// More operations than the submission queue holds are submitted as the
+// queue fills.
+func TestQueueFull(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r, err := New(4)
+	if err != nil {
+		t.Skipf("io_uring unavailable: %v", err)
+	}
+	defer r.Close()
+	var p [2]int
+	if err := syscall.Pipe(p[:]); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(p[0])
+	defer syscall.Close(p[1])
+	bufs := make([][]byte, 10)
+	for i := range bufs {
+		bufs[i] = make([]byte, 1)
+		r.Read(p[0], bufs[i], uint64(i))
+	}
+	if _, err := syscall.Write(p[1], []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for n < 10 {
+		if err := r.Enter(1); err != nil {
+			t.Fatal(err)
+		}
+		r.Completions(func(ud uint64, res int32) {
+			if res != 1 {
+				t.Errorf("read %d: %d", ud, res)
+			}
+			n++
+		})
+	}
+}
