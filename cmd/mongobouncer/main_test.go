@@ -17,6 +17,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
+	"github.com/mongobouncer/mongobouncer/internal/uring"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -102,7 +103,11 @@ func TestServesOnUnixSocketAndStopsCleanly(t *testing.T) {
 		t.Fatalf("json logs missing the stop line: %s", errb.String())
 	}
 	if runtime.GOOS == "linux" {
-		want := fmt.Sprintf(`"event_loop_threads":%d,"gomaxprocs":%d`, startProcs, startProcs+1)
+		io := "epoll"
+		if uring.Supported() {
+			io = "io_uring"
+		}
+		want := fmt.Sprintf(`"event_loop_threads":%d,"gomaxprocs":%d,"event_loop_io":%q`, startProcs, startProcs+1, io)
 		if !strings.Contains(errb.String(), want) {
 			t.Fatalf("start line does not say %s: %s", want, errb.String())
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/uring"
 )
 
 // App is a configured mongobouncer with its listeners bound.
@@ -116,6 +117,9 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Global.EventLoop && cfg.Global.EventLoopIO == config.EventLoopIOUring && !uring.Supported() {
+		return nil, ErrNoIOUring
+	}
 	a := &App{
 		cfg: cfg, log: logger, level: o.Level, overrides: o.Overrides,
 		metrics:   metrics.New(),
@@ -166,6 +170,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		ClientIdleTimeout: g.ClientIdleTimeout,
 		EventLoop:         g.EventLoop,
 		LoopThreads:       g.EventLoopThreads,
+		LoopIO:            loopIO(g.EventLoopIO),
 		Logger:            logger,
 		Observer:          a.metrics,
 		Admin:             a.admin,
@@ -175,6 +180,31 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// ErrNoIOUring is returned by New for event_loop_io = "io_uring" where
+// io_uring cannot be used.
+var ErrNoIOUring = errors.New(`event_loop_io = "io_uring", but io_uring is unavailable here (an old kernel, kernel.io_uring_disabled, or a seccomp profile that refuses it): use "auto", which falls back to epoll`)
+
+// loopIO maps event_loop_io to the proxy's LoopIO. io_uring required is
+// auto there: New has checked that it is available.
+func loopIO(io config.EventLoopIO) string {
+	if io == config.EventLoopIOEpoll {
+		return proxy.LoopIOEpoll
+	}
+	return proxy.LoopIOAuto
+}
+
+// LoopIO names the I/O the event loop will use with g: "io_uring",
+// "epoll", or "off" (event_loop = false), for the startup log.
+func LoopIO(g config.Global) string {
+	switch {
+	case !g.EventLoop || !proxy.EventLoopSupported:
+		return "off"
+	case g.EventLoopIO != config.EventLoopIOEpoll && uring.Supported():
+		return "io_uring"
+	}
+	return "epoll"
 }
 
 func maxClients(n int) int {

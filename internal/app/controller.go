@@ -168,6 +168,7 @@ func (a *App) Config() map[string]any {
 		"shutdown_timeout":   g.ShutdownTimeout.String(),
 		"event_loop":         g.EventLoop,
 		"event_loop_threads": g.EventLoopThreads,
+		"event_loop_io":      string(g.EventLoopIO),
 	}
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {

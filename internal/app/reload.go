@@ -164,6 +164,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute) error {
 	run := a.cfg.Global
 	keepRunning(a.log, "event_loop", &cfg.Global.EventLoop, run.EventLoop)
 	keepRunning(a.log, "event_loop_threads", &cfg.Global.EventLoopThreads, run.EventLoopThreads)
+	keepRunning(a.log, "event_loop_io", &cfg.Global.EventLoopIO, run.EventLoopIO)
 	keepRunning(a.log, "admin_listen", &cfg.Global.AdminListen, run.AdminListen)
 	a.routes = next
 	a.cfg = cfg

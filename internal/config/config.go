@@ -145,6 +145,26 @@ func (f LogFormat) Valid() bool {
 	return f == LogFormatText || f == LogFormatJSON
 }
 
+// EventLoopIO is the event loop's I/O interface (event_loop_io).
+type EventLoopIO string
+
+// Event-loop I/O interfaces.
+const (
+	// EventLoopIOAuto uses io_uring where the kernel allows it, else epoll.
+	EventLoopIOAuto EventLoopIO = "auto"
+	// EventLoopIOEpoll uses epoll and read system calls.
+	EventLoopIOEpoll EventLoopIO = "epoll"
+	// EventLoopIOUring requires io_uring: startup fails where it is
+	// unavailable.
+	EventLoopIOUring EventLoopIO = "io_uring"
+)
+
+// Valid reports whether io is one of the defined interfaces; empty means
+// auto.
+func (io EventLoopIO) Valid() bool {
+	return io == "" || io == EventLoopIOAuto || io == EventLoopIOEpoll || io == EventLoopIOUring
+}
+
 // Pool holds the pool and limit settings. Global carries the values for
 // every route; a Route may override each of them (see Overrides), and
 // EffectiveRoute carries the values in force for one route.
@@ -214,6 +234,10 @@ type Global struct {
 	// (GOMAXPROCS at startup). The binary runs with one P more than this
 	// (docs/performance.md).
 	EventLoopThreads int
+	// EventLoopIO chooses how the event loop waits and reads
+	// (event_loop_io): io_uring where available (auto, the default and
+	// the zero value), epoll, or io_uring required.
+	EventLoopIO EventLoopIO
 	// ShutdownTimeout bounds how long shutdown waits for in-flight
 	// commands before closing connections; 0 closes them at once.
 	ShutdownTimeout time.Duration
@@ -285,6 +309,7 @@ func Default() Config {
 		LogFormat:       LogFormatText,
 		ShutdownTimeout: 30 * time.Second,
 		EventLoop:       true,
+		EventLoopIO:     EventLoopIOAuto,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,

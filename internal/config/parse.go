@@ -54,6 +54,7 @@ type rawGlobal struct {
 	ShutdownTimeout  any `toml:"shutdown_timeout"`
 	EventLoop        any `toml:"event_loop"`
 	EventLoopThreads any `toml:"event_loop_threads"`
+	EventLoopIO      any `toml:"event_loop_io"`
 	rawPool
 }
 
@@ -76,7 +77,7 @@ var (
 		"wait_queue_timeout", "heartbeat_interval", "connect_timeout",
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "event_loop", "event_loop_threads"}
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "event_loop", "event_loop_threads", "event_loop_io"}
 	globalKeys     = append(slices.Clone(globalOnlyKeys), poolKeys...)
 	routeKeys      = append([]string{"connection_string", "listen"}, poolKeys...)
 	topLevelKeys   = []string{tableGlobal, tableDatabases}
@@ -350,6 +351,9 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.duration(at("shutdown_timeout"), r.ShutdownTimeout, &g.ShutdownTimeout)
 	d.boolean(at("event_loop"), r.EventLoop, &g.EventLoop)
 	d.integer(at("event_loop_threads"), r.EventLoopThreads, &g.EventLoopThreads)
+	if d.str(at("event_loop_io"), r.EventLoopIO, &s) {
+		g.EventLoopIO = EventLoopIO(s)
+	}
 
 	p, rp := &g.Pool, &r.rawPool
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {

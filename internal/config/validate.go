@@ -52,6 +52,9 @@ func (v *validator) global() {
 	if g.EventLoopThreads < 0 || g.EventLoopThreads > MaxEventLoopThreads {
 		v.add(at("event_loop_threads"), ErrInvalidValue, fmt.Sprintf("event_loop_threads = %d: must be 0 (one per CPU) to %d", g.EventLoopThreads, MaxEventLoopThreads))
 	}
+	if !g.EventLoopIO.Valid() {
+		v.add(at("event_loop_io"), ErrInvalidValue, enumMsg("event_loop_io", string(g.EventLoopIO), "auto", "epoll", "io_uring"))
+	}
 	if g.MaxClientConn < 0 {
 		v.add(at("max_client_conn"), ErrInvalidValue, fmt.Sprintf("max_client_conn = %d: must be 0 (no limit) or more", g.MaxClientConn))
 	}

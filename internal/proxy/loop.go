@@ -30,3 +30,11 @@ func (c *client) hasPinOrOpen() bool {
 	defer c.mu.Unlock()
 	return c.hasPinLocked() || len(c.open) > 0
 }
+
+// LoopIO values: Options.LoopIO.
+const (
+	// LoopIOAuto uses io_uring where the kernel allows it, epoll elsewhere.
+	LoopIOAuto = ""
+	// LoopIOEpoll uses epoll and read system calls.
+	LoopIOEpoll = "epoll"
+)

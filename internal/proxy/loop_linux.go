@@ -17,6 +17,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/sysconn"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
+	"github.com/mongobouncer/mongobouncer/internal/uring"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -62,10 +63,18 @@ type loopClient struct {
 	// off is set when the loop cannot take this client (no descriptor).
 	off bool
 	// fd is the loop's own descriptor of the client socket, -1 before the
-	// first hand-over; ent is its registration.
+	// first hand-over; ent is its registration in an epoll set.
 	fd  int
 	ent *loopEntry
 	io  rawIO
+	// With io_uring (ring): th is the loop thread acting on the client, set
+	// while it holds mu, nil for everyone else; armed is set while a
+	// receive into rbuf is in flight, which happens only in lsIdle. A
+	// client closed meanwhile keeps fd until that receive completes.
+	ring  bool
+	home  *loopThread
+	th    *loopThread
+	armed bool
 	// lastActive (monoNow) is when the last request ended, for the idle timeout.
 	lastActive time.Duration
 
@@ -98,6 +107,17 @@ type loopUp struct {
 	owner atomic.Pointer[client]
 	// io is used by the owner only, under its loopClient.mu.
 	io rawIO
+
+	// With io_uring (ring), the loop receives replies on a descriptor of
+	// its own, so that the pool's Close cannot hand the number to another
+	// socket while a receive on it waits to be submitted. mu guards fd,
+	// armed (a receive is in flight) and closed (the pool closed the
+	// connection: fd is shut down, and closed once nothing is in flight).
+	ring   bool
+	mu     sync.Mutex
+	fd     int
+	armed  bool
+	closed bool
 }
 
 // loopEntry is what an epoll event names: a client or an upstream.
@@ -107,9 +127,13 @@ type loopEntry struct {
 	u  *loopUp
 }
 
-// loops is the event loop: threads, each with an epoll set.
+// loops is the event loop: threads, each with an epoll set, or each with
+// an io_uring (ring; loop_ring_linux.go).
 type loops struct {
-	eps          []int
+	ring         bool
+	threads      int
+	eps          []int         // with epoll
+	rings        []*loopThread // with io_uring
 	next         atomic.Uint32 // round-robin over eps for new descriptors
 	stopR, stopW int
 	// wakeR and wakeW are a pipe that wakes a thread for the ready list;
@@ -146,8 +170,8 @@ type readyItem struct {
 // epollET is EPOLLET as the uint32 that EpollEvent.Events holds.
 const epollET = 1 << 31
 
-// eventLoopsSupported reports whether this platform has the event loop.
-const eventLoopsSupported = true
+// EventLoopSupported reports whether this platform has the event loop.
+const EventLoopSupported = true
 
 // startLoops starts n loop threads, each with an epoll set of its own.
 //
@@ -195,6 +219,7 @@ func startLoops(n int) (_ *loops, err error) {
 		}
 		l.eps = append(l.eps, ep)
 	}
+	l.threads = len(l.eps)
 	tab := make([]atomic.Pointer[loopEntry], 1024)
 	l.tab.Store(&tab)
 	for _, ep := range l.eps {
@@ -258,7 +283,7 @@ func (l *loops) run(ep int) {
 					e.u.readable()
 				}
 			}
-			l.runReady()
+			l.runReady(nil)
 		}
 		// A result posted while running was set is this thread's to run:
 		// look again after clearing it (post looks at running after
@@ -269,7 +294,7 @@ func (l *loops) run(ep int) {
 				break
 			}
 			l.running.Add(1)
-			l.runReady()
+			l.runReady(nil)
 		}
 	}
 }
@@ -288,8 +313,9 @@ func (l *loops) post(it readyItem) {
 	}
 }
 
-// runReady resumes the requests whose checkouts ended, oldest first.
-func (l *loops) runReady() {
+// runReady resumes the requests whose checkouts ended, oldest first; th is
+// the calling thread with io_uring, nil with epoll.
+func (l *loops) runReady(th *loopThread) {
 	for l.readyN.Load() > 0 {
 		l.readyMu.Lock()
 		if l.head == len(l.ready) {
@@ -303,7 +329,7 @@ func (l *loops) runReady() {
 		}
 		l.readyN.Add(-1)
 		l.readyMu.Unlock()
-		it.c.loopResume(it.pc, it.err)
+		it.c.loopResume(th, it.pc, it.err)
 	}
 }
 
@@ -457,7 +483,17 @@ func (s *Server) loopsFor() *loops {
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
-	l, err := startLoops(n)
+	var l *loops
+	err := errNoRing
+	if s.opts.LoopIO != LoopIOEpoll && uring.Supported() {
+		l, err = startRingLoops(n)
+		if err != nil {
+			s.log.Warn("io_uring unavailable; the event loop uses epoll", "error", err)
+		}
+	}
+	if err != nil {
+		l, err = startLoops(n)
+	}
 	if err != nil {
 		s.loopsOff = true
 		s.log.Warn("event loop unavailable; every client is served by its goroutine", "error", err)
@@ -530,19 +566,25 @@ func (c *client) enterLoop() bool {
 	if lc.state != lsGoroutine {
 		return false
 	}
-	if lc.ent == nil {
+	if lc.fd < 0 {
 		fd, err := sysconn.Dup(c.nc)
 		if err != nil {
 			lc.off = true
 			return false
 		}
-		e := &loopEntry{fd: fd, c: c}
-		if err := l.add(fd, e); err != nil {
-			_ = syscall.Close(fd)
-			lc.off = true
-			return false
+		if !l.ring {
+			e := &loopEntry{fd: fd, c: c}
+			if err := l.add(fd, e); err != nil {
+				_ = syscall.Close(fd)
+				lc.off = true
+				return false
+			}
+			lc.ent = e
 		}
-		lc.fd, lc.ent = fd, e
+		lc.fd, lc.ring = fd, l.ring
+		if l.ring {
+			lc.home = l.home()
+		}
 	}
 	// Out of Go's netpoller: readiness now wakes the loop only.
 	_ = c.nc.Close()
@@ -628,6 +670,10 @@ func (c *client) loopServe() {
 		if c.rlo > 0 {
 			c.rhi = copy(c.rbuf[:], c.rbuf[c.rlo:c.rhi])
 			c.rlo = 0
+		}
+		if lc.ring {
+			c.ringArmClient()
+			return
 		}
 		room := len(c.rbuf) - c.rhi
 		m, err := readFd(lc.fd, c.rbuf[c.rhi:])
@@ -723,17 +769,20 @@ func (c *client) loopDelivered(pc *pool.Conn, err error) {
 	}
 	// The loops have stopped (the server is closing): finish on a
 	// goroutine, which must not run under the pool's lock.
-	go c.loopResume(pc, err)
+	go c.loopResume(nil, pc, err)
 }
 
-// loopResume continues a request whose queued checkout ended. While it
+// loopResume continues a request whose queued checkout ended, on loop
+// thread th (nil with epoll, or when the loops have stopped). While it
 // waits (lsWaiting) nothing but this ends the request, so the state is
 // still lsWaiting here.
-func (c *client) loopResume(pc *pool.Conn, err error) {
+func (c *client) loopResume(th *loopThread, pc *pool.Conn, err error) {
 	lc := &c.lc
 	lc.mu.Lock()
-	defer lc.mu.Unlock()
+	lc.th = th
 	c.loopCheckedOut(pc, err)
+	lc.th = nil
+	lc.mu.Unlock()
 }
 
 // loopCheckedOut sends the request on the connection it was given, or
@@ -791,6 +840,10 @@ func (c *client) loopSend(pc *pool.Conn, lu *loopUp) {
 	}
 	if err != nil {
 		c.loopFail(lu.uc.IOError("write", err))
+		return
+	}
+	if lu.ring {
+		c.ringArmReply()
 	}
 }
 
@@ -821,9 +874,13 @@ func (s *Server) loopUpFor(uc *upstream.Conn) *loopUp {
 	if l == nil {
 		return nil
 	}
-	lu := &loopUp{uc: uc, rc: rc}
+	lu := &loopUp{uc: uc, rc: rc, ring: l.ring, fd: -1}
 	var err error
 	if cerr := rc.Control(func(fd uintptr) {
+		if l.ring {
+			lu.fd, err = sysconn.DupFd(int(fd))
+			return
+		}
 		err = l.add(int(fd), &loopEntry{fd: int(fd), u: lu})
 	}); cerr != nil {
 		err = cerr
@@ -839,6 +896,10 @@ func (s *Server) loopUpFor(uc *upstream.Conn) *loopUp {
 // the connection fails now, on a goroutine of its own, since the close may
 // have dropped the event that would have woken the loop.
 func (lu *loopUp) UpstreamClosed() {
+	if lu.ring {
+		lu.ringClosed()
+		return
+	}
 	if lu.owner.Load() != nil {
 		go lu.readable()
 	}
@@ -874,10 +935,9 @@ func (c *client) loopReply() {
 	for {
 		if len(b) >= 4 {
 			need = int(int32(binary.LittleEndian.Uint32(b)))
-			if need < wire.HeaderLen || need > maxMsg {
+			if err := replyLengthError(need, maxMsg); err != nil {
 				lc.buf.b = b[:0]
-				c.loopFail(lu.uc.IOError("read", fmt.Errorf("reply length %d is outside [%d, %d]: %w",
-					need, wire.HeaderLen, maxMsg, wire.ErrMessageTooLarge)))
+				c.loopFail(lu.uc.IOError("read", err))
 				return
 			}
 			if len(b) >= need {
@@ -913,6 +973,22 @@ func (c *client) loopReply() {
 		b = b[:len(b)+m]
 		drained = m < room
 	}
+	c.loopReplied(b, need)
+}
+
+// replyLengthError reports a reply length outside [wire.HeaderLen, maxMsg].
+func replyLengthError(n, maxMsg int) error {
+	if n < wire.HeaderLen || n > maxMsg {
+		return fmt.Errorf("reply length %d is outside [%d, %d]: %w", n, wire.HeaderLen, maxMsg, wire.ErrMessageTooLarge)
+	}
+	return nil
+}
+
+// loopReplied relays the whole reply at the front of b, need bytes long.
+// It holds lc.mu, state lsUpstream.
+func (c *client) loopReplied(b []byte, need int) {
+	lc := &c.lc
+	lu := lc.up
 	reply := b[:need]
 	lc.buf.b = b[:0]
 	route, srv := lc.route, lc.srv
@@ -989,7 +1065,8 @@ func (c *client) loopAfter() {
 	lc := &c.lc
 	c.loopAccount()
 	lc.state = lsIdle
-	if lc.edge || c.rhi != c.rlo {
+	if lc.edge || c.rhi != c.rlo || lc.ring {
+		// With io_uring, loopServe starts the next receive.
 		c.loopServe()
 	}
 }
@@ -1064,11 +1141,19 @@ func (c *client) loopClose() {
 // It holds lc.mu.
 func (c *client) loopForget() {
 	lc := &c.lc
-	if lc.ent == nil {
+	if lc.fd < 0 {
 		return
 	}
-	if l := c.s.loopsPtr.Load(); l != nil {
-		l.forget(lc.ent)
+	if lc.armed {
+		// A receive is in flight on the descriptor: shutting the socket
+		// down ends it, and its completion closes the descriptor.
+		_ = syscall.Shutdown(lc.fd, syscall.SHUT_RDWR)
+		return
+	}
+	if lc.ent != nil {
+		if l := c.s.loopsPtr.Load(); l != nil {
+			l.forget(lc.ent)
+		}
 	}
 	// Closing the descriptor also takes it out of the epoll set.
 	_ = syscall.Close(lc.fd)

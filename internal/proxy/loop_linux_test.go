@@ -1,26 +1,35 @@
 package proxy
 
 import (
+	"log/slog"
 	"runtime"
 	"testing"
+
+	"github.com/mongobouncer/mongobouncer/internal/uring"
 )
 
-// LoopThreads sets the number of loop threads (one epoll set each); 0 means
-// GOMAXPROCS.
+// LoopThreads sets the number of loop threads (one epoll set or io_uring
+// each); 0 means GOMAXPROCS. LoopIO chooses epoll, or io_uring where the
+// kernel has it.
 func TestLoopThreads(t *testing.T) {
-	for _, tc := range []struct{ threads, want int }{
-		{3, 3},
-		{1, 1},
-		{0, runtime.GOMAXPROCS(0)},
-	} {
-		s := &Server{opts: Options{EventLoop: true, LoopThreads: tc.threads}}
-		l := s.loopsFor()
-		if l == nil {
-			t.Fatalf("LoopThreads %d: the loop did not start", tc.threads)
+	for _, io := range []string{LoopIOAuto, LoopIOEpoll} {
+		for _, tc := range []struct{ threads, want int }{
+			{3, 3},
+			{1, 1},
+			{0, runtime.GOMAXPROCS(0)},
+		} {
+			s := &Server{opts: Options{EventLoop: true, LoopThreads: tc.threads, LoopIO: io}, log: slog.New(slog.DiscardHandler)}
+			l := s.loopsFor()
+			if l == nil {
+				t.Fatalf("LoopThreads %d: the loop did not start", tc.threads)
+			}
+			if got := l.threads; got != tc.want {
+				t.Errorf("LoopThreads %d: %d loop threads, want %d", tc.threads, got, tc.want)
+			}
+			if want := io == LoopIOAuto && uring.Supported(); l.ring != want {
+				t.Errorf("LoopIO %q: io_uring %v, want %v", io, l.ring, want)
+			}
+			s.stopLoops()
 		}
-		if got := len(l.eps); got != tc.want {
-			t.Errorf("LoopThreads %d: %d loop threads, want %d", tc.threads, got, tc.want)
-		}
-		s.stopLoops()
 	}
 }

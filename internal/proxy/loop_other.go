@@ -4,9 +4,9 @@ package proxy
 
 import "sync"
 
-// eventLoopsSupported reports whether this platform has the event loop;
+// EventLoopSupported reports whether this platform has the event loop;
 // elsewhere every client is served by its goroutine.
-const eventLoopsSupported = false
+const EventLoopSupported = false
 
 // loopClient is the event-loop state of a client; here only the lock and
 // the state that finish uses.

@@ -64,6 +64,9 @@ type Options struct {
 	// served by their goroutine) never to wait behind them runs with more
 	// Ps than loop threads (cmd/mongobouncer runs one more).
 	LoopThreads int
+	// LoopIO chooses the event loop's I/O: LoopIOAuto (io_uring where the
+	// kernel allows it, else epoll) or LoopIOEpoll.
+	LoopIO string
 }
 
 func (o *Options) setDefaults() {
