@@ -87,14 +87,8 @@ func newEpollLoop() (*epollLoop, error) {
 // netpoller (their descriptors are duplicated and the net.Conns closed)
 // and gives the pair to the next loop.
 func (ls *epollLoops) add(c, u net.Conn) error {
-	cfd, err := detach(c)
+	cfd, ufd, err := detachPair(c, u)
 	if err != nil {
-		_ = u.Close()
-		return err
-	}
-	ufd, err := detach(u)
-	if err != nil {
-		_ = syscall.Close(cfd)
 		return err
 	}
 	a := &relayEnd{fd: cfd, buf: make([]byte, MaxRelayMessage)}
@@ -117,6 +111,22 @@ func (ls *epollLoops) add(c, u net.Conn) error {
 		}
 	}
 	return nil
+}
+
+// detachPair detaches a client connection and its upstream; on failure
+// both are closed.
+func detachPair(c, u net.Conn) (cfd, ufd int, err error) {
+	cfd, err = detach(c)
+	if err != nil {
+		_ = u.Close()
+		return -1, -1, err
+	}
+	ufd, err = detach(u)
+	if err != nil {
+		_ = syscall.Close(cfd)
+		return -1, -1, err
+	}
+	return cfd, ufd, nil
 }
 
 // detach returns a duplicate of conn's descriptor (non-blocking, as Go

@@ -82,14 +82,8 @@ func startUringLoops() (*uringLoops, error) {
 }
 
 func (ls *uringLoops) add(c, u net.Conn) error {
-	cfd, err := detach(c)
+	cfd, ufd, err := detachPair(c, u)
 	if err != nil {
-		_ = u.Close()
-		return err
-	}
-	ufd, err := detach(u)
-	if err != nil {
-		_ = syscall.Close(cfd)
 		return err
 	}
 	l := ls.loops[int(ls.next.Add(1))%len(ls.loops)]

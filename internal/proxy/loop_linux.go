@@ -181,22 +181,17 @@ const EventLoopSupported = true
 // socket's cache lines moved to another core) for each of them. Any thread
 // may still act on any client: everything is under the client's lock.
 func startLoops(n int) (_ *loops, err error) {
-	var fds []int
+	l, err := newLoops()
+	if err != nil {
+		return nil, err
+	}
+	p, w := [2]int{l.stopR, l.stopW}, [2]int{l.wakeR, l.wakeW}
+	fds := []int{p[0], p[1], w[0], w[1]}
 	defer func() {
 		if err != nil {
 			closeFds(fds...)
 		}
 	}()
-	var p, w [2]int
-	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		return nil, fmt.Errorf("pipe2: %w", err)
-	}
-	fds = append(fds, p[0], p[1])
-	if err := syscall.Pipe2(w[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		return nil, fmt.Errorf("pipe2: %w", err)
-	}
-	fds = append(fds, w[0], w[1])
-	l := &loops{stopR: p[0], stopW: p[1], wakeR: w[0], wakeW: w[1], done: make(chan struct{})}
 	for i := range max(n, 1) {
 		ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 		if err != nil {
@@ -227,6 +222,19 @@ func startLoops(n int) (_ *loops, err error) {
 		go l.run(ep)
 	}
 	return l, nil
+}
+
+// newLoops makes the loops' stop and wake pipes.
+func newLoops() (*loops, error) {
+	var p, w [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		return nil, fmt.Errorf("pipe2: %w", err)
+	}
+	if err := syscall.Pipe2(w[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		closeFds(p[0], p[1])
+		return nil, fmt.Errorf("pipe2: %w", err)
+	}
+	return &loops{stopR: p[0], stopW: p[1], wakeR: w[0], wakeW: w[1], done: make(chan struct{})}, nil
 }
 
 // stop ends the loop threads and waits for them. Registered sockets are

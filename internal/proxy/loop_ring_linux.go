@@ -100,23 +100,12 @@ type armItem struct {
 }
 
 // startRingLoops starts n loop threads, each with an io_uring.
-func startRingLoops(n int) (_ *loops, err error) {
-	var fds []int
-	defer func() {
-		if err != nil {
-			closeFds(fds...)
-		}
-	}()
-	var p, w [2]int
-	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		return nil, fmt.Errorf("pipe2: %w", err)
+func startRingLoops(n int) (*loops, error) {
+	l, err := newLoops()
+	if err != nil {
+		return nil, err
 	}
-	fds = append(fds, p[0], p[1])
-	if err := syscall.Pipe2(w[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		return nil, fmt.Errorf("pipe2: %w", err)
-	}
-	fds = append(fds, w[0], w[1])
-	l := &loops{ring: true, stopR: p[0], stopW: p[1], wakeR: w[0], wakeW: w[1], done: make(chan struct{})}
+	l.ring = true
 	started := make(chan error)
 	for i := range max(n, 1) {
 		ev, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
@@ -131,10 +120,9 @@ func startRingLoops(n int) (_ *loops, err error) {
 		} else {
 			err = fmt.Errorf("eventfd: %w", errno)
 		}
-		// The threads started close their eventfds as they stop.
-		close(l.done)
-		_ = syscall.Close(l.stopW)
-		l.wg.Wait()
+		// The threads started close their eventfds as they stop; stop
+		// closes the pipes.
+		l.stop()
 		return nil, err
 	}
 	l.threads = len(l.rings)
