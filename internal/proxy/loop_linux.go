@@ -67,11 +67,12 @@ type loopClient struct {
 	fd  int
 	ent *loopEntry
 	io  rawIO
-	// With io_uring (ring): th is the loop thread acting on the client, set
-	// while it holds mu, nil for everyone else; armed is set while a
-	// receive into rbuf is in flight, which happens only in lsIdle. A
-	// client closed meanwhile keeps fd until that receive completes.
-	ring  bool
+	// With io_uring: home is the loop thread whose ring receives the
+	// client's requests (nil with epoll); th is the loop thread acting on
+	// the client, set while it holds mu, nil for everyone else; armed is
+	// set while a receive into rbuf is in flight, which happens only in
+	// lsIdle. A client closed meanwhile keeps fd until that receive
+	// completes.
 	home  *loopThread
 	th    *loopThread
 	armed bool
@@ -185,8 +186,7 @@ func startLoops(n int) (_ *loops, err error) {
 	if err != nil {
 		return nil, err
 	}
-	p, w := [2]int{l.stopR, l.stopW}, [2]int{l.wakeR, l.wakeW}
-	fds := []int{p[0], p[1], w[0], w[1]}
+	fds := []int{l.stopR, l.stopW, l.wakeR, l.wakeW}
 	defer func() {
 		if err != nil {
 			closeFds(fds...)
@@ -200,15 +200,15 @@ func startLoops(n int) (_ *loops, err error) {
 		fds = append(fds, ep)
 		// Level-triggered: once the write end is closed, every thread's
 		// epoll_wait returns it, so all of them stop.
-		ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(p[0])}
-		if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, p[0], &ev); err != nil {
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.stopR)}
+		if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, l.stopR, &ev); err != nil {
 			return nil, fmt.Errorf("epoll_ctl: %w", err)
 		}
 		if i == 0 {
 			// One thread is enough to take a wake-up: it runs the
 			// whole ready list.
-			ev = syscall.EpollEvent{Events: syscall.EPOLLIN | epollET, Fd: int32(w[0])}
-			if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, w[0], &ev); err != nil {
+			ev = syscall.EpollEvent{Events: syscall.EPOLLIN | epollET, Fd: int32(l.wakeR)}
+			if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, l.wakeR, &ev); err != nil {
 				return nil, fmt.Errorf("epoll_ctl: %w", err)
 			}
 		}
@@ -492,14 +492,13 @@ func (s *Server) loopsFor() *loops {
 		n = runtime.GOMAXPROCS(0)
 	}
 	var l *loops
-	err := errNoRing
+	var err error
 	if s.opts.LoopIO != LoopIOEpoll && uring.Supported() {
-		l, err = startRingLoops(n)
-		if err != nil {
+		if l, err = startRingLoops(n); err != nil {
 			s.log.Warn("io_uring unavailable; the event loop uses epoll", "error", err)
 		}
 	}
-	if err != nil {
+	if l == nil {
 		l, err = startLoops(n)
 	}
 	if err != nil {
@@ -589,7 +588,7 @@ func (c *client) enterLoop() bool {
 			}
 			lc.ent = e
 		}
-		lc.fd, lc.ring = fd, l.ring
+		lc.fd = fd
 		if l.ring {
 			lc.home = l.home()
 		}
@@ -679,7 +678,7 @@ func (c *client) loopServe() {
 			c.rhi = copy(c.rbuf[:], c.rbuf[c.rlo:c.rhi])
 			c.rlo = 0
 		}
-		if lc.ring {
+		if lc.home != nil {
 			c.ringArmClient()
 			return
 		}
@@ -1073,7 +1072,7 @@ func (c *client) loopAfter() {
 	lc := &c.lc
 	c.loopAccount()
 	lc.state = lsIdle
-	if lc.edge || c.rhi != c.rlo || lc.ring {
+	if lc.edge || c.rhi != c.rlo || lc.home != nil {
 		// With io_uring, loopServe starts the next receive.
 		c.loopServe()
 	}

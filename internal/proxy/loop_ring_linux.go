@@ -42,7 +42,7 @@ import (
 // most one receive per event it handled.
 const ringEntries = 256
 
-// armKind says which receive a ready item asks a loop thread to start.
+// armKind says which receive an armItem asks a loop thread to start.
 type armKind uint8
 
 const (
@@ -58,9 +58,6 @@ const (
 	opClient
 	opUpstream
 )
-
-// errNoRing makes loopsFor use epoll when io_uring is not to be used.
-var errNoRing = errors.New("io_uring not used")
 
 // errLoopStopped fails a request whose reply no loop thread can receive.
 var errLoopStopped = errors.New("the event loop has stopped")
@@ -315,13 +312,13 @@ func (c *client) ringArmClient() {
 		c.toGoroutine()
 		return
 	}
-	if th := lc.th; th != lc.home {
+	th := lc.th
+	if th != lc.home {
 		// Off the client's home thread: ask it. A client waits on
 		// its home thread's ring, which keeps the threads' shares even.
 		lc.home.post(c, armClient)
 		return
 	}
-	th := lc.th
 	lc.armed = true
 	th.ring.Recv(lc.fd, c.rbuf[c.rhi:], th.slot(c, opClient), true)
 }
