@@ -143,9 +143,14 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 		defer signal.Stop(sigs)
 	} else {
+		returned := make(chan struct{}) // a failed start returns before stop closes
+		defer close(returned)
 		go func() {
-			<-stop
-			sigs <- syscall.SIGTERM
+			select {
+			case <-stop:
+				sigs <- syscall.SIGTERM
+			case <-returned:
+			}
 		}()
 	}
 

@@ -17,6 +17,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/seccomp"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -312,5 +313,63 @@ func TestReserveLoopProcs(t *testing.T) {
 		if n := reserveLoopProcs(g); n != tc.want || runtime.GOMAXPROCS(0) != tc.want+1 {
 			t.Errorf("event_loop_threads = %d: %d threads, GOMAXPROCS %d; want %d and %d", tc.set, n, runtime.GOMAXPROCS(0), tc.want, tc.want+1)
 		}
+	}
+}
+
+// Where the kernel refuses io_uring: a configuration that requires it
+// fails at startup, naming the fix, and the default serves on epoll.
+func TestIOUringRefusedByTheKernel(t *testing.T) {
+	if !seccomp.RefuseIOUring(t) {
+		return
+	}
+	up := fakemongo.Start(t, fakemongo.Options{})
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "mb.sock")
+	path := filepath.Join(dir, "mb.toml")
+	write := func(io string) {
+		cfg := fmt.Sprintf("[mongobouncer]\nlisten = %q\nlog_format = \"json\"\nevent_loop_io = %q\n\n[databases.\"*\"]\nconnection_string = %q\n", sock, io, up.URI())
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write("io_uring")
+	var out, errb logbuf.Buffer
+	stop := make(chan struct{})
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"--config", path}, &out, &errb, stop) }()
+	select {
+	case code := <-done:
+		if code == 0 || !strings.Contains(errb.String(), `use "auto"`) {
+			t.Fatalf("event_loop_io = io_uring: exit %d, stderr %q", code, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		close(stop)
+		<-done
+		t.Fatalf("event_loop_io = io_uring: started with io_uring refused; stderr %q", errb.String())
+	}
+
+	write("auto")
+	errb = logbuf.Buffer{}
+	stop = make(chan struct{})
+	go func() { done <- run([]string{"--config", path}, &out, &errb, stop) }()
+	c := waitDial(t, "unix", sock, &errb)
+	defer c.Close()
+	for i := range 3 {
+		if _, r := roundTrip(t, c, int32(i+1), bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okValue(r) != 1 {
+			t.Fatalf("ping %d: %v", i, r)
+		}
+	}
+	close(stop)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d; stderr %s", code, errb.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("did not stop")
+	}
+	if !strings.Contains(errb.String(), `"event_loop_io":"epoll"`) {
+		t.Fatalf("the start line does not say epoll: %s", errb.String())
 	}
 }

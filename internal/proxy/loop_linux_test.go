@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/mongobouncer/mongobouncer/internal/testutil/seccomp"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
 )
 
@@ -31,5 +32,21 @@ func TestLoopThreads(t *testing.T) {
 			}
 			s.stopLoops()
 		}
+	}
+}
+
+// Where the kernel refuses io_uring, LoopIOAuto starts the loop on epoll.
+func TestLoopFallsBackToEpoll(t *testing.T) {
+	if !seccomp.RefuseIOUring(t) {
+		return
+	}
+	s := &Server{opts: Options{EventLoop: true, LoopThreads: 2, LoopIO: LoopIOAuto}, log: slog.New(slog.DiscardHandler)}
+	l := s.loopsFor()
+	if l == nil {
+		t.Fatal("the loop did not start")
+	}
+	defer s.stopLoops()
+	if l.ring || l.threads != 2 {
+		t.Fatalf("io_uring %v with %d threads, want epoll with 2", l.ring, l.threads)
 	}
 }

@@ -1,9 +1,12 @@
 package uring
 
 import (
+	"errors"
 	"runtime"
 	"syscall"
 	"testing"
+
+	"github.com/mongobouncer/mongobouncer/internal/testutil/seccomp"
 )
 
 // A receive, a linked send and a pipe read complete through one ring, in
@@ -106,5 +109,26 @@ func TestQueueFull(t *testing.T) {
 			}
 			n++
 		})
+	}
+}
+
+// Where a seccomp profile refuses io_uring, New fails with the kernel's
+// error and Supported says so.
+func TestRefusedByTheKernel(t *testing.T) {
+	if !seccomp.RefuseIOUring(t) {
+		return
+	}
+	if Supported() {
+		t.Fatal("Supported with io_uring_setup refused")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r, err := New(8)
+	if err == nil {
+		r.Close()
+		t.Fatal("New succeeded with io_uring_setup refused")
+	}
+	if !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("New: %v, want EPERM", err)
 	}
 }
