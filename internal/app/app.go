@@ -292,7 +292,17 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	}
 	a.log.Info("route configured", "route", er.Name, "upstream", er.Conn.Redacted(), "pool_mode", mode.String(),
 		"max_pool_size", er.MaxPoolSize)
-	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: mode, Topology: t}, topo: t}, nil
+	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: mode, Topology: t,
+		IdleTimeout: routeIdleTimeout(er), MaxMessageSize: er.MaxMessageSize}, topo: t}, nil
+}
+
+// routeIdleTimeout is er's client_idle_timeout for proxy.Route, whose zero
+// means the global value: er's is already resolved, so its zero is never.
+func routeIdleTimeout(er config.EffectiveRoute) time.Duration {
+	if er.ClientIdleTimeout == 0 {
+		return -1
+	}
+	return er.ClientIdleTimeout
 }
 
 // Addrs returns the bound client listener addresses, the main one first.

@@ -143,6 +143,10 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute) error {
 			}
 			changes = append(changes, fmt.Sprintf("route %s: pool limits %+v", er.Name, lim))
 		}
+		if er.ClientIdleTimeout != r.eff.ClientIdleTimeout || er.MaxMessageSize != r.eff.MaxMessageSize {
+			r.proxy.SetClientLimits(routeIdleTimeout(er), er.MaxMessageSize)
+			changes = append(changes, fmt.Sprintf("route %s: client_idle_timeout %s, max_message_size %d", er.Name, er.ClientIdleTimeout, er.MaxMessageSize))
+		}
 		r.eff = er
 	}
 	for key, l := range a.listeners {

@@ -85,7 +85,11 @@ type client struct {
 	requests atomic.Uint64
 	lb       bool // the client is in load-balanced mode
 	maxMsg   int
-	nextID   int32 // requestID of our own replies
+	// lastRoute is the route of the client's most recent request, whose
+	// client_idle_timeout applies to it (idleTimeout). Written by whoever
+	// serves the client, read by the idle sweeper.
+	lastRoute atomic.Pointer[Route]
+	nextID    int32 // requestID of our own replies
 
 	hdr [wire.HeaderLen]byte
 	// rbuf holds bytes read from the client but not yet consumed
@@ -131,6 +135,14 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 		listener:  listener,
 		connected: time.Now(),
 		maxMsg:    s.opts.MaxMessageSize,
+	}
+	if only != "" {
+		// A route's own listener reads under the route's limit.
+		if r := s.Route(only); r != nil {
+			if m := int(r.maxMsg.Load()); m > 0 {
+				c.maxMsg = m
+			}
+		}
 	}
 	c.log = s.log.With("client", id, "remote", c.remote)
 	c.initLoop()
@@ -224,7 +236,7 @@ func (c *client) finalize(err error) {
 // command costs one read system call; the rest of a larger message is read
 // straight into a pooled buffer.
 func (c *client) read() ([]byte, error) {
-	if t := time.Duration(c.s.idleTimeout.Load()); t > 0 {
+	if t := c.idleTimeout(); t > 0 {
 		_ = c.nc.SetReadDeadline(time.Now().Add(t))
 		c.deadline = true
 	} else if c.deadline {
@@ -271,7 +283,7 @@ func (c *client) read() ([]byte, error) {
 	b = append(b, c.rbuf[c.rlo:c.rhi]...)
 	c.rlo, c.rhi = 0, 0
 	timeout := bodyReadTimeout
-	if t := time.Duration(c.s.idleTimeout.Load()); t > 0 && t < timeout {
+	if t := c.idleTimeout(); t > 0 && t < timeout {
 		timeout = t
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
@@ -501,7 +513,42 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 		return c.replyError(h.RequestID, compressed, compID, req,
 			errorReply(70, "ShardNotFound", fmt.Sprintf("mongobouncer: no route for database %q (add [databases.%s] or a \"*\" route)", req.db, req.db)))
 	}
+	c.useRoute(route)
+	if m := int(route.maxMsg.Load()); m > 0 && len(msg) > m {
+		// Read under the listener's limit, over the route's: the message
+		// was read whole, so the client can go on.
+		return c.replyError(h.RequestID, compressed, compID, req,
+			errorReply(10334, "BSONObjectTooLarge", fmt.Sprintf("mongobouncer: a message of %d bytes is over route %q's max_message_size of %d bytes", len(msg), route.Name, m)))
+	}
 	return c.forward(route, msg, h, compressed, compID)
+}
+
+// useRoute records route as the client's most recent one.
+func (c *client) useRoute(route *Route) {
+	if c.lastRoute.Load() != route {
+		c.lastRoute.Store(route)
+	}
+}
+
+// idleTimeout returns the client_idle_timeout that applies to the client
+// now, 0 for none: its listener's route's, else the route of its most
+// recent request (as that route is configured now), else the global one.
+func (c *client) idleTimeout() time.Duration {
+	var r *Route
+	if c.only != "" {
+		r = c.s.Route(c.only)
+	} else if last := c.lastRoute.Load(); last != nil {
+		r = c.s.Route(last.Name)
+	}
+	if r != nil {
+		switch t := time.Duration(r.idle.Load()); {
+		case t < 0:
+			return 0
+		case t > 0:
+			return t
+		}
+	}
+	return time.Duration(c.s.idleTimeout.Load())
 }
 
 var okReply = func() bsoncore.Document {

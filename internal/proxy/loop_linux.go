@@ -530,10 +530,19 @@ func (s *Server) sweepIdle(l *loops) {
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	for {
-		timeout := time.Duration(s.idleTimeout.Load())
+		// Sweep at an eighth of the shortest timeout in force, so that a
+		// client is closed at most that much late.
+		shortest := time.Duration(s.idleTimeout.Load())
+		if tb := s.table.Load(); tb != nil {
+			for _, r := range tb.all {
+				if t := time.Duration(r.idle.Load()); t > 0 && (shortest <= 0 || t < shortest) {
+					shortest = t
+				}
+			}
+		}
 		every := time.Second
-		if timeout > 0 {
-			every = min(max(timeout/8, 5*time.Millisecond), time.Second)
+		if shortest > 0 {
+			every = min(max(shortest/8, 5*time.Millisecond), time.Second)
 		}
 		t.Reset(every)
 		select {
@@ -541,15 +550,17 @@ func (s *Server) sweepIdle(l *loops) {
 			return
 		case <-t.C:
 		}
-		if timeout <= 0 {
+		if shortest <= 0 {
 			continue
 		}
 		now := monoNow()
 		for _, c := range s.snapshot() {
 			lc := &c.lc
 			lc.mu.Lock()
-			if lc.state == lsIdle && now-lc.lastActive > timeout {
-				c.loopClose()
+			if lc.state == lsIdle {
+				if timeout := c.idleTimeout(); timeout > 0 && now-lc.lastActive > timeout {
+					c.loopClose()
+				}
 			}
 			lc.mu.Unlock()
 		}
@@ -735,6 +746,7 @@ func (c *client) loopRequest(msg []byte) bool {
 		return false
 	}
 	// The request is the loop's from here on.
+	c.useRoute(route)
 	lc := &c.lc
 	lc.route, lc.srv = route, srv
 	lc.start = monoNow()

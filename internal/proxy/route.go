@@ -30,7 +30,18 @@ type Route struct {
 	txns    *affinity[txnKey, *topology.Server]
 	multi   bool
 
-	mode atomic.Uint32
+	// IdleTimeout and MaxMessageSize are the client limits the route
+	// starts with; SetClientLimits changes them live. IdleTimeout closes a
+	// client idle that long after a request to this route (or, on the
+	// route's own listener, from its connection); 0 means the Server's
+	// ClientIdleTimeout, negative means never. MaxMessageSize bounds the
+	// requests sent to this route; 0 means the Server's MaxMessageSize.
+	IdleTimeout    time.Duration
+	MaxMessageSize int
+
+	mode   atomic.Uint32
+	idle   atomic.Int64 // IdleTimeout, live
+	maxMsg atomic.Int64 // MaxMessageSize, live
 	// held counts upstream connections checked out through this route and
 	// not yet back in a pool (requests in flight and pins), so that a route
 	// removed by a reload can drain before its pools close.
@@ -55,6 +66,8 @@ func (r *Route) init(maxCursors, maxTxns int) {
 	r.txns = newAffinity[txnKey, *topology.Server](maxTxns, 30*time.Minute)
 	r.multi = len(r.Topology.Servers()) > 1
 	r.mode.Store(uint32(r.Mode))
+	r.idle.Store(int64(r.IdleTimeout))
+	r.maxMsg.Store(int64(r.MaxMessageSize))
 }
 
 // PoolMode returns the route's current pool mode.
@@ -63,6 +76,16 @@ func (r *Route) PoolMode() PoolMode { return PoolMode(r.mode.Load()) }
 // SetPoolMode changes the pool mode for requests from now on; connections
 // already pinned stay pinned until their pin would end in the new mode.
 func (r *Route) SetPoolMode(m PoolMode) { r.mode.Store(uint32(m)) }
+
+// SetClientLimits changes the route's IdleTimeout and MaxMessageSize from
+// now on (same meanings): idle clients are measured against the new
+// timeout at once, and requests read from now on against the new size
+// (a dedicated listener's clients connected before keep the size they
+// started with as the bound on what is read).
+func (r *Route) SetClientLimits(idleTimeout time.Duration, maxMessageSize int) {
+	r.idle.Store(int64(idleTimeout))
+	r.maxMsg.Store(int64(maxMessageSize))
+}
 
 // Held returns the number of upstream connections clients hold through
 // this route (in flight or pinned).
