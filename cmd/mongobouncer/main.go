@@ -42,8 +42,8 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		listen      = fs.String("listen", "", "client listen `address` (host:port or unix socket path); overrides the file")
 		upstreamURI = fs.String("upstream", "", "upstream connection string for every database (a \"*\" route); overrides the file's \"*\" route")
 		poolMode    = fs.String("pool-mode", "", "pool mode: session, transaction or statement; overrides the file")
-		maxPool     = fs.Int("max-pool-size", -1, "upstream connections per server (0 = unlimited); overrides the file")
-		maxClients  = fs.Int("max-client-conn", -1, "client connection limit (0 = unlimited); overrides the file")
+		maxPool     = fs.Int("max-pool-size", config.Default().Global.MaxPoolSize, "upstream connections per server (0 = unlimited); overrides the file when given")
+		maxClients  = fs.Int("max-client-conn", config.Default().Global.MaxClientConn, "client connection limit (0 = unlimited); overrides the file when given")
 		logLevel    = fs.String("log-level", "", "log level: debug, info, warn or error; overrides the file")
 		logFormat   = fs.String("log-format", "", "log format: text or json; overrides the file")
 		adminListen = fs.String("admin-listen", "", "admin HTTP listen `address` (metrics, health, admin, status page); overrides the file")
@@ -106,12 +106,6 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		if *poolMode != "" {
 			c.Global.PoolMode = config.PoolMode(*poolMode)
 		}
-		if *maxPool >= 0 {
-			c.Global.MaxPoolSize = *maxPool
-		}
-		if *maxClients >= 0 {
-			c.Global.MaxClientConn = *maxClients
-		}
 		if *logLevel != "" {
 			c.Global.LogLevel = config.LogLevel(*logLevel)
 		}
@@ -121,9 +115,15 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		if *adminListen != "" {
 			c.Global.AdminListen = *adminListen
 		}
+		// Flags whose zero value is meaningful override only when given.
 		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "event-loop" {
+			switch f.Name {
+			case "event-loop":
 				c.Global.EventLoop = *eventLoop
+			case "max-pool-size":
+				c.Global.MaxPoolSize = *maxPool
+			case "max-client-conn":
+				c.Global.MaxClientConn = *maxClients
 			}
 		})
 	}

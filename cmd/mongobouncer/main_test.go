@@ -373,3 +373,37 @@ func TestIOUringRefusedByTheKernel(t *testing.T) {
 		t.Fatalf("the start line does not say epoll: %s", errb.String())
 	}
 }
+
+// --max-pool-size overrides the file only when given, 0 (unlimited)
+// included; a negative value is refused.
+func TestMaxPoolSizeFlagOverridesOnlyWhenGiven(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{})
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mb.toml")
+	cfg := fmt.Sprintf("[mongobouncer]\nlisten = %q\nlog_format = \"json\"\nmax_pool_size = 7\n\n[databases.\"*\"]\nconnection_string = %q\n", filepath.Join(dir, "mb.sock"), up.URI())
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, `"max_pool_size":7`},
+		{[]string{"--max-pool-size", "3"}, `"max_pool_size":3`},
+		{[]string{"--max-pool-size", "0"}, `"max_pool_size":0`},
+	} {
+		var out, errb logbuf.Buffer
+		stop := make(chan struct{})
+		close(stop) // stops as soon as it has started
+		if code := run(append([]string{"--config", path}, tc.args...), &out, &errb, stop); code != 0 {
+			t.Fatalf("%v: exit %d; stderr %s", tc.args, code, errb.String())
+		}
+		if !strings.Contains(errb.String(), tc.want) {
+			t.Fatalf("%v: route not configured with %s: %s", tc.args, tc.want, errb.String())
+		}
+	}
+	var out, errb logbuf.Buffer
+	if code := run([]string{"--config", path, "--max-pool-size", "-1"}, &out, &errb, nil); code != 2 {
+		t.Fatalf("--max-pool-size -1: exit %d; stderr %s", code, errb.String())
+	}
+}
