@@ -74,6 +74,8 @@ func run() error {
 
 	_, port, _ := net.SplitHostPort(dm.Addr())
 	sampler := startSampler(port)
+	_, listenPort, _ := net.SplitHostPort(listen)
+	clientSampler := startSampler(listenPort)
 	fmt.Printf("== running: %d clients through a pool of %d for %v ...\n", *clients, *poolSize, *duration)
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+30*time.Second)
 	defer cancel()
@@ -87,6 +89,7 @@ func run() error {
 		Database:    "demo",
 	})
 	maxUp := sampler.stop()
+	maxClients := clientSampler.stop()
 
 	fmt.Println("== results")
 	if runErr != nil && !errors.Is(runErr, loadgen.ErrNoMeasurement) {
@@ -99,7 +102,7 @@ func run() error {
 	for _, e := range res.ErrorSamples {
 		fmt.Println("     -", e)
 	}
-	fmt.Printf("   client conns:    %d driver connections to mongobouncer\n", *clients)
+	fmt.Printf("   client conns:    at most %d open to mongobouncer (%d workers, a driver pool of up to %d)\n", maxClients, *clients, *clients)
 	fmt.Printf("   upstream conns:  at most %d open to devmongo (pool of %d, plus 1 monitoring connection)\n", maxUp, *poolSize)
 	fmt.Println("   (the rate is FerretDB+SQLite's own; direct connections get the same: see docs/performance.md)")
 
