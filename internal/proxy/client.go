@@ -624,7 +624,7 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 	respondTo := h.RequestID
 	rbuf := getBuffer(16 * 1024)
 	defer putBuffer(rbuf)
-	for {
+	for first := true; ; first = false {
 		reply, err := uc.ReadMessage(rbuf.b[:0])
 		if err != nil {
 			c.fail(route, srv, pc, err)
@@ -634,6 +634,13 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 			rbuf.b = reply[:0]
 		}
 		rh, _ := wire.ParseHeader(reply)
+		if first && rh.ResponseTo != h.RequestID {
+			// Not the answer to this request: a stale reply left on the
+			// connection, or a confused server. Nothing on it can be trusted.
+			err := fmt.Errorf("upstream %s answered request %d with a reply to %d", srv.Address(), h.RequestID, rh.ResponseTo)
+			c.fail(route, srv, pc, err)
+			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+		}
 		flags, body := replyView(reply)
 		ri := inspectReply(body)
 		c.okReply = ri.ok
@@ -646,6 +653,16 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 			// A server must not stream to a request that did not allow it;
 			// the rest of its stream would be unread bytes on the conn.
 			err := fmt.Errorf("upstream %s sent moreToCome to a request without exhaustAllowed", srv.Address())
+			c.fail(route, srv, pc, err)
+			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+		}
+		if !stream && uc.Buffered() > 0 {
+			// More than the reply came: those bytes would answer the next
+			// request on this connection.
+			err := fmt.Errorf("upstream %s sent more than one reply to a request without exhaustAllowed", srv.Address())
+			if req.exhaust {
+				err = fmt.Errorf("upstream %s sent more after the last reply of an exhaust stream", srv.Address())
+			}
 			c.fail(route, srv, pc, err)
 			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
 		}

@@ -1021,6 +1021,11 @@ func (c *client) loopReplied(b []byte, need int) {
 		c.loopFail(fmt.Errorf("upstream %s sent more than one reply to a request without exhaustAllowed", srv.Address()))
 		return
 	}
+	if to := int32(binary.LittleEndian.Uint32(reply[8:])); to != lc.reqID {
+		// A stale reply left on the connection, or a confused server.
+		c.loopFail(fmt.Errorf("upstream %s answered request %d with a reply to %d", srv.Address(), lc.reqID, to))
+		return
+	}
 	c.track(route, srv, &c.req, txnKey{}, false, ri, nil)
 	lu.owner.Store(nil)
 	c.loopEnd()

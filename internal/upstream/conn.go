@@ -98,6 +98,12 @@ func (c *Conn) ServiceID() (bson.ObjectID, bool) {
 // themselves. Reading or writing it directly bypasses compression.
 func (c *Conn) NetConn() net.Conn { return c.nc }
 
+// Buffered returns how many bytes were read from the socket and not yet
+// returned by ReadMessage. After a whole exchange anything here is a reply
+// nobody asked for, which would be taken for the next request's: the
+// connection must not be reused.
+func (c *Conn) Buffered() int { return c.br.Buffered() }
+
 // MaxMessageSize returns the largest message ReadMessage accepts: the
 // server's maxMessageSizeBytes once the handshake has completed.
 func (c *Conn) MaxMessageSize() int { return c.maxMsg }

@@ -19,9 +19,9 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
-// wsbModes runs f with the event loop on (the default on Linux) and with a
+// bothIOModels runs f with the event loop on (the default on Linux) and with a
 // goroutine per client, whatever MONGOBOUNCER_TEST_EVENT_LOOP says.
-func wsbModes(t *testing.T, f func(t *testing.T, loop bool)) {
+func bothIOModels(t *testing.T, f func(t *testing.T, loop bool)) {
 	for _, loop := range []bool{true, false} {
 		name := "goroutines"
 		if loop {
@@ -31,25 +31,25 @@ func wsbModes(t *testing.T, f func(t *testing.T, loop bool)) {
 	}
 }
 
-// wsbPing is a client pinging on its own connection in the background.
-type wsbPing struct {
+// bgPinger is a client pinging on its own connection in the background.
+type bgPinger struct {
 	n    atomic.Int64 // pings answered ok
 	stop chan struct{}
 	done chan struct{}
 	err  error // set before done is closed
 }
 
-func wsbStartPinger(t *testing.T, addr string) *wsbPing {
-	p := &wsbPing{stop: make(chan struct{}), done: make(chan struct{})}
+func startBgPinger(t *testing.T, addr string) *bgPinger {
+	p := &bgPinger{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.err = wsbPinger(addr, p.stop, &p.n)
+		p.err = bgPingerer(addr, p.stop, &p.n)
 	}()
 	t.Cleanup(func() { p.end() })
 	return p
 }
 
-func (p *wsbPing) end() {
+func (p *bgPinger) end() {
 	select {
 	case <-p.stop:
 	default:
@@ -60,7 +60,7 @@ func (p *wsbPing) end() {
 
 // await waits until n pings have been answered; the pinger failing ends
 // the wait and the test.
-func (p *wsbPing) await(t *testing.T, n int64) {
+func (p *bgPinger) await(t *testing.T, n int64) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%d pings of the concurrent client", n), func() bool {
 		select {
@@ -78,7 +78,7 @@ func (p *wsbPing) await(t *testing.T, n int64) {
 }
 
 // finish stops the pinger and fails the test if it had failed.
-func (p *wsbPing) finish(t *testing.T) {
+func (p *bgPinger) finish(t *testing.T) {
 	t.Helper()
 	p.end()
 	if p.err != nil {
@@ -86,10 +86,10 @@ func (p *wsbPing) finish(t *testing.T) {
 	}
 }
 
-// wsbPinger sends pings on its own connection until stop is closed and
+// bgPingerer sends pings on its own connection until stop is closed and
 // returns the first failure: it runs off the test goroutine, so it reports
 // errors instead of failing the test.
-func wsbPinger(addr string, stop <-chan struct{}, n *atomic.Int64) error {
+func bgPingerer(addr string, stop <-chan struct{}, n *atomic.Int64) error {
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return err
@@ -146,7 +146,7 @@ func wsbPinger(addr string, stop <-chan struct{}, n *atomic.Int64) error {
 // another client carries on.
 func TestUpstreamMaxMessageSizeEnforcedOnClients(t *testing.T) {
 	const upLimit = 64 << 10
-	wsbModes(t, func(t *testing.T, loop bool) {
+	bothIOModels(t, func(t *testing.T, loop bool) {
 		up := fakemongo.Start(t, fakemongo.Options{InMemory: true, MaxMessageSizeBytes: upLimit})
 		a, addr := bouncer(t, up.URI(), func(c *config.Config) {
 			c.Global.EventLoop = loop
@@ -174,7 +174,7 @@ func TestUpstreamMaxMessageSizeEnforcedOnClients(t *testing.T) {
 		}
 
 		// Another client pings all along.
-		pinger := wsbStartPinger(t, addr)
+		pinger := startBgPinger(t, addr)
 		pinger.await(t, 5)
 
 		over := wire.AppendMsg(nil, 77, 0, 0, docOf(t,
