@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -132,7 +133,23 @@ const (
 	mangleMore  mangling = iota // moreToCome set, then a copy: a stream the request did not allow
 	mangleExtra                 // twice in one write: a reply nobody asked for
 	mangleLate                  // once, then a copy 100ms later, after the connection is back in the pool
+	mangleGoodSum               // with a correct CRC-32C added
+	mangleBadSum                // with a wrong CRC-32C added
 )
+
+// withChecksum returns msg (an OP_MSG without one) with a CRC-32C added,
+// correct or not.
+func withChecksum(msg []byte, good bool) []byte {
+	out := append(slices.Clone(msg), 0, 0, 0, 0)
+	binary.LittleEndian.PutUint32(out, uint32(len(out)))
+	flags := binary.LittleEndian.Uint32(out[wire.HeaderLen:])
+	binary.LittleEndian.PutUint32(out[wire.HeaderLen:], flags|uint32(wire.FlagChecksumPresent))
+	wire.UpdateChecksum(out)
+	if !good {
+		out[len(out)-1] ^= 0x5a
+	}
+	return out
+}
 
 // startMangleRelay forwards TCP connections to an upstream. Requests pass
 // unchanged; an upstream reply containing marker is mangled as how says.
@@ -195,7 +212,10 @@ func startMangleRelay(t testing.TB, upstream string, marker []byte, how mangling
 					}
 					out := msg
 					marked := bytes.Contains(msg, marker)
-					if marked && how != mangleLate {
+					switch {
+					case marked && (how == mangleGoodSum || how == mangleBadSum):
+						out = withChecksum(msg, how == mangleGoodSum)
+					case marked && how != mangleLate:
 						first := slices.Clone(msg)
 						if how == mangleMore {
 							flags := binary.LittleEndian.Uint32(first[wire.HeaderLen:])
@@ -357,4 +377,50 @@ func TestUpstreamFailureInTransactionIsTransient(t *testing.T) {
 		})
 		check(t, a.cmd(txnCmd("find", lsid, 1, false)), 6)
 	})
+}
+
+// An upstream reply with a checksum is relayed unchanged when the checksum
+// is right; with a wrong one the request fails retryably and the
+// connection is not used again. Statement mode serves the request on the
+// event loop (when it is on), session mode on the client's goroutine.
+func TestUpstreamReplyChecksum(t *testing.T) {
+	for _, m := range []string{"statement", "session"} {
+		for _, good := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/good=%v", m, good), func(t *testing.T) {
+				up := fakemongo.Start(t, fakemongo.Options{})
+				connRecorder(up)
+				marker := fmt.Sprintf("sum-%s-%v", m, good)
+				up.Handle("summed", func(r *fakemongo.Request) fakemongo.Reply {
+					return fakemongo.OK(bson.E{Key: "marker", Value: marker})
+				})
+				how := mangleBadSum
+				if good {
+					how = mangleGoodSum
+				}
+				relay := startMangleRelay(t, up.Addr(), []byte(marker), how)
+				_, addr := bouncer(t, "mongodb://"+relay+"/?directConnection=true", mode(m, 1))
+				a := dialRaw(t, addr)
+				a.hello()
+				pooled := whoami(t, a)
+				a.send(0, bson.D{{Key: "summed", Value: 1}, {Key: "$db", Value: "test"}})
+				rep := a.recv()
+				if good {
+					if okOf(rep.body) != 1 || rep.flags&wire.FlagChecksumPresent == 0 {
+						t.Fatalf("a reply with a good checksum: flags=%v %v, want it relayed with its checksum", rep.flags, rep.body)
+					}
+					if got := whoami(t, a); got != pooled {
+						t.Fatalf("after a good reply the client moved from conn %d to %d", pooled, got)
+					}
+					return
+				}
+				msg, _ := rep.body.Lookup("errmsg").StringValueOK()
+				if okOf(rep.body) != 0 || !strings.Contains(msg, "mongobouncer") || !strings.Contains(msg, "checksum") {
+					t.Fatalf("a reply with a bad checksum: want a mongobouncer error about it, got %v", rep.body)
+				}
+				if got := whoami(t, a); got == pooled {
+					t.Fatalf("the connection that sent a bad checksum (%d) served the next request", got)
+				}
+			})
+		}
+	}
 }

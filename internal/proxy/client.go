@@ -641,6 +641,11 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 			c.fail(route, srv, pc, err)
 			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
 		}
+		if !wire.ChecksumOK(reply) {
+			err := fmt.Errorf("upstream %s sent a reply whose checksum does not match: %w", srv.Address(), wire.ErrBadChecksum)
+			c.fail(route, srv, pc, err)
+			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+		}
 		flags, body := replyView(reply)
 		ri := inspectReply(body)
 		c.okReply = ri.ok

@@ -1026,6 +1026,10 @@ func (c *client) loopReplied(b []byte, need int) {
 		c.loopFail(fmt.Errorf("upstream %s answered request %d with a reply to %d", srv.Address(), lc.reqID, to))
 		return
 	}
+	if !wire.ChecksumOK(reply) {
+		c.loopFail(fmt.Errorf("upstream %s sent a reply whose checksum does not match: %w", srv.Address(), wire.ErrBadChecksum))
+		return
+	}
 	c.track(route, srv, &c.req, txnKey{}, false, ri, nil)
 	lu.owner.Store(nil)
 	c.loopEnd()

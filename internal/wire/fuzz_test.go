@@ -33,6 +33,10 @@ func FuzzParseMsg(f *testing.F) {
 		var m Msg
 		err := ParseMsgInto(msg, &m)
 		mustProtocolError(t, err)
+		// The relay's check agrees with the parser's on the checksum.
+		if ok := ChecksumOK(msg); err == nil && !ok || errors.Is(err, ErrBadChecksum) && ok {
+			t.Fatalf("ChecksumOK %v, ParseMsg: %v", ok, err)
+		}
 		if err != nil {
 			return
 		}

@@ -297,6 +297,21 @@ func PeekMsgFlags(msg []byte) (flags MsgFlags, ok bool) {
 	return MsgFlags(le.Uint32(msg[HeaderLen:])), true
 }
 
+// ChecksumOK reports whether msg carries no checksum (it is not an OP_MSG,
+// or its checksumPresent flag is clear) or a correct one. It reads nothing
+// else, for relays that pass messages on unparsed.
+func ChecksumOK(msg []byte) bool {
+	flags, ok := PeekMsgFlags(msg)
+	if !ok || flags&FlagChecksumPresent == 0 {
+		return true
+	}
+	if len(msg) < HeaderLen+4+4 {
+		return false
+	}
+	end := len(msg) - 4
+	return crc32.Checksum(msg[:end], castagnoli) == le.Uint32(msg[end:])
+}
+
 // UpdateChecksum recomputes the trailing CRC-32C of an OP_MSG whose
 // checksumPresent flag is set, after the caller changed the message (for
 // example with SetRequestID). It does nothing for other messages.

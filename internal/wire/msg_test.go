@@ -262,6 +262,12 @@ func TestChecksumUpdateAndClear(t *testing.T) {
 	SetRequestID(b, 42)
 	_, err := ParseMsg(b)
 	wantErr(t, err, ErrBadChecksum)
+	if !ChecksumOK(orig) || ChecksumOK(b) || ChecksumOK(b[:HeaderLen+6]) {
+		t.Fatal("ChecksumOK disagrees with ParseMsg")
+	}
+	if plain := AppendMsg(nil, 1, 0, 0, body); !ChecksumOK(plain) || !ChecksumOK(AppendReply(nil, 1, 0, body)) {
+		t.Fatal("ChecksumOK refuses a message without a checksum")
+	}
 	UpdateChecksum(b)
 	m, err := ParseMsg(b)
 	if err != nil || m.Header.RequestID != 42 {
