@@ -91,15 +91,7 @@ func TestServesOnUnixSocketAndStopsCleanly(t *testing.T) {
 	if _, r := roundTrip(t, c, 1, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}); okValue(r) != 1 {
 		t.Fatalf("ping through unix socket: %v", r)
 	}
-	close(stop)
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit %d; stderr %s", code, errb.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("did not stop")
-	}
+	stopRun(t, stop, done, &errb)
 	if !strings.Contains(errb.String(), `"msg":"mongobouncer stopped"`) {
 		t.Fatalf("json logs missing the stop line: %s", errb.String())
 	}
@@ -112,6 +104,20 @@ func TestServesOnUnixSocketAndStopsCleanly(t *testing.T) {
 		if !strings.Contains(errb.String(), want) {
 			t.Fatalf("start line does not say %s: %s", want, errb.String())
 		}
+	}
+}
+
+// stopRun closes stop and waits for run (reporting to done) to exit 0.
+func stopRun(t *testing.T, stop chan struct{}, done <-chan int, errb *logbuf.Buffer) {
+	t.Helper()
+	close(stop)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d; stderr %s", code, errb.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("did not stop")
 	}
 }
 
@@ -360,15 +366,7 @@ func TestIOUringRefusedByTheKernel(t *testing.T) {
 			t.Fatalf("ping %d: %v", i, r)
 		}
 	}
-	close(stop)
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit %d; stderr %s", code, errb.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("did not stop")
-	}
+	stopRun(t, stop, done, &errb)
 	if !strings.Contains(errb.String(), `"event_loop_io":"epoll"`) {
 		t.Fatalf("the start line does not say epoll: %s", errb.String())
 	}
