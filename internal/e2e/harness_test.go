@@ -19,6 +19,25 @@ import (
 // (plus any extra routes) and returns its address.
 func bouncer(t testing.TB, upstreamURI string, tweak func(*config.Config)) (*app.App, string) {
 	t.Helper()
+	level := slog.LevelWarn
+	if os.Getenv("MONGOBOUNCER_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	a := newBouncer(t, upstreamURI, tweak, level)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return a, a.Addrs()[0].String()
+}
+
+// newBouncer builds and starts the app of bouncer, logging at level; the
+// caller closes it.
+func newBouncer(t testing.TB, upstreamURI string, tweak func(*config.Config), level slog.Level) *app.App {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Global.Listen = "127.0.0.1:0"
 	cfg.Global.HeartbeatInterval = 500 * time.Millisecond
@@ -36,24 +55,12 @@ func bouncer(t testing.TB, upstreamURI string, tweak func(*config.Config)) (*app
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	level := slog.LevelWarn
-	if os.Getenv("MONGOBOUNCER_TEST_DEBUG") != "" {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	a, err := app.New(cfg, log)
+	a, err := app.New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return a, a.Addrs()[0].String()
+	return a
 }
 
 // driver connects the Go driver to addr as to a mongos.

@@ -130,11 +130,11 @@ func TestClientGoneMidExhaustStreamClosesTheUpstreamConn(t *testing.T) {
 type mangling int
 
 const (
-	mangleMore  mangling = iota // moreToCome set, then a copy: a stream the request did not allow
-	mangleExtra                 // twice in one write: a reply nobody asked for
-	mangleLate                  // once, then a copy 100ms later, after the connection is back in the pool
-	mangleGoodSum               // with a correct CRC-32C added
-	mangleBadSum                // with a wrong CRC-32C added
+	mangleMore    mangling = iota // moreToCome set, then a copy: a stream the request did not allow
+	mangleExtra                   // twice in one write: a reply nobody asked for
+	mangleLate                    // once, then a copy 100ms later, after the connection is back in the pool
+	mangleGoodSum                 // with a correct CRC-32C added
+	mangleBadSum                  // with a wrong CRC-32C added
 )
 
 // withChecksum returns msg (an OP_MSG without one) with a CRC-32C added,

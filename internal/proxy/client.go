@@ -112,6 +112,10 @@ type client struct {
 	// ended; they are aborted if the client disconnects.
 	open map[txnKey]*Route
 	busy bool // a request is in progress: pins may not be released by others
+	// forwarding is set for the whole of forward, the reply's write
+	// included (busy ends when the connection is given back, before it):
+	// Shutdown's drain waits for it.
+	forwarding bool
 
 	// Per-request accounting for the Observer; owned by the client's owner.
 	bytesOut int
@@ -490,10 +494,11 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 		return c.replyError(h.RequestID, compressed, compID, req, c.s.opts.Admin.HandleAdmin(c.nc.RemoteAddr(), c.msg.Body))
 	}
 	if c.s.draining.Load() {
-		// Only the commands of a transaction this client has open may still
-		// run: everything else goes to another mongobouncer.
+		// Only the commands of an open transaction may still run (on any
+		// client connection: drivers pin the server, not the connection):
+		// everything else goes to another mongobouncer.
 		key, inTxn := req.key()
-		if !inTxn || !c.isOpen(key) {
+		if !inTxn || !c.isOpen(key) && !c.s.txnIsOpen(key) {
 			return c.replyError(h.RequestID, compressed, compID, req,
 				errorReply(91, "ShutdownInProgress", "mongobouncer: shutting down"))
 		}
@@ -568,17 +573,33 @@ func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed boo
 		c.dropStalePins()
 	}
 	c.state.Store(uint32(stateActive))
+	c.mu.Lock()
+	c.forwarding = true
+	c.mu.Unlock()
 	err := c.forward1(route, msg, h, compressed, compID)
 	// Whatever path the request took, it is over: the client is no longer
-	// busy, and it is idle or pinned.
+	// busy, and it is idle or pinned. A transaction-mode pin whose
+	// transaction ended while this request ran (committed through another
+	// client, txnEnded, which leaves a busy client's pins alone) goes back
+	// now.
+	var back []pin
 	c.mu.Lock()
-	c.busy = false
+	c.busy, c.forwarding = false, false
+	for i := range c.pins {
+		if p := &c.pins[i]; p.conn != nil && p.route.PoolMode() != ModeSession && !c.hasOpenLocked(p.route) {
+			back = append(back, *p)
+			p.conn = nil
+		}
+	}
 	if c.hasPinLocked() {
 		c.state.Store(uint32(statePinned))
 	} else {
 		c.state.Store(uint32(stateIdle))
 	}
 	c.mu.Unlock()
+	for _, p := range back {
+		p.route.checkIn(p.srv, p.conn)
+	}
 	name := c.req.info.name
 	if !c.req.info.known {
 		name = "other" // bounded label cardinality
@@ -611,6 +632,7 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 	uc := pc.Upstream().(*upstream.Conn)
 	if err := uc.WriteMessage(msg); err != nil {
 		c.fail(route, srv, pc, err)
+		c.failedStart(req, key, inTxn)
 		if req.more {
 			return nil
 		}
@@ -628,6 +650,9 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 		reply, err := uc.ReadMessage(rbuf.b[:0])
 		if err != nil {
 			c.fail(route, srv, pc, err)
+			if first {
+				c.failedStart(req, key, inTxn)
+			}
 			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
 		}
 		if cap(reply) > cap(rbuf.b) {
@@ -681,9 +706,12 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 			return nil
 		}
 		if werr := c.writeRaw(reply, compressed, compID, req.name()); werr != nil {
-			// Unread replies of the stream follow: never pool that conn.
+			// Unread replies of the stream follow: never pool that conn,
+			// nor keep it pinned (the abort of an open transaction at
+			// disconnect would read the stream's replies).
 			pc.MarkErrored(werr)
-			c.release(route, srv, pc, pinned)
+			c.unpin(route, pc)
+			route.checkIn(srv, pc)
 			return errClientGone
 		}
 		respondTo = rh.RequestID
@@ -866,13 +894,29 @@ func (c *client) fail(route *Route, srv *topology.Server, pc *pool.Conn, err err
 	pc.MarkErrored(err)
 	srv.HandleError(err, pc)
 	c.s.log.Warn("upstream error", "route", route.Name, "server", srv.Address(), "client", c.id, "error", err)
+	c.unpin(route, pc)
+	route.checkIn(srv, pc)
+}
+
+// unpin ends the request on pc, dropping the client's pin on it: the
+// caller checks pc in (errored, so that it is closed).
+func (c *client) unpin(route *Route, pc *pool.Conn) {
 	c.mu.Lock()
 	c.busy = false
 	if p := c.pinLocked(route); p != nil && p.conn == pc {
 		p.conn = nil
 	}
 	c.mu.Unlock()
-	route.checkIn(srv, pc)
+}
+
+// failedStart forgets a transaction whose first command failed on the
+// network: no reply will say it began, and left open it would keep the
+// client's transaction-mode pins and hold Shutdown's drain. (If the
+// command did reach the server, the transaction expires there.)
+func (c *client) failedStart(req *request, key txnKey, inTxn bool) {
+	if inTxn && req.startTxn {
+		c.s.endTxn(key, c)
+	}
 }
 
 // beginTxn records a transaction begun through this client.
@@ -930,6 +974,14 @@ func (s *Server) setTxnOwner(key txnKey, c *client) {
 	}
 	s.txnOwners[key] = c
 	s.txnMu.Unlock()
+}
+
+// txnIsOpen reports whether some client began the transaction key and it
+// has not ended.
+func (s *Server) txnIsOpen(key txnKey) bool {
+	s.txnMu.Lock()
+	defer s.txnMu.Unlock()
+	return s.txnOwners[key] != nil
 }
 
 // endTxn ends a transaction wherever it was begun.
@@ -1038,7 +1090,12 @@ func (c *client) abort(route *Route, key txnKey) {
 	if err != nil && upstream.IsNetworkError(err) {
 		pc.MarkErrored(err)
 	}
-	c.log.Debug("aborted transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
+	if err != nil && upstream.IsNetworkError(err) {
+		// The transaction stays open upstream until it expires there.
+		c.log.Warn("cannot abort transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
+	} else {
+		c.log.Debug("aborted transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
+	}
 	if !pinned {
 		route.checkIn(srv, pc)
 	}

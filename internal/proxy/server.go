@@ -125,7 +125,11 @@ type Server struct {
 	// draining is set by Shutdown: requests that are not part of an open
 	// transaction get ShutdownInProgress.
 	draining atomic.Bool
-	// stopping is closed by Shutdown, to end waits at pause gates.
+	// closing is set by Close before it disconnects the clients: a client's
+	// goroutine then no longer hands it to the loop (enterLoop), where
+	// nobody would disconnect it.
+	closing atomic.Bool
+	// stopping is closed by Shutdown and Close, to end waits at pause gates.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
 
@@ -255,6 +259,9 @@ func (s *Server) TotalClients() uint64 { return s.totalClients.Load() }
 // transactions) and waits for their goroutines, bounded by ctx. It does not
 // close the routes' topologies: their owner does.
 func (s *Server) Close(ctx context.Context) error {
+	// Clients waiting at a paused route's gate give up.
+	s.stoppingOnce.Do(func() { close(s.stopping) })
+	s.closing.Store(true)
 	s.mu.Lock()
 	s.closed = true
 	for l := range s.listeners {
@@ -410,7 +417,7 @@ func (s *Server) drained() bool {
 	defer s.mu.Unlock()
 	for c := range s.clients {
 		c.mu.Lock()
-		busy := c.busy || len(c.open) > 0
+		busy := c.busy || c.forwarding || len(c.open) > 0
 		c.mu.Unlock()
 		if busy {
 			return false
