@@ -512,14 +512,35 @@ func (s *Server) loopsFor() *loops {
 	return l
 }
 
-// stopLoops stops the loops, if they were started, for good.
+// stopLoops stops the loops, if they were started, for good. Requests
+// still in their hands (Close ran out of time) are abandoned: their
+// connections closed, their clients disconnected.
 func (s *Server) stopLoops() {
 	s.loopsMu.Lock()
 	l := s.loopsPtr.Swap(nil)
 	s.loopsOff = true
 	s.loopsMu.Unlock()
-	if l != nil {
-		l.stop()
+	if l == nil {
+		return
+	}
+	l.stop()
+	// Checkout results posted too late for a thread (later ones find no
+	// loops and abandon on their own, in loopResume).
+	l.readyMu.Lock()
+	late := l.ready[l.head:]
+	l.ready, l.head = nil, 0
+	l.readyN.Store(0)
+	l.readyMu.Unlock()
+	for _, it := range late {
+		it.c.loopResume(nil, it.pc, it.err)
+	}
+	for _, c := range s.snapshot() {
+		lc := &c.lc
+		lc.mu.Lock()
+		if lc.state == lsUpstream {
+			c.loopAbandon(nil)
+		}
+		lc.mu.Unlock()
 	}
 }
 
@@ -581,7 +602,11 @@ func (c *client) enterLoop() bool {
 	}
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	if lc.state != lsGoroutine {
+	// Close disconnects the clients after setting closing, each under
+	// lc.mu: a client that enters the loop before is disconnected there,
+	// one that would enter after stays with its goroutine, which finds its
+	// connection closed.
+	if lc.state != lsGoroutine || c.s.closing.Load() {
 		return false
 	}
 	if lc.fd < 0 {
@@ -662,7 +687,6 @@ func (c *client) loopReadable() {
 // on the loop or hands it to a goroutine. It holds lc.mu, state lsIdle.
 func (c *client) loopServe() {
 	lc := &c.lc
-	lc.edge = false
 	drained := false
 	for {
 		if avail := c.rhi - c.rlo; avail >= wire.HeaderLen {
@@ -695,6 +719,10 @@ func (c *client) loopServe() {
 		}
 		room := len(c.rbuf) - c.rhi
 		m, err := readFd(lc.fd, c.rbuf[c.rhi:])
+		// edge stays set while the socket may hold more than was read (a
+		// read that filled rbuf), since no new edge will say so: loopAfter
+		// reads on after the reply, even with rbuf empty by then.
+		lc.edge = err == nil && m == room
 		if err == syscall.EAGAIN {
 			return
 		}
@@ -798,10 +826,42 @@ func (c *client) loopDelivered(pc *pool.Conn, err error) {
 func (c *client) loopResume(th *loopThread, pc *pool.Conn, err error) {
 	lc := &c.lc
 	lc.mu.Lock()
+	if th == nil && c.s.loopsPtr.Load() == nil {
+		// No loop thread would receive the reply.
+		c.loopAbandon(pc)
+		lc.mu.Unlock()
+		return
+	}
 	lc.th = th
 	c.loopCheckedOut(pc, err)
 	lc.th = nil
 	lc.mu.Unlock()
+}
+
+// loopAbandon ends the request of a client whose loops have stopped (Close
+// ran out of time with it in flight): no thread will receive its reply, so
+// its connection (pc, when a queued checkout delivers one) is closed rather
+// than pooled, and the client is disconnected. It holds lc.mu.
+func (c *client) loopAbandon(pc *pool.Conn) {
+	lc := &c.lc
+	switch lc.state {
+	case lsUpstream:
+		lc.up.owner.Store(nil)
+		lc.pc.MarkErrored(errLoopStopped)
+		c.loopEnd()
+	case lsWaiting:
+		if pc != nil {
+			pc.MarkErrored(errLoopStopped)
+			_ = lc.srv.Pool().CheckIn(pc)
+		}
+		lc.unsent = false
+		c.mu.Lock()
+		c.busy = false
+		c.mu.Unlock()
+	default:
+		return
+	}
+	c.loopClose()
 }
 
 // loopCheckedOut sends the request on the connection it was given, or
