@@ -273,13 +273,17 @@ func (l *loops) run(ep int) {
 				l.running.Add(-1)
 				return
 			case fd == l.wakeR:
-				l.wakePending.Store(false)
+				// Drain, then clear: cleared first, a post in between could
+				// set it again and write a byte that the drain eats, and
+				// with wakePending left set no later post would wake a
+				// thread. (Its item is this thread's to run: runReady below.)
 				var b [64]byte
 				for {
 					if m, _ := syscall.Read(l.wakeR, b[:]); m < len(b) {
 						break
 					}
 				}
+				l.wakePending.Store(false)
 			case fd < 0 || fd >= len(tab):
 			default:
 				e := tab[fd].Load()
