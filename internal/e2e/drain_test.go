@@ -263,3 +263,37 @@ func TestCloseEndsWaitsAtAPausedRoute(t *testing.T) {
 		t.Fatalf("Close with a client waiting at a paused route: %v", err)
 	}
 }
+
+// commitTransaction and abortTransaction name the admin database; they go
+// to the route the transaction began on, not to admin's route, which may
+// lead to another deployment.
+func TestTxnEndGoesToTheTransactionsRoute(t *testing.T) {
+	for _, m := range []string{"statement", "transaction", "session"} {
+		t.Run(m, func(t *testing.T) {
+			orders := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+			other := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+			_, addr := bouncer(t, other.URI(), func(c *config.Config) {
+				mode(m, 2)(c)
+				c.Databases["test"] = config.Route{ConnectionString: config.URI(orders.URI())}
+			})
+			a := dialRaw(t, addr)
+			a.hello()
+			for i, end := range []string{"commitTransaction", "abortTransaction"} {
+				lsid := newLSID(byte(0x60 + i))
+				if r := a.cmd(txnCmd("insert", lsid, 1, true)); okOf(r) != 1 {
+					t.Fatalf("start: %v", r)
+				}
+				if r := a.cmd(txnCmd(end, lsid, 1, false)); okOf(r) != 1 {
+					t.Fatalf("%s: %v", end, r)
+				}
+			}
+			txns := orders.Transactions()
+			if len(txns) != 2 || txns[0].State != fakemongo.TxnCommitted || txns[1].State != fakemongo.TxnAborted {
+				t.Fatalf("transactions on the route's upstream: %+v", txns)
+			}
+			if n := other.Requests("commitTransaction") + other.Requests("abortTransaction"); n != 0 {
+				t.Fatalf("%d transaction ends went to admin's route", n)
+			}
+		})
+	}
+}

@@ -504,9 +504,17 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 		}
 	}
 	var route *Route
-	if c.only != "" {
+	switch key, inTxn := req.key(); {
+	case c.only != "":
 		route = c.s.Route(c.only)
-	} else {
+	case inTxn && !req.startTxn:
+		// A transaction's later commands go to the route it began on:
+		// commitTransaction and abortTransaction name admin, which may be
+		// routed elsewhere (or nowhere).
+		if route = c.s.txnRoute(key); route == nil {
+			route = c.s.routeFor(req.db)
+		}
+	default:
 		route = c.s.routeFor(req.db)
 	}
 	if route == nil {
@@ -982,6 +990,19 @@ func (s *Server) txnIsOpen(key txnKey) bool {
 	s.txnMu.Lock()
 	defer s.txnMu.Unlock()
 	return s.txnOwners[key] != nil
+}
+
+// txnRoute returns the route an open transaction began on, or nil.
+func (s *Server) txnRoute(key txnKey) *Route {
+	s.txnMu.Lock()
+	owner := s.txnOwners[key]
+	s.txnMu.Unlock()
+	if owner == nil {
+		return nil
+	}
+	owner.mu.Lock()
+	defer owner.mu.Unlock()
+	return owner.open[key]
 }
 
 // endTxn ends a transaction wherever it was begun.
