@@ -15,11 +15,10 @@ import (
 )
 
 // Drivers pin the *server* of a transaction, not the connection: the
-// commands of one transaction may arrive on several client connections
-// (the proxy's txnOwners map exists for exactly that). During a graceful
-// shutdown, "open transactions may finish": a commit of a transaction open
-// on this mongobouncer must not get ShutdownInProgress just because it
-// arrived on another client connection than the one that started it.
+// commands of one transaction may arrive on several client connections.
+// During a graceful shutdown open transactions may finish, whichever
+// client connection their commands arrive on; they do not get
+// ShutdownInProgress.
 func TestDrainLetsATransactionFinishOnAnotherConnection(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	a, addr := bouncer(t, up.URI(), mode("transaction", 2))
@@ -67,9 +66,9 @@ func dialRawNoFail(addr string) net.Conn {
 }
 
 // A reply whose write to the client is still in progress is part of an
-// in-flight request: Shutdown must not count the client as drained (and
-// disconnect it) before the whole reply is written. The goroutine path
-// clears busy in release, before writeRaw.
+// in-flight request: Shutdown does not count the client as drained (and
+// disconnect it) before the whole reply is written, although the upstream
+// connection went back to its pool before the write.
 func TestShutdownWaitsForAReplyBeingWritten(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{})
 	big := strings.Repeat("x", 15<<20)
@@ -102,11 +101,9 @@ func TestShutdownWaitsForAReplyBeingWritten(t *testing.T) {
 }
 
 // A transaction-mode pin belongs to a transaction: when the transaction
-// ends (here committed on another client connection), the connection must
-// go back to the pool. If the owning client happens to be busy with a
-// request on another route at that moment, txnEnded skips the release and
-// nobody does it later: the idle client keeps the connection with no
-// transaction open, and other clients starve.
+// ends (here committed on another client connection), the connection goes
+// back to the pool, also when the owning client is busy with a request on
+// another route at that moment (then as that request ends).
 func TestTxnPinReleasedWhenOwnerWasBusyElsewhere(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	other := fakemongo.Start(t, fakemongo.Options{})
@@ -159,11 +156,10 @@ func TestTxnPinReleasedWhenOwnerWasBusyElsewhere(t *testing.T) {
 	}
 }
 
-// A startTransaction whose upstream connection fails leaves the
-// transaction in the client's open set for good (only a reply ends it).
-// In transaction mode every later transaction of that client then keeps
-// its pinned connection after commit (release sees an "open" transaction
-// on the route), so other clients starve.
+// A startTransaction whose upstream connection fails does not leave the
+// transaction open in mongobouncer (no reply will end it): the client's
+// later transactions give their pinned connections back after commit, as
+// usual, and other clients are served.
 func TestFailedStartDoesNotLeaveTheTxnOpen(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	_, addr := bouncer(t, up.URI(), func(c *config.Config) {
@@ -193,11 +189,9 @@ func TestFailedStartDoesNotLeaveTheTxnOpen(t *testing.T) {
 
 // A client that goes away in the middle of an exhaust stream run on its
 // pinned connection (session mode; transaction mode with a transaction
-// open) leaves that connection marked errored but still pinned, with the
-// rest of the stream unread on it. The disconnect then sends
-// abortTransaction for the client's open transaction on that very
-// connection: it reads a stream reply instead of the abort's, fails, and
-// the transaction stays open upstream.
+// open) loses that pin: the rest of the stream is unread on it. The
+// abortTransaction sent for the client's open transaction at disconnect
+// goes on a fresh connection and aborts the transaction upstream.
 func TestAbortAfterClientGoneMidStreamUsesAFreshConn(t *testing.T) {
 	for _, m := range []string{"session", "transaction"} {
 		t.Run(m, func(t *testing.T) {
@@ -239,10 +233,9 @@ func TestAbortAfterClientGoneMidStreamUsesAFreshConn(t *testing.T) {
 	}
 }
 
-// Server.Close "disconnects every client and waits for their goroutines":
-// a client whose request waits at a paused route's gate is never woken by
-// Close (only Shutdown closes the stopping channel), so Close runs into
-// its deadline and the goroutine stays behind.
+// Server.Close disconnects every client and waits for their goroutines,
+// including one whose request waits at a paused route's gate: Close ends
+// that wait as Shutdown does.
 func TestCloseEndsWaitsAtAPausedRoute(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{})
 	app, addr := bouncer(t, up.URI(), mode("transaction", 2))

@@ -174,26 +174,33 @@ func lenientBouncer(t *testing.T, upstreamURI string, tweak func(*config.Config)
 	return a, a.Addrs()[0].String()
 }
 
-// Server.Close bounded by a context that ends while a loop request is out
-// on an upstream connection: once the upstream answers, the request must
-// still end (the connection back in its pool, the client finalized). The
-// loops stopped at the end of Close, and nothing else ever reads the reply.
-func TestLoopStoppedWithRequestInFlight(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the event loop is Linux only")
-	}
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	release := make(chan struct{})
+// heldFinds starts a fake upstream whose finds are answered only once
+// release is called (or after 5s).
+func heldFinds(t *testing.T) (up *fakemongo.Server, release func()) {
+	up = fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	held := make(chan struct{})
 	var once sync.Once
-	rel := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(rel)
+	release = func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release)
 	up.Handle("find", func(req *fakemongo.Request) fakemongo.Reply {
 		select {
-		case <-release:
+		case <-held:
 		case <-time.After(5 * time.Second):
 		}
 		return up.Builtin(req)
 	})
+	return up, release
+}
+
+// Server.Close bounded by a context that ends while a loop request is out
+// on an upstream connection: the loops stop at the end of Close, with no
+// thread left to receive the reply, so the request is abandoned: its
+// connection closed (not left checked out) and its client finalized.
+func TestLoopStoppedWithRequestInFlight(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loop is Linux only")
+	}
+	up, rel := heldFinds(t)
 	a, addr := lenientBouncer(t, up.URI(), withLoop("statement", 1))
 	pl := a.Topologies()[0].Servers()[0].Pool()
 	cl := dialRaw(t, addr)
@@ -223,26 +230,14 @@ func TestLoopStoppedWithRequestInFlight(t *testing.T) {
 
 // Server.Close while a client's goroutine waits for a pool connection to
 // forward a fire-and-forget (moreToCome) request: Close closes the
-// goroutine's net.Conn, but the goroutine, having nothing to write back,
-// hands the client to the loop through the descriptor the loop kept from an
-// earlier stay, and the client is never disconnected: Close runs out its
-// context.
+// goroutine's net.Conn; the goroutine, having nothing to write back, must
+// not then hand the client to the loop (through the descriptor the loop
+// kept from an earlier stay), where nobody would disconnect it.
 func TestCloseWhileGoroutineWaitsToForward(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the event loop is Linux only")
 	}
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	release := make(chan struct{})
-	var once sync.Once
-	rel := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(rel)
-	up.Handle("find", func(req *fakemongo.Request) fakemongo.Reply {
-		select {
-		case <-release:
-		case <-time.After(5 * time.Second):
-		}
-		return up.Builtin(req)
-	})
+	up, rel := heldFinds(t)
 	a, addr := lenientBouncer(t, up.URI(), withLoop("statement", 1))
 	ping := bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}
 	holder := dialRaw(t, addr)
