@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -143,11 +144,20 @@ func (r *Ring) Close() {
 }
 
 // next returns a zeroed entry to prepare, submitting what is prepared
-// first when the submission queue is full.
+// first when the submission queue is full. An entry the kernel has not
+// taken is never overwritten: while submitting fails for a passing reason
+// (EBUSY, or the kernel short of memory: EAGAIN, ENOMEM), it backs off and
+// tries again; any other failure is a misuse of the ring (a closed one, a
+// bad buffer) and panics rather than corrupt an operation in flight.
 func (r *Ring) next() *sqe {
-	for r.tail-atomic.LoadUint32(r.sqHead) >= uint32(len(r.sqes)) {
-		if err := r.Enter(0); err != nil && err != syscall.EBUSY {
-			break // the kernel takes no more; overwrite nothing
+	for wait := time.Microsecond; r.tail-atomic.LoadUint32(r.sqHead) >= uint32(len(r.sqes)); {
+		switch err := r.Enter(0); err {
+		case nil:
+		case syscall.EBUSY, syscall.EAGAIN, syscall.ENOMEM:
+			time.Sleep(wait)
+			wait = min(2*wait, 10*time.Millisecond)
+		default:
+			panic("uring: submission queue full and io_uring_enter failed: " + err.Error())
 		}
 	}
 	e := &r.sqes[r.tail&r.sqMask]
