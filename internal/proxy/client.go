@@ -477,7 +477,11 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 	req.more = c.msg.Flags&wire.FlagMoreToCome != 0
 	switch req.info.kind {
 	case kindHello:
-		return c.reply(h.RequestID, compressed, compID, req.name(), c.answerHello(c.msg.Body, req.name()))
+		hello := c.answerHello(c.msg.Body, req.name())
+		if req.more {
+			return nil // moreToCome: the client reads no reply
+		}
+		return c.reply(h.RequestID, compressed, compID, req.name(), hello)
 	case kindAuth:
 		return c.replyError(h.RequestID, compressed, compID, req,
 			errorReply(115, "CommandNotSupported", "mongobouncer: authentication is not enabled on mongobouncer"))
@@ -521,6 +525,9 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 		if req.info.kind == kindEndSessions {
 			// Sessions expire on their own; with no route for admin there is
 			// nowhere to send this, and the driver needs no more than ok.
+			if req.more {
+				return nil
+			}
 			return c.reply(h.RequestID, compressed, compID, req.name(), okReply)
 		}
 		return c.replyError(h.RequestID, compressed, compID, req,
