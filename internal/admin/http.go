@@ -110,6 +110,11 @@ func (h *httpHandler) command(cmd *command) http.Handler {
 			writeError(w, errorf(CodeBadValue, "%s takes no route argument", cmd.name))
 			return
 		}
+		if q.Has("route") && route == "" {
+			// Most likely an unset variable in a script: never "every route".
+			writeError(w, errorf(CodeBadValue, "route must not be empty; leave it out for every route"))
+			return
+		}
 		res, aerr := h.c.exec(cmd, route, "http", r.RemoteAddr)
 		if aerr != nil {
 			writeError(w, aerr)

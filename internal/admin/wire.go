@@ -74,6 +74,10 @@ func parseWire(body bsoncore.Document) (*command, string, *Error) {
 	if !ok {
 		return nil, "", errorf(CodeBadValue, "route must be a string, not %s", v.Type)
 	}
+	if route == "" {
+		// Most likely an unset variable in a script: never "every route".
+		return nil, "", errorf(CodeBadValue, "route must not be empty; leave it out for every route")
+	}
 	return cmd, route, nil
 }
 

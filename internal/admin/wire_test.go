@@ -260,7 +260,7 @@ func TestActions(t *testing.T) {
 		{bson.D{{Key: "pause", Value: 1}}, "pause ", "paused every route"},
 		{bson.D{{Key: "pause", Value: 1}, {Key: "route", Value: "orders"}}, "pause orders", "paused route orders"},
 		{bson.D{{Key: "resume", Value: true}, {Key: "route", Value: "orders"}}, "resume orders", "resumed route orders"},
-		{bson.D{{Key: "resume", Value: 1}, {Key: "route", Value: ""}}, "resume ", "resumed every route"},
+		{bson.D{{Key: "resume", Value: 1}}, "resume ", "resumed every route"},
 		{bson.D{{Key: "reconnect", Value: 1}}, "reconnect ", "reconnecting every route"},
 		{bson.D{{Key: "reconnect", Value: 1}, {Key: "route", Value: "*"}}, "reconnect *", "reconnecting route *"},
 		{bson.D{{Key: "reload", Value: 1}}, "reload", "reloaded"},

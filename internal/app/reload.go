@@ -111,8 +111,23 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute) error {
 	for _, er := range want {
 		proxyRoutes = append(proxyRoutes, next[er.Name].proxy)
 	}
+	// A paused route stays paused when a reload replaces it (the
+	// runbook's pause, switch upstream, reload, resume).
+	for name, old := range a.routes {
+		if r, ok := next[name]; ok && r != old && old.proxy.Paused() {
+			r.proxy.Pause()
+		}
+	}
 	if err := a.server.SetRoutes(proxyRoutes); err != nil {
 		return fail(err) // cannot happen: routes are valid and distinct
+	}
+	// Requests waiting at the pause of a route that left the table are let
+	// go: they fail retryably, and the driver's retry takes the route now
+	// configured.
+	for name, old := range a.routes {
+		if next[name] != old && old.proxy.Paused() {
+			old.proxy.Resume()
+		}
 	}
 	for name, old := range a.routes {
 		if next[name] != old {
@@ -208,7 +223,14 @@ func (a *App) drain(r *route, timeout time.Duration, removed bool) {
 		}
 		r.topo.Close()
 		if removed {
-			a.metrics.ForgetRoute(r.eff.Name)
+			// Unless a later reload added the route back meanwhile: its
+			// metrics are the new route's now.
+			a.mu.Lock()
+			_, back := a.routes[r.eff.Name]
+			a.mu.Unlock()
+			if !back {
+				a.metrics.ForgetRoute(r.eff.Name)
+			}
 		}
 		a.log.Info("route drained and closed", "route", r.eff.Name)
 	}()

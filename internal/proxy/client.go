@@ -810,6 +810,12 @@ func (c *client) acquire(route *Route, req *request, key txnKey, inTxn bool, kil
 	if err := route.waitGate(c.s.stopping); err != nil {
 		return nil, nil, false, err
 	}
+	if c.s.Route(route.Name) != route {
+		// A reload replaced or removed the route while the request waited
+		// at its pause (and carried the pause over): the driver's retry
+		// takes the route now configured.
+		return nil, nil, false, errRouteReplaced
+	}
 	c.state.Store(uint32(stateWaiting))
 	pc, err := route.checkOut(context.Background(), srv)
 	if err != nil && clearedAndReady(err, srv) {

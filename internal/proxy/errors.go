@@ -37,6 +37,9 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 	case errors.Is(err, errShuttingDown):
 		code, codeName = 91, "ShutdownInProgress"
 		what = "shutting down"
+	case errors.Is(err, errRouteReplaced):
+		code, codeName = codeHostUnreachable, "HostUnreachable"
+		what = "the route was reconfigured while the request waited at its pause; retry"
 	case errors.As(err, &sel):
 		code, codeName = codeHostUnreachable, "HostUnreachable"
 		what = "no upstream server available"

@@ -122,6 +122,10 @@ func (r *Route) Paused() bool {
 // errShuttingDown ends a wait at the pause gate when the server shuts down.
 var errShuttingDown = errors.New("mongobouncer is shutting down")
 
+// errRouteReplaced fails a request that waited at a paused route which a
+// reload then replaced or removed.
+var errRouteReplaced = errors.New("the route was reconfigured while the request waited at its pause")
+
 // waitGate blocks while the route is paused, until Resume or shutdown.
 func (r *Route) waitGate(stop <-chan struct{}) error {
 	r.gateMu.Lock()
