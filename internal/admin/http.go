@@ -251,17 +251,22 @@ func NewServer(ctl Controller, metrics http.Handler, logger *slog.Logger) *Serve
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := NewSampler(ctl, DefaultSampleInterval, DefaultSampleWindow)
-	return &Server{
-		sampler: s,
-		srv: &http.Server{
-			Handler:           NewHTTPHandler(ctl, metrics, logger, WithSampler(s)),
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       10 * time.Second,
-			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       60 * time.Second,
-			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		},
+	return &Server{sampler: s, srv: HTTPServer(NewHTTPHandler(ctl, metrics, logger, WithSampler(s)), logger)}
+}
+
+// HTTPServer returns an http.Server for h with the admin listener's
+// bounds, so that slow or idle clients cannot hold its connections: 5s for
+// the headers, 10s for the request, 30s for the response, 60s idle, 64 KiB
+// of headers. Its own errors go to logger at Warn.
+func HTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }
 

@@ -273,10 +273,7 @@ func (a *App) bindAdmin(addr string) error {
 	}
 	a.adminL = l
 	a.adminSampler = admin.NewSampler(a, 2*time.Second, 5*time.Minute)
-	a.adminHTTP = &http.Server{
-		Handler:           admin.NewHTTPHandler(a, a.metrics.Handler(), a.log, admin.WithSampler(a.adminSampler)),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	a.adminHTTP = admin.HTTPServer(admin.NewHTTPHandler(a, a.metrics.Handler(), a.log, admin.WithSampler(a.adminSampler)), a.log)
 	return nil
 }
 

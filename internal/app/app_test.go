@@ -121,3 +121,22 @@ func TestKeepRunningWarnsAndRestores(t *testing.T) {
 		t.Fatalf("warned for an unchanged setting: %q", logs.String())
 	}
 }
+
+// The admin listener has the admin package's bounds, so slow or idle HTTP
+// clients cannot hold its connections.
+func TestAdminHTTPServerIsBounded(t *testing.T) {
+	cfg := config.Default()
+	cfg.Global.Listen = "127.0.0.1:0"
+	cfg.Global.AdminListen = "127.0.0.1:0"
+	cfg.Databases = map[string]config.Route{"*": {ConnectionString: "mongodb://127.0.0.1:1/"}}
+	a, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeApp(a)
+	s := a.adminHTTP
+	if s.ReadHeaderTimeout <= 0 || s.ReadTimeout <= 0 || s.WriteTimeout <= 0 || s.IdleTimeout <= 0 || s.MaxHeaderBytes <= 0 {
+		t.Fatalf("admin HTTP server unbounded: header %v read %v write %v idle %v max header %d",
+			s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout, s.MaxHeaderBytes)
+	}
+}
