@@ -502,7 +502,7 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 		// client connection: drivers pin the server, not the connection):
 		// everything else goes to another mongobouncer.
 		key, inTxn := req.key()
-		if !inTxn || !c.isOpen(key) && !c.s.txnIsOpen(key) {
+		if !inTxn || !c.isOpen(key) && c.s.txnRoute(key) == nil {
 			return c.replyError(h.RequestID, compressed, compID, req,
 				errorReply(91, "ShutdownInProgress", "mongobouncer: shutting down"))
 		}
@@ -597,24 +597,16 @@ func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed boo
 	// transaction ended while this request ran (committed through another
 	// client, txnEnded, which leaves a busy client's pins alone) goes back
 	// now.
-	var back []pin
 	c.mu.Lock()
 	c.busy, c.forwarding = false, false
-	for i := range c.pins {
-		if p := &c.pins[i]; p.conn != nil && p.route.PoolMode() != ModeSession && !c.hasOpenLocked(p.route) {
-			back = append(back, *p)
-			p.conn = nil
-		}
-	}
+	back := c.takePinsLocked(func(p *pin) bool { return p.route.PoolMode() != ModeSession })
 	if c.hasPinLocked() {
 		c.state.Store(uint32(statePinned))
 	} else {
 		c.state.Store(uint32(stateIdle))
 	}
 	c.mu.Unlock()
-	for _, p := range back {
-		p.route.checkIn(p.srv, p.conn)
-	}
+	checkInPins(back)
 	name := c.req.info.name
 	if !c.req.info.known {
 		name = "other" // bounded label cardinality
@@ -661,30 +653,28 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 	respondTo := h.RequestID
 	rbuf := getBuffer(16 * 1024)
 	defer putBuffer(rbuf)
+	// failed ends the request on an upstream problem: the connection is
+	// closed, the client gets a retryable error.
+	failed := func(err error) error {
+		c.fail(route, srv, pc, err)
+		return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+	}
 	for first := true; ; first = false {
 		reply, err := uc.ReadMessage(rbuf.b[:0])
 		if err != nil {
-			c.fail(route, srv, pc, err)
 			if first {
 				c.failedStart(req, key, inTxn)
 			}
-			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+			return failed(err)
 		}
 		if cap(reply) > cap(rbuf.b) {
 			rbuf.b = reply[:0]
 		}
 		rh, _ := wire.ParseHeader(reply)
-		if first && rh.ResponseTo != h.RequestID {
-			// Not the answer to this request: a stale reply left on the
-			// connection, or a confused server. Nothing on it can be trusted.
-			err := fmt.Errorf("upstream %s answered request %d with a reply to %d", srv.Address(), h.RequestID, rh.ResponseTo)
-			c.fail(route, srv, pc, err)
-			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
-		}
-		if !wire.ChecksumOK(reply) {
-			err := fmt.Errorf("upstream %s sent a reply whose checksum does not match: %w", srv.Address(), wire.ErrBadChecksum)
-			c.fail(route, srv, pc, err)
-			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+		// Only the first reply answers the request; the rest of a stream
+		// answer the reply before them.
+		if err := checkReply(reply, srv.Address(), h.RequestID, first); err != nil {
+			return failed(err)
 		}
 		flags, body := replyView(reply)
 		ri := inspectReply(body)
@@ -697,19 +687,15 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 		if stream && !req.exhaust {
 			// A server must not stream to a request that did not allow it;
 			// the rest of its stream would be unread bytes on the conn.
-			err := fmt.Errorf("upstream %s sent moreToCome to a request without exhaustAllowed", srv.Address())
-			c.fail(route, srv, pc, err)
-			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+			return failed(fmt.Errorf("upstream %s sent moreToCome to a request without exhaustAllowed", srv.Address()))
 		}
 		if !stream && uc.Buffered() > 0 {
 			// More than the reply came: those bytes would answer the next
 			// request on this connection.
-			err := fmt.Errorf("upstream %s sent more than one reply to a request without exhaustAllowed", srv.Address())
 			if req.exhaust {
-				err = fmt.Errorf("upstream %s sent more after the last reply of an exhaust stream", srv.Address())
+				return failed(fmt.Errorf("upstream %s sent more after the last reply of an exhaust stream", srv.Address()))
 			}
-			c.fail(route, srv, pc, err)
-			return c.replyError(respondTo, compressed, compID, req, c.s.upstreamError(route, err, req, inTxn))
+			return failed(fmt.Errorf("upstream %s sent more than one reply to a request without exhaustAllowed", srv.Address()))
 		}
 		if !stream {
 			// The whole reply is in our buffer: the upstream connection can
@@ -731,6 +717,20 @@ func (c *client) forward1(route *Route, msg []byte, h wire.Header, compressed bo
 		}
 		respondTo = rh.RequestID
 	}
+}
+
+// checkReply reports a reply that cannot be relayed: one that does not
+// answer request reqID (checked when checkTo: a stale reply left on the
+// connection, or a confused server), or whose checksum does not match.
+// Nothing more on that connection can be trusted.
+func checkReply(reply []byte, addr string, reqID int32, checkTo bool) error {
+	if to := int32(binary.LittleEndian.Uint32(reply[8:])); checkTo && to != reqID {
+		return fmt.Errorf("upstream %s answered request %d with a reply to %d", addr, reqID, to)
+	}
+	if !wire.ChecksumOK(reply) {
+		return fmt.Errorf("upstream %s sent a reply whose checksum does not match: %w", addr, wire.ErrBadChecksum)
+	}
+	return nil
 }
 
 // replyView returns the flags and the body of an upstream OP_MSG reply
@@ -997,14 +997,6 @@ func (s *Server) setTxnOwner(key txnKey, c *client) {
 	s.txnMu.Unlock()
 }
 
-// txnIsOpen reports whether some client began the transaction key and it
-// has not ended.
-func (s *Server) txnIsOpen(key txnKey) bool {
-	s.txnMu.Lock()
-	defer s.txnMu.Unlock()
-	return s.txnOwners[key] != nil
-}
-
 // txnRoute returns the route an open transaction began on, or nil.
 func (s *Server) txnRoute(key txnKey) *Route {
 	s.txnMu.Lock()
@@ -1224,17 +1216,28 @@ func (c *client) isOpen(key txnKey) bool {
 // route's pools can drain and close; the client's next request on that
 // database uses the new route.
 func (c *client) dropStalePins() {
-	var back []pin
 	c.mu.Lock()
-	for i := range c.pins {
-		p := &c.pins[i]
-		if p.conn == nil || c.s.Route(p.route.Name) == p.route || c.hasOpenLocked(p.route) {
-			continue
-		}
-		back = append(back, *p)
-		p.conn = nil
-	}
+	back := c.takePinsLocked(func(p *pin) bool { return c.s.Route(p.route.Name) != p.route })
 	c.mu.Unlock()
+	checkInPins(back)
+}
+
+// takePinsLocked unpins and returns the pinned connections of routes with
+// no transaction open for which drop says so; the caller checks them in
+// (checkInPins) once it has released c.mu.
+func (c *client) takePinsLocked(drop func(*pin) bool) []pin {
+	var back []pin
+	for i := range c.pins {
+		if p := &c.pins[i]; p.conn != nil && !c.hasOpenLocked(p.route) && drop(p) {
+			back = append(back, *p)
+			p.conn = nil
+		}
+	}
+	return back
+}
+
+// checkInPins gives connections taken by takePinsLocked back to their pools.
+func checkInPins(back []pin) {
 	for _, p := range back {
 		p.route.checkIn(p.srv, p.conn)
 	}

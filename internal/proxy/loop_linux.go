@@ -1085,13 +1085,8 @@ func (c *client) loopReplied(b []byte, need int) {
 		c.loopFail(fmt.Errorf("upstream %s sent more than one reply to a request without exhaustAllowed", srv.Address()))
 		return
 	}
-	if to := int32(binary.LittleEndian.Uint32(reply[8:])); to != lc.reqID {
-		// A stale reply left on the connection, or a confused server.
-		c.loopFail(fmt.Errorf("upstream %s answered request %d with a reply to %d", srv.Address(), lc.reqID, to))
-		return
-	}
-	if !wire.ChecksumOK(reply) {
-		c.loopFail(fmt.Errorf("upstream %s sent a reply whose checksum does not match: %w", srv.Address(), wire.ErrBadChecksum))
+	if err := checkReply(reply, srv.Address(), lc.reqID, true); err != nil {
+		c.loopFail(err)
 		return
 	}
 	c.track(route, srv, &c.req, txnKey{}, false, ri, nil)
