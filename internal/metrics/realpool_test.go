@@ -13,7 +13,7 @@ import (
 )
 
 // nopUpstream is an upstream connection without I/O.
-type nopUpstream struct{}
+type nopUpstream struct{ pool.Upstream }
 
 func (nopUpstream) Close() error { return nil }
 

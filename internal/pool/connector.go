@@ -2,8 +2,10 @@ package pool
 
 import (
 	"context"
+	"syscall"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
 // Connector establishes upstream connections for a pool: dial, handshake, auth.
@@ -17,10 +19,45 @@ type Connector interface {
 }
 
 // Upstream is the established network connection that a pooled *Conn wraps.
+//
+// The pool itself only closes it. The other methods are what the proxy relays client
+// traffic with (internal/upstream.Conn implements them all), so that a checked-out
+// connection is used without a type assertion. A test double that the pool alone uses
+// may embed a nil Upstream and implement Close only.
 type Upstream interface {
 	// Close closes the network connection. It may be called concurrently with a read or
 	// write in progress (to interrupt it) and must not block for long.
 	Close() error
+
+	// Address is the address the connection was dialled with.
+	Address() string
+	// WriteMessage writes one whole wire message, compressed when agreed.
+	WriteMessage(msg []byte) error
+	// ReadMessage reads one whole message into buf (grown when too small),
+	// decompressed, bounded by MaxMessageSize.
+	ReadMessage(buf []byte) ([]byte, error)
+	// Buffered counts bytes read from the socket and not yet returned by
+	// ReadMessage: after a whole exchange, a reply nobody asked for.
+	Buffered() int
+	// MaxMessageSize bounds the messages the server may send.
+	MaxMessageSize() int
+	// RoundTrip runs one command of mongobouncer's own (an abort, for
+	// example) and returns its reply body.
+	RoundTrip(ctx context.Context, db string, cmd bsoncore.Document) (bsoncore.Document, error)
+	// Fence makes sure nothing is left to read after a request sent with
+	// moreToCome (request ID after), dropping a reply to it.
+	Fence(ctx context.Context, after int32) error
+	// RawConn returns the socket for non-blocking I/O of whole exchanges,
+	// when nothing (TLS, compression, buffered input) stands between the
+	// socket and the messages; ok is false otherwise.
+	RawConn() (rc syscall.RawConn, ok bool)
+	// IOError wraps an error of I/O done on RawConn as the connection's own
+	// I/O errors are wrapped.
+	IOError(op string, err error) error
+	// Attachment and SetAttachment keep the user's per-connection state
+	// (the event loop's registration of the socket).
+	Attachment() any
+	SetAttachment(v any)
 }
 
 // ServiceIDer is implemented by Upstreams established in load-balancer mode.

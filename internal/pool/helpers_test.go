@@ -16,8 +16,9 @@ import (
 
 // mockUpstream is an Upstream that does no I/O.
 type mockUpstream struct {
-	id     int64
-	closed atomic.Int32
+	pool.Upstream // never used by the pool but for Close
+	id            int64
+	closed        atomic.Int32
 }
 
 func (u *mockUpstream) Close() error {

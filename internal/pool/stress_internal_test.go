@@ -12,7 +12,10 @@ import (
 )
 
 // stressUpstream counts its closes.
-type stressUpstream struct{ closes atomic.Int32 }
+type stressUpstream struct {
+	Upstream // never used by the pool but for Close
+	closes   atomic.Int32
+}
 
 func (u *stressUpstream) Close() error {
 	u.closes.Add(1)

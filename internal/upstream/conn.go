@@ -3,6 +3,7 @@ package upstream
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -130,12 +131,12 @@ func (c *Conn) Close() error {
 }
 
 // RawConn returns the socket for callers that do their own non-blocking I/O
-// (the proxy's event loop), when there is no TLS layer and no buffered
-// input: ok is false otherwise. Reading or writing it bypasses compression,
-// and must stay in step with ReadMessage and WriteMessage: only whole
-// exchanges may be done one way or the other.
+// (the proxy's event loop), when there is no TLS layer, no compression and
+// no buffered input: ok is false otherwise. Reading or writing it must
+// stay in step with ReadMessage and WriteMessage: only whole exchanges may
+// be done one way or the other.
 func (c *Conn) RawConn() (rc syscall.RawConn, ok bool) {
-	if c.nc != c.raw || c.br.Buffered() != 0 {
+	if c.nc != c.raw || c.compress || c.br.Buffered() != 0 {
 		return nil, false
 	}
 	sc, isSC := c.raw.(syscall.Conn)
@@ -295,6 +296,62 @@ func (c *Conn) roundTrip(db string, cmd bsoncore.Document) (bsoncore.Document, e
 	}
 	return reply, nil
 }
+
+// Fence makes sure that nothing is left to read on the connection after a
+// request sent with moreToCome (request ID after), before anyone else uses
+// it. A server must not answer such a request, but MongoDB-compatible ones
+// may (FerretDB does), at any time later: Fence sends its own {ping: 1}
+// and reads up to its reply, dropping replies to after on the way. Any
+// other message, or more than one reply to after, is a *NetworkError, and
+// the connection must be discarded. ctx bounds the exchange as in
+// RoundTrip.
+func (c *Conn) Fence(ctx context.Context, after int32) error {
+	if err := ctx.Err(); err != nil {
+		return &NetworkError{Addr: c.addr, Op: "write", Err: err}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if err := c.nc.SetDeadline(dl); err != nil {
+			return c.ioError("write", err)
+		}
+		defer c.nc.SetDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	id := c.reqID.Add(1)
+	c.qbuf = wire.AppendMsg(c.qbuf[:0], id, 0, 0, fencePing)
+	if err := c.WriteMessage(c.qbuf); err != nil {
+		return err
+	}
+	dropped := 0
+	for {
+		msg, err := c.ReadMessage(c.rbuf[:0])
+		if err != nil {
+			return err
+		}
+		c.rbuf = msg
+		to := int32(binary.LittleEndian.Uint32(msg[8:]))
+		switch {
+		case to == id:
+			if c.br.Buffered() > 0 {
+				return c.badReply("more after the reply to the fence")
+			}
+			return nil
+		case to == after && dropped == 0:
+			dropped++
+		default:
+			return c.badReply("fence %d found a reply to %d", id, to)
+		}
+	}
+}
+
+// fencePing is the command Fence sends.
+var fencePing = func() bsoncore.Document {
+	idx, d := bsoncore.AppendDocumentStart(nil)
+	d = bsoncore.AppendInt32Element(d, "ping", 1)
+	d = bsoncore.AppendStringElement(d, "$db", "admin")
+	d, _ = bsoncore.AppendDocumentEnd(d, idx)
+	return d
+}()
 
 func (c *Conn) badReply(format string, args ...any) error {
 	return &NetworkError{Addr: c.addr, Op: "read", Err: fmt.Errorf("%w: "+format, append([]any{ErrBadReply}, args...)...)}

@@ -85,6 +85,7 @@ type fakeConn struct {
 // request is one decoded client message.
 type request struct {
 	header     wire.Header
+	flags      wire.MsgFlags
 	compressed bool
 	compressor wire.CompressorID
 	body       bsoncore.Document // owned copy
@@ -119,6 +120,7 @@ func (c *fakeConn) read() (request, bool) {
 		return request{}, false
 	}
 	r.header = m.Header
+	r.flags = m.Flags
 	r.body = append(bsoncore.Document(nil), m.Body...)
 	return r, true
 }

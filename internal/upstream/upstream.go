@@ -92,7 +92,10 @@ type Dialer struct {
 	offered map[string]wire.CompressorID
 }
 
-var _ pool.Connector = (*Dialer)(nil)
+var (
+	_ pool.Connector = (*Dialer)(nil)
+	_ pool.Upstream  = (*Conn)(nil)
+)
 
 // NewDialer returns a Dialer for o, with defaults applied.
 func NewDialer(o Options) *Dialer {

@@ -46,6 +46,9 @@ var (
 	ErrDecompressedSize = errors.New("decompressed size mismatch")
 	// ErrCorruptCompressed reports compressed data the decompressor rejects.
 	ErrCorruptCompressed = errors.New("corrupt compressed data")
+	// ErrUnexpectedReply: a reply that answers another request than the
+	// one out on the connection.
+	ErrUnexpectedReply = errors.New("reply to another request")
 )
 
 // ProtocolError describes a malformed or unacceptable message. It unwraps

@@ -152,20 +152,15 @@ func ReadMessage(r io.Reader, buf []byte, maxSize int) ([]byte, error) {
 	if _, err := io.ReadFull(r, hdr); err != nil {
 		return nil, readErr(err)
 	}
-	n := int(int32(le.Uint32(hdr)))
-	if n < HeaderLen {
-		return nil, protoErr("read message", ErrMessageTooSmall, "messageLength "+strconv.Itoa(n))
-	}
-	if n > maxSize {
-		return nil, protoErr("read message", ErrMessageTooLarge,
-			"messageLength "+strconv.Itoa(n)+" exceeds "+strconv.Itoa(maxSize))
+	n, err := MessageLength(hdr, maxSize)
+	if err != nil {
+		return nil, err
 	}
 	var msg []byte
 	if cap(buf) >= n {
 		msg = buf[:n]
 	} else {
-		msg = make([]byte, n)
-		copy(msg, hdr)
+		msg = GrowMessage(hdr, n)[:n]
 	}
 	if _, err := io.ReadFull(r, msg[HeaderLen:]); err != nil {
 		if err == io.EOF {

@@ -254,8 +254,18 @@ func (c *conn) finish(req *Request, r Reply, compressor wire.CompressorID, compr
 	if r.CloseConn {
 		return errCloseConn
 	}
-	if r.NoReply || req.MoreToCome() || len(r.Docs) == 0 {
+	if r.NoReply || len(r.Docs) == 0 {
 		return nil
+	}
+	if req.MoreToCome() {
+		if !c.s.opts.AnswerMoreToCome {
+			return nil
+		}
+		if d := c.s.opts.AnswerMoreToComeAfter; d > 0 {
+			if err := c.wait(d, false, 0); err != nil {
+				return err
+			}
+		}
 	}
 	docs := r.Docs
 	if !req.ExhaustAllowed() || req.OpCode != wire.OpMsg {

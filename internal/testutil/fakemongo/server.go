@@ -94,6 +94,14 @@ type Options struct {
 	// abortTransaction, Server.Transactions).
 	InMemory bool
 
+	// AnswerMoreToCome makes the server answer requests sent with
+	// moreToCome, as FerretDB 1.24 does (a real server must not): the
+	// reply is sent after AnswerMoreToComeAfter, before the connection's
+	// next request is read, so a client that sent one meanwhile finds the
+	// stray reply ahead of its own.
+	AnswerMoreToCome      bool
+	AnswerMoreToComeAfter time.Duration
+
 	// Logger receives the server's diagnostics; nil discards them.
 	Logger *slog.Logger
 }

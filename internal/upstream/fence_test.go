@@ -1,0 +1,102 @@
+package upstream
+
+import (
+	"errors"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+var okDoc, _ = bson.Marshal(bson.D{{Key: "ok", Value: 1.0}})
+
+// fenceServer answers the hello, then hands every later request to serve.
+func fenceServer(t *testing.T, serve func(c *fakeConn, req request) bool) string {
+	t.Helper()
+	srv := newFakeServer(t, func(c *fakeConn) {
+		req, ok := c.read()
+		if !ok || !c.reply(req, helloReply(nil), nil) {
+			return
+		}
+		for {
+			req, ok := c.read()
+			if !ok || !serve(c, req) {
+				return
+			}
+		}
+	})
+	return srv.addr()
+}
+
+// sendMoreToCome writes a {ping: 1} with moreToCome, as id.
+func sendMoreToCome(t *testing.T, c *Conn, id int32) {
+	t.Helper()
+	body, _ := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
+	if err := c.WriteMessage(wire.AppendMsg(nil, id, 0, wire.FlagMoreToCome, body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Fence drops a reply to the fire-and-forget request, whether the server
+// sends one (FerretDB) or not (MongoDB), and leaves the connection clean.
+func TestFence(t *testing.T) {
+	for _, answer := range []bool{false, true} {
+		addr := fenceServer(t, func(c *fakeConn, req request) bool {
+			if req.flags&wire.FlagMoreToCome != 0 && !answer {
+				return true
+			}
+			return c.reply(req, okDoc, nil)
+		})
+		c := dialDev(t, Options{}, addr)
+		sendMoreToCome(t, c, 77)
+		if err := c.Fence(testCtx(t), 77); err != nil {
+			t.Fatalf("answer=%v: %v", answer, err)
+		}
+		if c.Buffered() != 0 {
+			t.Fatalf("answer=%v: %d bytes left after the fence", answer, c.Buffered())
+		}
+		if _, err := c.RoundTrip(testCtx(t), "admin", ping()); err != nil {
+			t.Fatalf("answer=%v: the next exchange: %v", answer, err)
+		}
+	}
+}
+
+// A reply to anything else, or a second reply to the request, means the
+// connection cannot be trusted.
+func TestFenceRefusesStrayReplies(t *testing.T) {
+	for name, serve := range map[string]func(c *fakeConn, req request) bool{
+		"reply to another request": func(c *fakeConn, req request) bool {
+			if req.flags&wire.FlagMoreToCome != 0 {
+				msg := wire.AppendMsg(nil, 1, 12345, 0, okDoc)
+				return c.write(msg)
+			}
+			return c.reply(req, okDoc, nil)
+		},
+		"two replies": func(c *fakeConn, req request) bool {
+			if req.flags&wire.FlagMoreToCome != 0 {
+				return c.reply(req, okDoc, nil) && c.reply(req, okDoc, nil)
+			}
+			return c.reply(req, okDoc, nil)
+		},
+	} {
+		c := dialDev(t, Options{}, fenceServer(t, serve))
+		sendMoreToCome(t, c, 77)
+		err := c.Fence(testCtx(t), 77)
+		if !errors.Is(err, ErrBadReply) || !IsNetworkError(err) {
+			t.Errorf("%s: %v, want a bad-reply network error", name, err)
+		}
+	}
+}
+
+// FerretDB, the dev upstream, answers requests sent with moreToCome.
+func TestDevmongoFence(t *testing.T) {
+	c := dialDev(t, Options{}, dev.Addr())
+	sendMoreToCome(t, c, 5)
+	if err := c.Fence(testCtx(t), 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RoundTrip(testCtx(t), "admin", ping()); err != nil {
+		t.Fatal(err)
+	}
+}
