@@ -39,18 +39,3 @@ func FuzzRequestParsers(f *testing.F) {
 		_ = parseHello(doc, "hello")
 	})
 }
-
-// FuzzReplyView feeds arbitrary upstream messages to replyView, which finds
-// the body of a reply without validating it.
-func FuzzReplyView(f *testing.F) {
-	body, _ := bson.Marshal(bson.D{{Key: "ok", Value: 1.0}})
-	f.Add(wire.AppendMsg(nil, 1, 2, 0, body))
-	f.Add(wire.AppendMsg(nil, 1, 2, wire.FlagChecksumPresent|wire.FlagMoreToCome, body))
-	f.Add(wire.AppendMsg(nil, 1, 2, 0, body, wire.Sequence{Identifier: "documents", Documents: body}))
-	f.Fuzz(func(t *testing.T, msg []byte) {
-		_, b := replyView(msg)
-		if b != nil {
-			_ = inspectReply(b)
-		}
-	})
-}

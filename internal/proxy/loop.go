@@ -14,21 +14,13 @@ const (
 
 // snapshot returns the connected clients.
 func (s *Server) snapshot() []*client {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
 	cs := make([]*client, 0, len(s.clients))
 	for c := range s.clients {
 		cs = append(cs, c)
 	}
 	return cs
-}
-
-// hasPinOrOpen reports whether the client holds a pinned connection or has
-// a transaction open: such a client stays on its goroutine.
-func (c *client) hasPinOrOpen() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.hasPinLocked() || len(c.open) > 0
 }
 
 // LoopIO values: Options.LoopIO.

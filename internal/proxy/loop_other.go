@@ -11,7 +11,7 @@ const EventLoopSupported = false
 // loopClient is the event-loop state of a client; here only the lock and
 // the state that finish uses.
 type loopClient struct {
-	mu    sync.Mutex
+	ownMu sync.Mutex
 	state loopState
 }
 
@@ -22,8 +22,8 @@ func (c *client) enterLoop() bool { return false }
 func (c *client) loopForget() {}
 
 func (c *client) disconnect() {
-	c.lc.mu.Lock()
-	defer c.lc.mu.Unlock()
+	c.lc.ownMu.Lock()
+	defer c.lc.ownMu.Unlock()
 	if c.nc != nil {
 		_ = c.nc.Close()
 	}

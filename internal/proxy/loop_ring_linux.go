@@ -1,42 +1,44 @@
 package proxy
 
+// The io_uring driver of the event loop. It makes no read system call and
+// no epoll_wait: every socket the loop waits on has a receive in flight on
+// a loop thread's ring (a client's into its rbuf while it is idle, an
+// upstream connection's into the reply buffer while a request is out on
+// it), and a thread submits the receives it prepared and collects the
+// completions of its ring in one io_uring_enter per batch. Writes stay
+// plain non-blocking write calls, so everything that follows a write (a
+// partial write handed to a goroutine, a request failed on a broken
+// upstream) is as with epoll.
+//
+// A ring takes submissions from the thread that made it only, so each loop
+// thread is locked to its OS thread. A client's receives go on the ring of
+// its home thread (assigned round-robin as it first enters the loop),
+// which keeps the threads' shares even; a reply's receive goes on the ring
+// of the thread that sent the request. Code that runs elsewhere (off the
+// loop threads, or on another thread for a client's next request) posts
+// the receive to the home thread's arm queue.
+//
+// The kernel holds a receive's socket and writes into its buffer until the
+// receive completes, so neither is let go before: a client closed while a
+// receive is in flight has its socket shut down, which completes the
+// receive, and its descriptor closed by the completion; the operation's
+// slot in ringThread.ops keeps the client and its buffers reachable until
+// then. Upstream connections are received on a duplicate descriptor of
+// the driver's own, so that the pool's Close cannot hand the number to
+// another socket while a receive on it waits to be submitted.
+
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
+	"github.com/mongobouncer/mongobouncer/internal/sysconn"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
 )
-
-// With io_uring the loop makes no read system call and no epoll_wait: every
-// socket the loop waits on has a receive in flight on a loop thread's ring
-// (a client's into its rbuf while it is idle, an upstream connection's into
-// the reply buffer while a request is out on it), and a thread submits the
-// receives it prepared and collects the completions of its ring in one
-// io_uring_enter per batch. Writes stay plain non-blocking write calls, so
-// everything that follows a write (a partial write handed to a goroutine,
-// a request failed on a broken upstream) is as with epoll.
-//
-// A ring takes submissions from the thread that made it only, so each loop
-// thread is locked to its OS thread. Any thread may act on any client, as
-// with epoll: a receive goes on the ring of the thread that starts it, and
-// its completion comes back to that thread. Code that runs elsewhere (a
-// client's goroutine handing it to the loop, a checkout delivered after the
-// loops stopped) has no ring: it posts the receive to the ready list for a
-// loop thread to start (ringArm).
-//
-// The kernel holds a receive's socket and writes into its buffer until the
-// receive completes, so neither is let go before: a client closed while a
-// receive is in flight has its socket shut down, which completes the
-// receive, and its descriptor closed by the completion; the operation's
-// slot in loopThread.ops keeps the client and its buffers reachable until
-// then.
 
 // ringEntries sizes each thread's submission queue: a batch prepares at
 // most one receive per event it handled.
@@ -59,15 +61,18 @@ const (
 	opUpstream
 )
 
-// errLoopStopped fails a request whose reply no loop thread can receive.
-var errLoopStopped = errors.New("the event loop has stopped")
+// ringDriver is the loop on io_uring.
+type ringDriver struct {
+	l       *loops
+	threads []*ringThread
+}
 
-// loopThread is one io_uring loop thread's state, touched by that thread
+// ringThread is one io_uring loop thread's state, touched by that thread
 // only: its ring, and the objects of the operations in flight on it by
 // slot (the slot is the user data's upper bits), which keeps them and
 // their buffers reachable while the kernel may write into them.
-type loopThread struct {
-	l       *loops
+type ringThread struct {
+	d       *ringDriver
 	ring    *uring.Ring
 	ops     []any
 	free    []uint32
@@ -90,28 +95,56 @@ type loopThread struct {
 	qRun      []armItem // q's items being run, reused
 }
 
+func (*ringThread) loopThread() {}
+
 // armItem asks a loop thread to start a receive for c.
 type armItem struct {
 	c    *client
 	kind armKind
 }
 
-// startRingLoops starts n loop threads, each with an io_uring.
-func startRingLoops(n int) (*loops, error) {
+// ringClient is a client socket's registration, guarded by the client's
+// ownMu. armed is set while a receive into rbuf is in flight, which
+// happens only in lsIdle; a client closed meanwhile keeps its descriptor
+// until that receive completes.
+type ringClient struct {
+	fdn   int
+	home  *ringThread
+	armed bool
+}
+
+func (r *ringClient) fd() int  { return r.fdn }
+func (r *ringClient) entered() {}
+
+// ringUp is an upstream connection's registration: a duplicate descriptor
+// the driver receives on. mu guards fd, armed (a receive is in flight)
+// and closed (the pool closed the connection: fd is shut down, and closed
+// once nothing is in flight).
+type ringUp struct {
+	lu     *loopUp
+	mu     sync.Mutex
+	fdn    int
+	armed  bool
+	closed bool
+}
+
+// startRing starts n loop threads, each with an io_uring.
+func startRing(n int) (*loops, error) {
 	l, err := newLoops()
 	if err != nil {
 		return nil, err
 	}
-	l.ring = true
+	d := &ringDriver{l: l}
+	l.drv, l.ring = d, true
 	started := make(chan error)
 	for i := range max(n, 1) {
 		ev, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 		if errno == 0 {
-			th := &loopThread{l: l, ev: int(ev)}
+			th := &ringThread{d: d, ev: int(ev)}
 			l.wg.Add(1)
-			go l.runRing(th, i == 0, started)
+			go d.run(th, i == 0, started)
 			if err = <-started; err == nil {
-				l.rings = append(l.rings, th)
+				d.threads = append(d.threads, th)
 				continue
 			}
 		} else {
@@ -122,21 +155,21 @@ func startRingLoops(n int) (*loops, error) {
 		l.stop()
 		return nil, err
 	}
-	l.threads = len(l.rings)
+	l.threads = len(d.threads)
 	return l, nil
 }
 
 // home picks the thread a client entering the loop lives on, round-robin:
 // its receives go on that thread's ring, so that each client's work stays
 // on one thread and the clients are spread over all of them.
-func (l *loops) home() *loopThread {
-	return l.rings[int(l.next.Add(1)-1)%len(l.rings)]
+func (d *ringDriver) home() *ringThread {
+	return d.threads[int(d.l.next.Add(1)-1)%len(d.threads)]
 }
 
 // post asks th to start a receive for c. The protocol is the ready
 // list's: th looks at q after clearing busy, and a poster that finds busy
 // clear wakes it.
-func (th *loopThread) post(c *client, kind armKind) {
+func (th *ringThread) post(c *client, kind armKind) {
 	th.qMu.Lock()
 	th.q = append(th.q, armItem{c: c, kind: kind})
 	th.qN.Add(1)
@@ -149,22 +182,37 @@ func (th *loopThread) post(c *client, kind armKind) {
 }
 
 // runArms starts the receives other threads asked for.
-func (th *loopThread) runArms() {
+func (th *ringThread) runArms() {
 	for th.qN.Load() > 0 {
 		th.qMu.Lock()
 		th.qRun, th.q = th.q, th.qRun[:0]
 		th.qN.Store(0)
 		th.qMu.Unlock()
 		for i, it := range th.qRun {
-			it.c.ringArm(th, it.kind)
+			th.arm(it)
 			th.qRun[i] = armItem{}
 		}
 	}
 }
 
-// runRing is one io_uring loop thread. The first thread also takes the
-// ready list's wake-ups.
-func (l *loops) runRing(th *loopThread, first bool, started chan<- error) {
+// arm starts the receive an arm item asks for, if it is still wanted.
+func (th *ringThread) arm(it armItem) {
+	c := it.c
+	lc := &c.lc
+	lc.ownMu.Lock()
+	switch {
+	case it.kind == armClient && lc.state == lsIdle && !lc.sock.(*ringClient).armed:
+		c.loopServe(th)
+	case it.kind == armReply && lc.state == lsUpstream && lc.up != nil:
+		th.d.recvReply(th, c)
+	}
+	lc.ownMu.Unlock()
+}
+
+// run is one io_uring loop thread. The first thread also takes the ready
+// list's wake-ups.
+func (d *ringDriver) run(th *ringThread, first bool, started chan<- error) {
+	l := d.l
 	defer l.wg.Done()
 	runtime.LockOSThread() // the ring takes submissions from this thread only
 	defer runtime.UnlockOSThread()
@@ -191,8 +239,9 @@ func (l *loops) runRing(th *loopThread, first bool, started chan<- error) {
 		th.busy.Store(true)
 		r.Completions(complete)
 		th.runArms()
-		// As in run: a result posted while running was set is ours; and
-		// so is an arm posted while busy was set.
+		// As with the ready list (loops.settle): a result posted while
+		// running was counted is this thread's to run, and so is an arm
+		// posted while busy was set.
 		for {
 			l.running.Add(-1)
 			th.busy.Store(false)
@@ -210,7 +259,7 @@ func (l *loops) runRing(th *loopThread, first bool, started chan<- error) {
 
 // slot records obj as the object of an operation of kind and returns the
 // operation's user data.
-func (th *loopThread) slot(obj any, kind uint64) uint64 {
+func (th *ringThread) slot(obj any, kind uint64) uint64 {
 	var i uint32
 	if n := len(th.free); n > 0 {
 		i = th.free[n-1]
@@ -224,7 +273,7 @@ func (th *loopThread) slot(obj any, kind uint64) uint64 {
 }
 
 // take ends the operation of user data ud and returns its object.
-func (th *loopThread) take(ud uint64) any {
+func (th *ringThread) take(ud uint64) any {
 	i := uint32(ud >> 8)
 	obj := th.ops[i]
 	th.ops[i] = nil
@@ -233,8 +282,8 @@ func (th *loopThread) take(ud uint64) any {
 }
 
 // complete handles one completion, then the ready list.
-func (th *loopThread) complete(ud uint64, res int32) {
-	l := th.l
+func (th *ringThread) complete(ud uint64, res int32) {
+	l := th.d.l
 	switch ud & 0xff {
 	case opStop:
 		th.stopped = true
@@ -248,16 +297,16 @@ func (th *loopThread) complete(ud uint64, res int32) {
 		th.evPending.Store(false)
 		th.ring.Read(th.ev, th.evBuf[:], opEvent)
 	case opClient:
-		th.take(ud).(*client).ringReceived(th, res)
+		th.clientDone(th.take(ud).(*client), res)
 	case opUpstream:
-		th.take(ud).(*loopUp).ringReceived(th, res)
+		th.replyDone(th.take(ud).(*ringUp), res)
 	}
 	l.runReady(th)
 }
 
 // teardown releases the ring, which cancels the receives in flight, then
 // closes the descriptors whose close waited for one of them.
-func (th *loopThread) teardown() {
+func (th *ringThread) teardown() {
 	th.ring.Close()
 	_ = syscall.Close(th.ev)
 	for i, obj := range th.ops {
@@ -265,197 +314,174 @@ func (th *loopThread) teardown() {
 		switch o := obj.(type) {
 		case *client:
 			lc := &o.lc
-			lc.mu.Lock()
-			lc.armed = false
-			if lc.state == lsClosed && lc.fd >= 0 {
-				_ = syscall.Close(lc.fd)
-				lc.fd = -1
+			lc.ownMu.Lock()
+			rc := lc.sock.(*ringClient)
+			rc.armed = false
+			if lc.state == lsClosed && rc.fdn >= 0 {
+				_ = syscall.Close(rc.fdn)
+				rc.fdn = -1
 			}
-			lc.mu.Unlock()
-		case *loopUp:
+			lc.ownMu.Unlock()
+		case *ringUp:
 			o.mu.Lock()
 			o.armed = false
-			if o.closed && o.fd >= 0 {
-				_ = syscall.Close(o.fd)
-				o.fd = -1
+			if o.closed && o.fdn >= 0 {
+				_ = syscall.Close(o.fdn)
+				o.fdn = -1
 			}
 			o.mu.Unlock()
 		}
 	}
 }
 
-// ringArm starts the receive a ready item asks for, on loop thread th.
-func (c *client) ringArm(th *loopThread, kind armKind) {
+// clientDone handles the completion of a receive into a client's rbuf.
+func (th *ringThread) clientDone(c *client, res int32) {
 	lc := &c.lc
-	lc.mu.Lock()
-	lc.th = th
-	switch {
-	case kind == armClient && lc.state == lsIdle && !lc.armed:
-		c.loopServe()
-	case kind == armReply && lc.state == lsUpstream && lc.up != nil:
-		c.ringArmReply()
-	}
-	lc.th = nil
-	lc.mu.Unlock()
-}
-
-// ringArmClient starts a receive into the free end of rbuf (compacted by
-// loopServe). It holds lc.mu, state lsIdle.
-func (c *client) ringArmClient() {
-	lc := &c.lc
-	if lc.armed {
-		return
-	}
-	if c.rhi == len(c.rbuf) {
-		// loopServe hands a message larger than rbuf to a goroutine
-		// before this: unreachable, but never a zero-length receive.
-		c.toGoroutine()
-		return
-	}
-	th := lc.th
-	if th != lc.home {
-		// Off the client's home thread: ask it. A client waits on
-		// its home thread's ring, which keeps the threads' shares even.
-		lc.home.post(c, armClient)
-		return
-	}
-	lc.armed = true
-	th.ring.Recv(lc.fd, c.rbuf[c.rhi:], th.slot(c, opClient), true)
-}
-
-// ringReceived handles the completion of a receive into rbuf.
-func (c *client) ringReceived(th *loopThread, res int32) {
-	lc := &c.lc
-	lc.mu.Lock()
-	lc.armed = false
+	lc.ownMu.Lock()
+	rc := lc.sock.(*ringClient)
+	rc.armed = false
 	switch {
 	case lc.state != lsIdle:
-		// Closed while the receive was in flight: loopForget left the
+		// Closed while the receive was in flight: closeClient left the
 		// descriptor to this completion.
-		if lc.state == lsClosed && lc.fd >= 0 {
-			_ = syscall.Close(lc.fd)
-			lc.fd = -1
+		if lc.state == lsClosed && rc.fdn >= 0 {
+			_ = syscall.Close(rc.fdn)
+			rc.fdn = -1
 		}
-	case res <= 0: // end of stream, or an error
-		c.loopClose()
+	case res < 0:
+		c.clientReceived(th, 0, syscall.Errno(-res))
 	default:
-		lc.th = th
-		c.rhi += int(res)
-		c.loopServe()
-		lc.th = nil
+		c.clientReceived(th, int(res), nil)
 	}
-	lc.mu.Unlock()
+	lc.ownMu.Unlock()
 }
 
-// ringArmReply starts a receive of the reply into the free end of the
-// reply buffer. It holds lc.mu, state lsUpstream.
-func (c *client) ringArmReply() {
-	lc := &c.lc
-	lu := lc.up
-	th := lc.th
-	if th == nil {
-		// Off the loop threads (a request sent as the client entered
-		// the loop, or resumed after the loops stopped).
-		if c.s.loopsPtr.Load() == nil {
-			c.loopFail(lu.uc.IOError("read", errLoopStopped))
-			return
-		}
-		lc.home.post(c, armReply)
-		return
+// replyDone handles the completion of a receive of a reply.
+func (th *ringThread) replyDone(ru *ringUp, res int32) {
+	ru.mu.Lock()
+	ru.armed = false
+	closed := ru.closed
+	if closed && ru.fdn >= 0 {
+		_ = syscall.Close(ru.fdn)
+		ru.fdn = -1
 	}
-	if lc.buf == nil {
-		lc.buf = getBuffer(16 * 1024)
-		lc.buf.b = lc.buf.b[:0]
-	}
-	b := lc.buf.b
-	lu.mu.Lock()
-	if lu.closed || lu.armed {
-		lu.mu.Unlock()
-		c.loopFail(lu.uc.IOError("read", net.ErrClosed))
-		return
-	}
-	lu.armed = true
-	th.ring.Recv(lu.fd, b[len(b):cap(b)], th.slot(lu, opUpstream), true)
-	lu.mu.Unlock()
-}
-
-// ringReceived handles the completion of a receive of a reply.
-func (lu *loopUp) ringReceived(th *loopThread, res int32) {
-	lu.mu.Lock()
-	lu.armed = false
-	closed := lu.closed
-	if closed && lu.fd >= 0 {
-		_ = syscall.Close(lu.fd)
-		lu.fd = -1
-	}
-	lu.mu.Unlock()
-	c := lu.owner.Load()
+	ru.mu.Unlock()
+	c := ru.lu.owner.Load()
 	if c == nil {
 		return
 	}
 	lc := &c.lc
-	lc.mu.Lock()
-	if lc.state == lsUpstream && lc.up == lu {
-		lc.th = th
+	lc.ownMu.Lock()
+	if lc.state == lsUpstream && lc.up == ru.lu {
 		switch {
 		case closed:
-			c.loopFail(lu.uc.IOError("read", net.ErrClosed))
-		case res == 0:
-			c.loopFail(lu.uc.IOError("read", io.EOF))
+			c.replyReceived(th, 0, net.ErrClosed)
 		case res < 0:
-			c.loopFail(lu.uc.IOError("read", syscall.Errno(-res)))
+			c.replyReceived(th, 0, syscall.Errno(-res))
 		default:
-			c.ringReply(int(res))
+			c.replyReceived(th, int(res), nil)
 		}
-		lc.th = nil
 	}
-	lc.mu.Unlock()
+	lc.ownMu.Unlock()
 }
 
-// ringReply takes n more bytes of the reply and relays it once it is
-// whole, or receives the rest. It holds lc.mu, state lsUpstream.
-func (c *client) ringReply(n int) {
+func (d *ringDriver) attachClient(c *client, fd int) (loopSock, error) {
+	return &ringClient{fdn: fd, home: d.home()}, nil
+}
+
+func (d *ringDriver) attachUpstream(lu *loopUp, fd int) (any, error) {
+	dup, err := sysconn.DupFd(fd)
+	if err != nil {
+		return nil, err
+	}
+	return &ringUp{lu: lu, fdn: dup}, nil
+}
+
+// recvClient starts a receive into the free end of rbuf (compacted by
+// loopServe) on the client's home thread.
+func (d *ringDriver) recvClient(th loopThread, c *client) {
+	rc := c.lc.sock.(*ringClient)
+	if rc.armed {
+		return
+	}
+	t, _ := th.(*ringThread)
+	if t != rc.home {
+		// Off the client's home thread: ask it.
+		rc.home.post(c, armClient)
+		return
+	}
+	rc.armed = true
+	t.ring.Recv(rc.fdn, c.rbuf[c.rhi:], t.slot(c, opClient), true)
+}
+
+// recvReply starts a receive of the reply into the free end of the reply
+// buffer, on the calling thread's ring.
+func (d *ringDriver) recvReply(th loopThread, c *client) {
 	lc := &c.lc
 	lu := lc.up
-	b := lc.buf.b
-	b = b[:len(b)+n]
-	if len(b) >= 4 {
-		need := int(int32(binary.LittleEndian.Uint32(b)))
-		if err := replyLengthError(need, lu.uc.MaxMessageSize()); err != nil {
-			lc.buf.b = b[:0]
-			c.loopFail(lu.uc.IOError("read", err))
-			return
-		}
-		if len(b) >= need {
-			c.loopReplied(b, need)
-			return
-		}
-		if cap(b) < need {
-			// Grown to the declared length only, which is bounded above.
-			nb := make([]byte, len(b), need)
-			copy(nb, b)
-			b = nb
-		}
+	t, _ := th.(*ringThread)
+	if t == nil {
+		// Off the loop threads (a request sent as the client entered the
+		// loop): the home thread receives.
+		lc.sock.(*ringClient).home.post(c, armReply)
+		return
 	}
-	lc.buf.b = b
-	c.ringArmReply()
+	ru := lu.sock.(*ringUp)
+	b := lc.buf.b
+	ru.mu.Lock()
+	if ru.closed || ru.armed {
+		ru.mu.Unlock()
+		c.loopFail(th, lu.uc.IOError("read", net.ErrClosed))
+		return
+	}
+	ru.armed = true
+	t.ring.Recv(ru.fdn, b[len(b):cap(b)], t.slot(ru, opUpstream), true)
+	ru.mu.Unlock()
 }
 
-// ringClosed is UpstreamClosed with io_uring: a receive in flight ends
-// with the socket shut down, and its completion fails the request and
-// closes the descriptor; otherwise the descriptor is closed now, and a
-// request about to receive on it fails in ringArmReply.
-func (lu *loopUp) ringClosed() {
-	lu.mu.Lock()
-	defer lu.mu.Unlock()
-	lu.closed = true
-	if lu.fd < 0 {
-		return
-	}
-	if lu.armed {
-		_ = syscall.Shutdown(lu.fd, syscall.SHUT_RDWR)
-		return
-	}
-	_ = syscall.Close(lu.fd)
-	lu.fd = -1
+func (d *ringDriver) sendClient(c *client, b []byte) (int, error) {
+	return writeFd(c.lc.sock.fd(), b)
 }
+
+func (d *ringDriver) sendUpstream(lu *loopUp, b []byte) (int, error) {
+	return lu.io.write(lu.rc, b)
+}
+
+// closeClient closes the client's descriptor, or with a receive in flight
+// shuts the socket down, which ends the receive; its completion closes it.
+func (d *ringDriver) closeClient(c *client) {
+	lc := &c.lc
+	rc := lc.sock.(*ringClient)
+	if rc.fdn < 0 {
+		return
+	}
+	if rc.armed {
+		_ = syscall.Shutdown(rc.fdn, syscall.SHUT_RDWR)
+		return
+	}
+	_ = syscall.Close(rc.fdn)
+	rc.fdn = -1
+}
+
+// upstreamClosed: a receive in flight ends with the socket shut down, and
+// its completion fails the request and closes the descriptor; otherwise
+// the descriptor is closed now, and a request about to receive on it
+// fails in recvReply.
+func (d *ringDriver) upstreamClosed(lu *loopUp) {
+	ru := lu.sock.(*ringUp)
+	ru.mu.Lock()
+	defer ru.mu.Unlock()
+	ru.closed = true
+	if ru.fdn < 0 {
+		return
+	}
+	if ru.armed {
+		_ = syscall.Shutdown(ru.fdn, syscall.SHUT_RDWR)
+		return
+	}
+	_ = syscall.Close(ru.fdn)
+	ru.fdn = -1
+}
+
+// stop has nothing left to release: each thread tore its ring down.
+func (d *ringDriver) stop() {}

@@ -1,8 +1,7 @@
-// Package proxy is the client-facing side of mongobouncer: it accepts
-// driver connections, answers the handshake as a mongos, and forwards every
-// other command to an upstream connection lent by the route's pool,
-// according to the route's pool mode.
 package proxy
+
+// The Server: listeners, the set of connected clients, limits advertised
+// in the handshake, graceful shutdown and SHOW CLIENTS.
 
 import (
 	"cmp"
@@ -115,7 +114,7 @@ type Server struct {
 	clientCount  atomic.Int64
 	totalClients atomic.Uint64
 
-	mu        sync.Mutex // guards listeners, clients and closed
+	clientsMu sync.Mutex // guards listeners, clients and closed
 	listeners map[net.Listener]struct{}
 	clients   map[*client]struct{}
 	closed    bool
@@ -172,24 +171,24 @@ func New(opts Options) (*Server, error) {
 // of these clients goes to that route whatever its $db (a listener
 // dedicated to one route).
 func (s *Server) Serve(l net.Listener, only string) error {
-	s.mu.Lock()
+	s.clientsMu.Lock()
 	if s.closed {
-		s.mu.Unlock()
+		s.clientsMu.Unlock()
 		l.Close()
 		return ErrServerClosed
 	}
 	s.listeners[l] = struct{}{}
 	s.wg.Add(1)
-	s.mu.Unlock()
+	s.clientsMu.Unlock()
 	defer s.wg.Done()
 
 	var backoff time.Duration
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			s.mu.Lock()
+			s.clientsMu.Lock()
 			closed := s.closed
-			s.mu.Unlock()
+			s.clientsMu.Unlock()
 			if closed {
 				return ErrServerClosed
 			}
@@ -220,9 +219,9 @@ func (s *Server) accept(nc net.Conn, only string, listener string) {
 		_ = tc.SetNoDelay(true)
 	}
 	n := s.clientCount.Add(1)
-	s.mu.Lock()
+	s.clientsMu.Lock()
 	if s.closed {
-		s.mu.Unlock()
+		s.clientsMu.Unlock()
 		s.clientCount.Add(-1)
 		nc.Close()
 		return
@@ -234,7 +233,7 @@ func (s *Server) accept(nc net.Conn, only string, listener string) {
 		s.clients[c] = struct{}{}
 	}
 	s.wg.Add(1)
-	s.mu.Unlock()
+	s.clientsMu.Unlock()
 	s.totalClients.Add(1)
 	if over {
 		go func() {
@@ -262,12 +261,12 @@ func (s *Server) Close(ctx context.Context) error {
 	// Clients waiting at a paused route's gate give up.
 	s.stoppingOnce.Do(func() { close(s.stopping) })
 	s.closing.Store(true)
-	s.mu.Lock()
+	s.clientsMu.Lock()
 	s.closed = true
 	for l := range s.listeners {
 		l.Close()
 	}
-	s.mu.Unlock()
+	s.clientsMu.Unlock()
 	// Outside s.mu: finishing a loop-owned client takes it.
 	for _, c := range s.snapshot() {
 		c.disconnect()
@@ -380,11 +379,11 @@ func (s *Server) waitLimits() limits {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.stoppingOnce.Do(func() { close(s.stopping) })
-	s.mu.Lock()
+	s.clientsMu.Lock()
 	for l := range s.listeners {
 		l.Close()
 	}
-	s.mu.Unlock()
+	s.clientsMu.Unlock()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	var drainErr error
@@ -413,12 +412,12 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // drained reports whether no client has a request in flight or a
 // transaction open.
 func (s *Server) drained() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
 	for c := range s.clients {
-		c.mu.Lock()
-		busy := c.busy || c.forwarding || len(c.open) > 0
-		c.mu.Unlock()
+		c.sessMu.Lock()
+		busy := c.phase != phaseIdle || len(c.open) > 0
+		c.sessMu.Unlock()
 		if busy {
 			return false
 		}
@@ -440,17 +439,17 @@ type ClientInfo struct {
 
 // Clients returns a snapshot of the connected clients, oldest first.
 func (s *Server) Clients() []ClientInfo {
-	s.mu.Lock()
+	s.clientsMu.Lock()
 	cs := make([]*client, 0, len(s.clients))
 	for c := range s.clients {
 		cs = append(cs, c)
 	}
-	s.mu.Unlock()
+	s.clientsMu.Unlock()
 	out := make([]ClientInfo, 0, len(cs))
 	for _, c := range cs {
 		ci := ClientInfo{ID: c.id, Addr: c.remote, Listener: c.listener, ConnectedAt: c.connected,
 			State: clientState(c.state.Load()).String(), Requests: c.requests.Load()}
-		c.mu.Lock()
+		c.sessMu.Lock()
 		ci.AppName = c.appName
 		for _, p := range c.pins {
 			if p.conn != nil {
@@ -458,7 +457,7 @@ func (s *Server) Clients() []ClientInfo {
 				break
 			}
 		}
-		c.mu.Unlock()
+		c.sessMu.Unlock()
 		out = append(out, ci)
 	}
 	slices.SortFunc(out, func(a, b ClientInfo) int { return cmp.Compare(a.ID, b.ID) })

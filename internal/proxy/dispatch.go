@@ -1,0 +1,306 @@
+package proxy
+
+// Dispatch: what mongobouncer does with each client message. The handshake
+// (hello, isMaster, legacy OP_QUERY hello) and the admin commands are
+// answered here; authentication commands are refused until client
+// authentication exists; malformed messages get a protocol error; every
+// other command goes to its route (relay.go). The replies mongobouncer
+// builds itself are written from here too.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// handle answers or forwards one client message. A returned error ends the
+// client.
+func (c *client) handle(msg []byte) error {
+	h, _ := wire.ParseHeader(msg)
+	var compID wire.CompressorID
+	compressed := false
+	if h.OpCode == wire.OpCompressed {
+		if len(msg) > wire.HeaderLen+8 {
+			compID = wire.CompressorID(msg[wire.HeaderLen+8])
+		}
+		// A pooled buffer; Decompress grows it to the declared size, which
+		// it has checked against the limit first.
+		c.aux = getBuffer(0)
+		inner, err := wire.Decompress(c.aux.b[:0], msg, c.maxMsg)
+		if err != nil {
+			return c.protocolError(h.RequestID, err)
+		}
+		c.aux.b = inner[:0]
+		msg = inner
+		h, _ = wire.ParseHeader(msg)
+		compressed = true
+	}
+	switch h.OpCode {
+	case wire.OpMsg:
+		return c.handleMsg(msg, h, compressed, compID)
+	case wire.OpQuery:
+		return c.handleQuery(msg, h)
+	default:
+		return c.protocolError(h.RequestID, fmt.Errorf("opcode %d is not supported by mongobouncer: %w", int32(h.OpCode), wire.ErrUnknownOpCode))
+	}
+}
+
+// protocolError answers a malformed message with an error reply, when the
+// client can still read one, and ends the client.
+func (c *client) protocolError(requestID int32, err error) error {
+	return c.protocolErrorOp(requestID, wire.OpMsg, err)
+}
+
+// protocolErrorOp is protocolError for a request of opcode op: a legacy
+// OP_QUERY client can only read an OP_REPLY.
+func (c *client) protocolErrorOp(requestID int32, op wire.OpCode, err error) error {
+	c.log.Warn("client protocol error", "error", err)
+	code, codeName := int32(17), "ProtocolError"
+	if errors.Is(err, wire.ErrInvalidBSON) {
+		code, codeName = 22, "InvalidBSON"
+	}
+	doc := errorReply(code, codeName, "mongobouncer: "+err.Error())
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	if op == wire.OpQuery {
+		c.writeLegacyReply(requestID, true, legacyError(doc))
+	} else {
+		_ = c.writeError(requestID, false, 0, doc)
+	}
+	_ = c.nc.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// refuse answers a client over max_client_conn: it reads the first message
+// (with a short deadline) so that the error reply can name its request, and
+// closes the connection.
+func (c *client) refuse(reason string) {
+	defer c.closeConn()
+	c.log.Warn("client refused", "reason", reason)
+	_ = c.nc.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadFull(c.nc, c.hdr[:]); err != nil {
+		return
+	}
+	h, err := wire.ParseHeader(c.hdr[:])
+	if err != nil {
+		return
+	}
+	doc := errorReply(6, "HostUnreachable", reason)
+	if h.OpCode == wire.OpQuery {
+		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+		return
+	}
+	_ = c.writeError(h.RequestID, false, 0, doc)
+}
+
+// handleQuery serves legacy OP_QUERY, which modern drivers use only for the
+// first hello.
+func (c *client) handleQuery(msg []byte, h wire.Header) error {
+	q, err := wire.ParseQuery(msg)
+	if err != nil {
+		return c.protocolErrorOp(h.RequestID, wire.OpQuery, err)
+	}
+	cmd := q.Query
+	if v, err := cmd.LookupErr("$query"); err == nil {
+		if d, ok := v.DocumentOK(); ok {
+			cmd = d
+		}
+	}
+	name := wire.CommandName(cmd)
+	if ci := commands[name]; ci.kind == kindHello && isCmdNamespace(q.FullCollectionName) {
+		doc := c.answerHello(cmd, name)
+		c.writeLegacyReply(h.RequestID, false, doc)
+		return nil
+	}
+	doc := errorReply(352, "UnsupportedOpQueryCommand",
+		fmt.Sprintf("mongobouncer: OP_QUERY is only supported for hello and isMaster, not %q on %q; the client driver may require an upgrade", name, q.FullCollectionName))
+	c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+	return nil
+}
+
+func isCmdNamespace(ns string) bool {
+	return len(ns) > 5 && ns[len(ns)-5:] == ".$cmd"
+}
+
+// legacyError adds the $err field that OP_REPLY query failures carry.
+func legacyError(doc bsoncore.Document) bsoncore.Document {
+	msg, _ := doc.Lookup("errmsg").StringValueOK()
+	out := bsoncore.AppendStringElement(nil, "$err", msg)
+	elems, _ := doc.Elements()
+	parts := [][]byte{out}
+	for _, e := range elems {
+		parts = append(parts, e)
+	}
+	return bsoncore.BuildDocument(nil, parts...)
+}
+
+// answerHello handles a client handshake or heartbeat.
+func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Document {
+	hr := parseHello(body, name)
+	if hr.apiVersion != "" && hr.apiVersion != "1" {
+		return errorReply(322, "APIVersionError", fmt.Sprintf("mongobouncer: API version %q is not supported", hr.apiVersion))
+	}
+	lim := c.s.waitLimits()
+	if !c.hello {
+		c.hello = true
+		c.sessMu.Lock()
+		c.appName = hr.appName
+		c.sessMu.Unlock()
+		c.lb = hr.loadBalanced
+		c.log = c.log.With("appName", hr.appName)
+	}
+	if int(lim.maxMsg) < c.maxMsg {
+		c.maxMsg = int(lim.maxMsg)
+	}
+	compressor := ""
+	for _, want := range hr.compression {
+		if c.s.offers(want) {
+			compressor = want
+			break
+		}
+	}
+	return helloReply(hr, lim, c.id, compressor, c.s.serviceID)
+}
+
+// offers reports whether mongobouncer accepts compressor name from clients.
+func (s *Server) offers(name string) bool {
+	for _, o := range s.opts.Compressors {
+		if o == name {
+			_, ok := wire.CompressorByName(name)
+			return ok
+		}
+	}
+	return false
+}
+
+// handleMsg serves one OP_MSG request.
+func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
+	if err := wire.ParseMsgInto(msg, &c.msg); err != nil {
+		return c.protocolError(h.RequestID, err)
+	}
+	req := &c.x.req
+	req.inspect(c.msg.Body)
+	req.exhaust = c.msg.Flags&wire.FlagExhaustAllowed != 0
+	req.more = c.msg.Flags&wire.FlagMoreToCome != 0
+	switch req.info.kind {
+	case kindHello:
+		hello := c.answerHello(c.msg.Body, req.name())
+		if req.more {
+			return nil // moreToCome: the client reads no reply
+		}
+		return c.reply(h.RequestID, compressed, compID, req.name(), hello)
+	case kindAuth:
+		return c.replyError(h.RequestID, compressed, compID, req,
+			errorReply(115, "CommandNotSupported", "mongobouncer: authentication is not enabled on mongobouncer"))
+	}
+	if len(req.db) == 0 {
+		return c.replyError(h.RequestID, compressed, compID, req,
+			errorReply(40571, "Location40571", "mongobouncer: OP_MSG requests require a $db argument"))
+	}
+	if string(req.db) == AdminDatabase {
+		if c.s.opts.Admin == nil {
+			return c.replyError(h.RequestID, compressed, compID, req,
+				errorReply(13, "Unauthorized", "mongobouncer: admin commands are not enabled"))
+		}
+		return c.replyError(h.RequestID, compressed, compID, req, c.s.opts.Admin.HandleAdmin(c.nc.RemoteAddr(), c.msg.Body))
+	}
+	if c.s.draining.Load() {
+		// Only the commands of an open transaction may still run (on any
+		// client connection: drivers pin the server, not the connection):
+		// everything else goes to another mongobouncer.
+		key, inTxn := req.key()
+		if !inTxn || !c.isOpen(key) && c.s.txnRoute(key) == nil {
+			return c.replyError(h.RequestID, compressed, compID, req,
+				errorReply(91, "ShutdownInProgress", "mongobouncer: shutting down"))
+		}
+	}
+	route := c.s.routeOf(c.only, req)
+	if route == nil {
+		if req.info.kind == kindEndSessions {
+			// Sessions expire on their own; with no route for admin there is
+			// nowhere to send this, and the driver needs no more than ok.
+			if req.more {
+				return nil
+			}
+			return c.reply(h.RequestID, compressed, compID, req.name(), okReply)
+		}
+		return c.replyError(h.RequestID, compressed, compID, req,
+			errorReply(70, "ShardNotFound", fmt.Sprintf("mongobouncer: no route for database %q (add [databases.%s] or a \"*\" route)", req.db, req.db)))
+	}
+	c.useRoute(route)
+	if m := int(route.maxMsg.Load()); m > 0 && len(msg) > m {
+		// Read under the listener's limit, over the route's: the message
+		// was read whole, so the client can go on.
+		return c.replyError(h.RequestID, compressed, compID, req,
+			errorReply(10334, "BSONObjectTooLarge", fmt.Sprintf("mongobouncer: a message of %d bytes is over route %q's max_message_size of %d bytes", len(msg), route.Name, m)))
+	}
+	return c.forward(route, msg, h, compressed, compID)
+}
+
+var okReply = func() bsoncore.Document {
+	idx, d := bsoncore.AppendDocumentStart(nil)
+	d = bsoncore.AppendDoubleElement(d, "ok", 1)
+	d, _ = bsoncore.AppendDocumentEnd(d, idx)
+	return d
+}()
+
+// reply sends a reply body we built.
+func (c *client) reply(responseTo int32, compressed bool, compID wire.CompressorID, name string, body bsoncore.Document) error {
+	c.nextID++
+	c.out = getBuffer(len(body) + 64)
+	msg := wire.AppendMsg(c.out.b[:0], c.nextID, responseTo, 0, body)
+	c.out.b = msg[:0]
+	return c.writeRaw(msg, compressed, compID, name)
+}
+
+// replyError sends an error reply; the client stays connected.
+func (c *client) replyError(responseTo int32, compressed bool, compID wire.CompressorID, req *request, body bsoncore.Document) error {
+	if req != nil && req.more {
+		return nil
+	}
+	return c.reply(responseTo, compressed, compID, "", body)
+}
+
+// writeError sends an uncompressed error reply.
+func (c *client) writeError(responseTo int32, compressed bool, compID wire.CompressorID, body bsoncore.Document) error {
+	return c.reply(responseTo, compressed, compID, "", body)
+}
+
+// writeLegacyReply answers an OP_QUERY with an OP_REPLY.
+func (c *client) writeLegacyReply(responseTo int32, failure bool, doc bsoncore.Document) {
+	c.nextID++
+	b := wire.AppendReply(nil, c.nextID, responseTo, doc)
+	if failure {
+		// responseFlags QueryFailure (bit 1) sits right after the header.
+		binary.LittleEndian.PutUint32(b[wire.HeaderLen:], 2)
+	}
+	_, _ = c.nc.Write(b)
+}
+
+// writeRaw writes a whole message to the client, compressed with the
+// client's compressor when the client compressed its request and the
+// command may be compressed.
+func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID, name string) error {
+	if compressed && name != "" && !wire.MustNotCompress(name) {
+		buf := getBuffer(len(msg) + 64)
+		defer putBuffer(buf)
+		out, err := wire.Compress(buf.b[:0], msg, compID)
+		if err == nil {
+			if cap(out) > cap(buf.b) {
+				buf.b = out[:0]
+			}
+			msg = out
+		}
+	}
+	n, err := c.nc.Write(msg)
+	c.x.bytesOut += n
+	if err != nil {
+		return errClientGone
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+// Package proxy is the client-facing side of mongobouncer: it accepts
+// driver connections, answers the handshake as a mongos, and forwards every
+// other command to an upstream connection lent by the route's pool,
+// according to the route's pool mode.
+//
+// # Files, one role each
+//
+//   - server.go: listeners, the client set, advertised limits, shutdown.
+//   - client.go: a client's life and the reads of its messages.
+//   - dispatch.go: what each message gets (handshake, admin, errors, forward).
+//   - exchange.go: the request state machine, every decision of a forwarded
+//     request, written once.
+//   - relay.go: its goroutine driver (blocking I/O).
+//   - loop_client_linux.go: its event-loop driver (non-blocking I/O).
+//   - loop_linux.go: the loop's threads, ready list and driver interface;
+//     loop_epoll_linux.go and loop_ring_linux.go are the two drivers.
+//   - session.go: pins, transactions across client connections, clean-up.
+//   - route.go, affinity.go, command.go, handshake.go, errors.go: routes,
+//     cursor and transaction affinity, command and reply inspection, the
+//     hello reply, synthetic error replies.
+//
+// # Ownership
+//
+// A client is served by exactly one owner at a time: its goroutine
+// (loopClient.state == lsGoroutine) or the event loop (any other state),
+// and the owner alone reads its socket and touches the fields without a
+// "guarded by" comment (rbuf, the exchange x, msg, nextID, the buffers).
+// Hand-overs between them happen under the client's loopClient.ownMu. On
+// the loop, whichever loop thread holds ownMu acts for the client; the
+// driver's per-socket state is guarded by that same lock, except where its
+// type says otherwise (epollUp.ready, ringUp.mu).
+//
+// An upstream connection belongs to its pool, and between checkout and
+// check-in to the exchange that holds it (or to the client that pins it).
+// The loop borrows its socket through syscall.RawConn; loopUp.owner names
+// the client whose request is out on it.
+//
+// # Lock order
+//
+// Locks are taken in this order, outermost first; none is held across
+// network I/O except ownMu, which the loop holds across its non-blocking
+// calls.
+//
+//  1. loopClient.ownMu (a client's event-loop ownership).
+//  2. client.sessMu (a client's pins, open transactions and phase). Another
+//     client's sessMu is never taken while one is held: a transaction ended
+//     through another client is handed over after the first is released.
+//     Server.clientsMu comes before sessMu (SHOW CLIENTS, the drain check)
+//     and is never taken under it.
+//  3. The topology's server lock and the pool's lock (checkout, check-in).
+//     The pool calls a CheckOutFunc callback under its lock; the callback
+//     only takes the next locks.
+//  4. The loop threads' queues: loops.readyMu, ringThread.qMu; and the
+//     drivers' own: epollDriver.tabMu, ringUp.mu.
+//  5. Metrics (the Observer), which take no lock of ours.
+//
+// Server.txnMu, Route.gateMu, the affinity maps' locks and
+// Server.loopsMu are leaves: nothing else is taken while one is held.
+package proxy

@@ -1,0 +1,400 @@
+package proxy
+
+// The request state machine: every decision a forwarded request needs,
+// written once for the two drivers that do its I/O, relay.go (a goroutine
+// per client, blocking calls) and loop_client_linux.go (the event loop,
+// non-blocking calls and callbacks).
+//
+//	begin ─► target/usePin ─► checkedOut ─► (send) ─► onReply ─► release ─► (write) ─► end
+//	                               │                      │
+//	                               └──────► fail ◄────────┘ (the failure exit)
+//
+// A driver calls these steps in this order and does nothing else that
+// changes the request's state: the client's phase (busy, SHOW CLIENTS
+// state) changes only in setPhase, called from here.
+
+import (
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// phase is where a client's request is. It decides whether the client is
+// busy (its pins may not be released by others), whether Shutdown's drain
+// waits for it, and, with its pins, what SHOW CLIENTS says.
+type phase uint8
+
+const (
+	phaseIdle     phase = iota // no request
+	phaseWaiting               // waiting for an upstream connection
+	phaseActive                // holding the request's upstream connection
+	phaseReplying              // connection given back; the reply is being written
+)
+
+// exchange is the forwarded request of one client (at most one at a time).
+// It is owned by whoever serves the client: its goroutine, or the loop
+// thread holding the client's ownMu.
+type exchange struct {
+	c   *client
+	req request // the parsed command
+	// route, srv and pc are where the request goes; pinned says pc is the
+	// client's pin. need is the server affinity requires, if any.
+	route  *Route
+	srv    *topology.Server
+	need   *topology.Server
+	pc     *pool.Conn
+	pinned bool
+	key    txnKey
+	inTxn  bool
+	// killIDs are the cursors of a killCursors on a multi-server route.
+	killIDs []int64
+	// reqID is the client's requestID; replies counts upstream replies
+	// relayed; retried is set once a cleared pool's checkout was retried.
+	reqID   int32
+	replies int
+	retried bool
+	// Accounting for the Observer.
+	start    time.Duration
+	bytesIn  int
+	bytesOut int
+	ok       bool
+}
+
+// routeOf chooses the route of a request: a dedicated listener's route,
+// the route an open transaction began on (commitTransaction and
+// abortTransaction name admin, which may be routed elsewhere or nowhere),
+// or the route of its database. nil means no route serves it.
+func (s *Server) routeOf(only string, req *request) *Route {
+	if only != "" {
+		return s.Route(only)
+	}
+	if key, inTxn := req.key(); inTxn && !req.startTxn {
+		if r := s.txnRoute(key); r != nil {
+			return r
+		}
+	}
+	return s.routeFor(req.db)
+}
+
+// loopMay reports whether the event loop may serve a request on route
+// itself: a plain command outside a transaction and an exhaust stream, to
+// a route in statement or transaction mode that is not paused, with no
+// affinity to follow. Everything else goes to the client's goroutine.
+func (c *client) loopMay(flags wire.MsgFlags, req *request, route *Route) bool {
+	if flags&(wire.FlagExhaustAllowed|wire.FlagMoreToCome) != 0 {
+		return false
+	}
+	switch req.info.kind {
+	case kindOther, kindGetMore, kindKillCursors:
+	default:
+		return false
+	}
+	if _, inTxn := req.key(); inTxn || req.startTxn || len(req.db) == 0 ||
+		string(req.db) == AdminDatabase || c.s.draining.Load() {
+		return false
+	}
+	return route != nil && !route.noLoop.Load() && route.PoolMode() != ModeSession && !route.Paused() &&
+		(!route.multi || req.info.kind == kindOther)
+}
+
+// begin starts forwarding the parsed request (x.req) of msgLen bytes to
+// route.
+func (x *exchange) begin(route *Route, msgLen int, reqID int32) {
+	c := x.c
+	x.route, x.srv, x.need, x.pc, x.pinned = route, nil, nil, nil, false
+	x.key, x.inTxn = x.req.key()
+	x.killIDs = nil
+	if x.req.info.kind == kindKillCursors && route.multi {
+		x.killIDs = cursorIDs(c.msg.Body)
+	}
+	x.reqID, x.replies, x.retried = reqID, 0, false
+	x.start = monoNow()
+	x.bytesIn, x.bytesOut, x.ok = msgLen, 0, false
+	c.requests.Add(1)
+	c.useRoute(route)
+	c.setPhase(phaseActive)
+}
+
+// affinity returns the server that must serve the request (the one that
+// owns its cursor or its transaction), or nil. Only a route with several
+// servers keeps affinity: with one, everything goes to it anyway.
+func (x *exchange) affinity() *topology.Server {
+	route, req := x.route, &x.req
+	if !route.multi {
+		return nil
+	}
+	now := time.Now()
+	var srv *topology.Server
+	switch {
+	case req.info.kind == kindGetMore:
+		srv, _ = route.cursors.get(req.cursorID, now)
+	case req.info.kind == kindKillCursors && len(x.killIDs) > 0:
+		// Drivers kill one cursor per command; several would all belong to
+		// the server of the first, as they come from one cursor's namespace.
+		srv, _ = route.cursors.get(x.killIDs[0], now)
+	case x.inTxn && !req.startTxn:
+		srv, _ = route.txns.get(x.key, now)
+	}
+	return srv
+}
+
+// usePin takes the client's pinned connection for the route when it has
+// one that affinity allows (need, from affinity); it reports whether it did.
+func (x *exchange) usePin(need *topology.Server) bool {
+	c := x.c
+	x.need = need
+	c.sessMu.Lock()
+	p := c.pinLocked(x.route)
+	ok := p != nil && p.conn != nil && (need == nil || need == p.srv)
+	if ok {
+		x.srv, x.pc, x.pinned = p.srv, p.conn, true
+	}
+	c.sessMu.Unlock()
+	if ok {
+		x.holding()
+	}
+	return ok
+}
+
+// holding records what holding the request's connection begins: a
+// transaction started by this request.
+func (x *exchange) holding() {
+	if x.inTxn && x.req.startTxn {
+		x.c.beginTxn(x.route, x.srv, x.key)
+	}
+}
+
+// checkedOut takes the result of a checkout from x.srv's pool. retry says
+// to check out once more: the pool was cleared and is ready again already
+// (a graceful reconnect, or a heartbeat that followed at once), which
+// spares the client an error. Otherwise a nil error means the request
+// holds pc, pinned to the client when the pool mode says so.
+func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
+	c, route, srv := x.c, x.route, x.srv
+	if err != nil && !x.retried && clearedAndReady(err, srv) {
+		x.retried = true
+		return true, nil
+	}
+	c.setPhase(phaseActive)
+	if err != nil {
+		srv.HandleError(err, nil)
+		return false, err
+	}
+	route.held.Add(1)
+	x.pc = pc
+	mode := route.PoolMode()
+	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && c.hasOpen(route))))
+	if pinNow && (x.need == nil || !route.multi || c.pinServer(route) == nil || c.pinServer(route) == srv) {
+		c.sessMu.Lock()
+		c.setPinLocked(route, srv, pc)
+		c.sessMu.Unlock()
+		x.pinned = true
+	}
+	x.holding()
+	return false, nil
+}
+
+// undo takes back a request the loop began but cannot serve after all (its
+// upstream connection cannot be used without a goroutine): the connection
+// goes back, and the goroutine starts the request over.
+func (x *exchange) undo() {
+	x.route.checkIn(x.srv, x.pc)
+	x.pc = nil
+	x.c.requests.Add(^uint64(0))
+	x.c.setPhase(phaseIdle)
+	x.route, x.srv = nil, nil
+}
+
+// onReply checks one whole upstream reply (extra bytes arrived behind it)
+// and records what it says. stream says more replies follow (an exhaust
+// stream). An error means the reply must not be relayed and nothing more on
+// the connection can be trusted: the driver takes the failure exit.
+func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
+	addr := x.srv.Address()
+	// Only the first reply answers the request; the rest of a stream
+	// answer the reply before them.
+	if err := wire.CheckReply(reply, addr, x.reqID, x.replies == 0); err != nil {
+		return false, err
+	}
+	flags, body := wire.ReplyView(reply)
+	stream = flags&wire.FlagMoreToCome != 0
+	switch {
+	case stream && !x.req.exhaust:
+		// A server must not stream to a request that did not allow it; the
+		// rest of its stream would be unread bytes on the connection.
+		return false, fmt.Errorf("upstream %s sent moreToCome to a request without exhaustAllowed", addr)
+	case !stream && extra > 0 && x.req.exhaust:
+		return false, fmt.Errorf("upstream %s sent more after the last reply of an exhaust stream", addr)
+	case !stream && extra > 0:
+		// Those bytes would answer the next request on this connection.
+		return false, fmt.Errorf("upstream %s sent more than one reply to a request without exhaustAllowed", addr)
+	}
+	x.replies++
+	ri := inspectReply(body)
+	x.ok = ri.ok
+	if !ri.ok && ri.code != 0 {
+		x.c.s.opts.Observer.UpstreamError(x.route.Name, ri.code)
+	}
+	x.track(ri)
+	return stream, nil
+}
+
+// track updates cursor and transaction affinity from one reply.
+func (x *exchange) track(ri replyInfo) {
+	c, route, req := x.c, x.route, &x.req
+	if route.multi {
+		switch {
+		case req.info.kind == kindGetMore && ri.cursorID == 0:
+			route.cursors.delete(req.cursorID)
+		case req.info.kind == kindKillCursors:
+			for _, id := range x.killIDs {
+				route.cursors.delete(id)
+			}
+		case ri.cursorID != 0 && req.info.kind != kindGetMore:
+			route.cursors.put(ri.cursorID, x.srv, time.Now())
+		}
+	}
+	if !x.inTxn {
+		return
+	}
+	switch {
+	case req.info.kind == kindCommit || req.info.kind == kindAbort:
+		if route.multi {
+			route.txns.delete(x.key)
+		}
+		c.s.endTxn(x.key, c)
+	case !ri.ok:
+		// The server aborts a transaction on a command error. Keep the
+		// server affinity (the driver will still send abortTransaction)
+		// but free the connection.
+		c.s.endTxn(x.key, c)
+	}
+}
+
+// release ends the request's use of its connection once the whole reply is
+// in hand: the connection goes back to its pool unless it stays pinned (a
+// transaction-mode pin is dropped once no transaction holds it), and can
+// serve someone else while the reply goes to this client.
+func (x *exchange) release() {
+	c, route, pc := x.c, x.route, x.pc
+	pinned := x.pinned
+	x.pc = nil
+	c.sessMu.Lock()
+	if pinned && route.PoolMode() != ModeSession && !c.hasOpenLocked(route) {
+		if p := c.pinLocked(route); p != nil && p.conn == pc {
+			p.conn = nil
+			pinned = false
+		}
+	}
+	c.setPhaseLocked(phaseReplying)
+	c.sessMu.Unlock()
+	if !pinned {
+		route.checkIn(x.srv, pc)
+	}
+}
+
+// fail is the failure exit: the request could not reach the upstream, or
+// its connection failed or cannot be trusted. A connection it holds is
+// closed (marked errored, never pooled or kept pinned) and its server hears
+// of the error (it may clear its pool); a transaction that never started
+// is forgotten. It returns the retryable error reply for the client.
+func (x *exchange) fail(err error) bsoncore.Document {
+	c := x.c
+	if pc := x.pc; pc != nil {
+		pc.MarkErrored(err)
+		x.srv.HandleError(err, pc)
+		c.s.log.Warn("upstream error", "route", x.route.Name, "server", x.srv.Address(), "client", c.id, "error", err)
+		x.dropConn()
+	}
+	if x.replies == 0 && x.inTxn && x.req.startTxn {
+		// No reply will say the transaction began; left open it would keep
+		// the client's transaction-mode pins and hold Shutdown's drain. (If
+		// the command did reach the server, it expires there.)
+		c.s.endTxn(x.key, c)
+	}
+	x.ok = false
+	return c.s.upstreamError(x.route, err, &x.req, x.inTxn)
+}
+
+// abandon closes the connection of a stream whose client is gone: unread
+// replies follow, so it is never pooled, nor kept pinned (the abort of an
+// open transaction at disconnect would read them).
+func (x *exchange) abandon(err error) {
+	x.pc.MarkErrored(err)
+	x.dropConn()
+}
+
+// dropConn unpins and checks in the request's connection, which the caller
+// has marked errored so that the pool closes it.
+func (x *exchange) dropConn() {
+	c, pc := x.c, x.pc
+	x.pc = nil
+	c.sessMu.Lock()
+	if p := c.pinLocked(x.route); p != nil && p.conn == pc {
+		p.conn = nil
+	}
+	c.setPhaseLocked(phaseReplying)
+	c.sessMu.Unlock()
+	x.route.checkIn(x.srv, pc)
+}
+
+// end finishes the request once its reply (or error reply) was written, or
+// it failed: the Observer hears of it, transaction-mode pins whose
+// transaction ended while it ran (committed through another client, which
+// leaves a busy client's pins alone) go back, and the client is idle or
+// pinned.
+func (x *exchange) end() {
+	c := x.c
+	if x.route == nil {
+		return
+	}
+	c.sessMu.Lock()
+	back := c.takePinsLocked(func(p *pin) bool { return p.route.PoolMode() != ModeSession })
+	c.setPhaseLocked(phaseIdle)
+	c.sessMu.Unlock()
+	checkInPins(back)
+	name := x.req.info.name
+	if !x.req.info.known {
+		name = "other" // bounded label cardinality
+	}
+	c.s.opts.Observer.Request(x.route.Name, name, x.bytesIn, x.bytesOut, monoNow()-x.start, x.ok)
+	x.route, x.srv, x.need = nil, nil, nil
+}
+
+// setPhase moves the client's request to p.
+func (c *client) setPhase(p phase) {
+	c.sessMu.Lock()
+	c.setPhaseLocked(p)
+	c.sessMu.Unlock()
+}
+
+// setPhaseLocked is the one place a client's phase and its SHOW CLIENTS
+// state change; it holds sessMu.
+func (c *client) setPhaseLocked(p phase) {
+	c.phase = p
+	st := stateIdle
+	switch p {
+	case phaseWaiting:
+		st = stateWaiting
+	case phaseActive:
+		st = stateActive
+	case phaseReplying:
+		st = stateActive
+	default:
+		if c.hasPinLocked() {
+			st = statePinned
+		}
+	}
+	if clientState(c.state.Load()) != st {
+		c.state.Store(uint32(st))
+	}
+}
+
+// busyLocked reports whether the client's request holds or waits for a
+// connection: its pins are then not others' to release. It holds sessMu.
+func (c *client) busyLocked() bool { return c.phase == phaseWaiting || c.phase == phaseActive }

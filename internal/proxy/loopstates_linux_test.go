@@ -1,0 +1,318 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+	"github.com/mongobouncer/mongobouncer/internal/uring"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// The event loop's states, driven through each driver: clients are one
+// end of a socketpair handed to the Server, upstreams a scripted fake.
+
+// loopRig is a Server with the event loop on one driver, in front of a
+// fake upstream whose handler the test scripts.
+type loopRig struct {
+	t     *testing.T
+	s     *Server
+	route *Route
+	up    *fakemongo.Server
+}
+
+func newLoopRig(t *testing.T, io string, maxPool int, h fakemongo.Handler) *loopRig {
+	t.Helper()
+	up := fakemongo.Start(t, fakemongo.Options{})
+	up.Handle("ping", h)
+	log := slog.New(slog.DiscardHandler)
+	po := pool.DefaultOptions()
+	po.MaxPoolSize = maxPool
+	topo, err := topology.New("loop-test", topology.Options{
+		Hosts:                  []string{up.Addr()},
+		Pool:                   po,
+		Dialer:                 upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Detach: true, Logger: log}),
+		MonitorDialer:          upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Logger: log}),
+		HeartbeatInterval:      500 * time.Millisecond,
+		ServerSelectionTimeout: 5 * time.Second,
+		Logger:                 log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(topo.Close)
+	route := &Route{Name: "*", Mode: ModeTransaction, Topology: topo}
+	s, err := New(Options{Routes: []*Route{route}, EventLoop: true, LoopThreads: 2, LoopIO: io, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	wait.Until(t, "upstream usable", 10*time.Second, 5*time.Millisecond, func() bool {
+		return topo.Servers()[0].State() == topology.Usable
+	})
+	return &loopRig{t: t, s: s, route: route, up: up}
+}
+
+// client connects a socketpair client; sndbuf, when positive, shrinks the
+// proxy side's send buffer. It returns the test's end, after the hello.
+func (r *loopRig) client(sndbuf int) *affConn {
+	r.t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if sndbuf > 0 {
+		_ = syscall.SetsockoptInt(fds[1], syscall.SOL_SOCKET, syscall.SO_SNDBUF, sndbuf)
+	}
+	ours, theirs := fileNetConn(r.t, fds[0]), fileNetConn(r.t, fds[1])
+	r.s.accept(theirs, "", "socketpair")
+	r.t.Cleanup(func() { ours.Close() })
+	cl := &affConn{t: r.t, c: ours}
+	affOK(r.t, cl.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
+	return cl
+}
+
+func fileNetConn(t *testing.T, fd int) net.Conn {
+	t.Helper()
+	f := os.NewFile(uintptr(fd), "socketpair")
+	defer f.Close()
+	nc, err := net.FileConn(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// only returns the one connected client.
+func (r *loopRig) only() *client {
+	cs := r.s.snapshot()
+	if len(cs) != 1 {
+		r.t.Fatalf("%d clients, want 1", len(cs))
+	}
+	return cs[0]
+}
+
+// waitState waits until client c is in loop state want.
+func (r *loopRig) waitState(c *client, want loopState) {
+	r.t.Helper()
+	wait.Until(r.t, "loop state", 10*time.Second, time.Millisecond, func() bool {
+		c.lc.ownMu.Lock()
+		defer c.lc.ownMu.Unlock()
+		return c.lc.state == want
+	})
+}
+
+// inUse is the pool's checked-out connection count.
+func (r *loopRig) inUse() int {
+	return int(r.route.Topology.Servers()[0].Pool().Stats().InUse)
+}
+
+func ping() bson.D { return bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}} }
+
+// eachDriver runs f on epoll and, where the kernel allows it, io_uring.
+func eachDriver(t *testing.T, f func(t *testing.T, io string)) {
+	t.Run("epoll", func(t *testing.T) { f(t, LoopIOEpoll) })
+	t.Run("io_uring", func(t *testing.T) {
+		if !uring.Supported() {
+			t.Skip("the kernel refuses io_uring here")
+		}
+		f(t, LoopIOAuto)
+	})
+}
+
+func TestLoopStates(t *testing.T) {
+	eachDriver(t, func(t *testing.T, io string) {
+		release := make(chan struct{})
+		var hold atomic.Bool
+		r := newLoopRig(t, io, 1, func(req *fakemongo.Request) fakemongo.Reply {
+			if hold.Load() {
+				<-release
+			}
+			return fakemongo.OK()
+		})
+
+		t.Run("idle", func(t *testing.T) {
+			cl := r.client(0)
+			c := r.only()
+			r.waitState(c, lsIdle)
+			for range 3 {
+				affOK(t, cl.cmd(ping()))
+			}
+			r.waitState(c, lsIdle)
+			if c.requests.Load() != 3 || c.nc != nil {
+				t.Fatalf("%d requests, goroutine conn %v: want 3 served on the loop", c.requests.Load(), c.nc)
+			}
+			cl.c.Close()
+			wait.Until(t, "client gone", 5*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })
+		})
+
+		t.Run("waiting for a reply, then for a connection", func(t *testing.T) {
+			hold.Store(true)
+			a, b := r.client(0), r.client(0)
+			cs := r.s.snapshot()
+			done := make(chan bson.Raw, 2)
+			go func() { done <- a.cmd(ping()) }()
+			wait.Until(t, "a request out", 5*time.Second, time.Millisecond, func() bool { return r.inUse() == 1 })
+			go func() { done <- b.cmd(ping()) }()
+			states := func() (up, waiting int) {
+				for _, c := range cs {
+					c.lc.ownMu.Lock()
+					switch c.lc.state {
+					case lsUpstream:
+						up++
+					case lsWaiting:
+						waiting++
+					}
+					c.lc.ownMu.Unlock()
+				}
+				return up, waiting
+			}
+			wait.Until(t, "one waits for its reply, one for a connection", 5*time.Second, time.Millisecond, func() bool {
+				up, w := states()
+				return up == 1 && w == 1
+			})
+			hold.Store(false)
+			close(release)
+			affOK(t, <-done)
+			affOK(t, <-done)
+			if up, w := states(); up != 0 || w != 0 || r.inUse() != 0 {
+				t.Fatalf("%d upstream, %d waiting, %d in use after both replies", up, w, r.inUse())
+			}
+			a.c.Close()
+			b.c.Close()
+			wait.Until(t, "clients gone", 5*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })
+		})
+	})
+}
+
+// The upstream fails while a receive of its reply is armed: the server
+// closes the connection, or the pool interrupts it. The client gets a
+// retryable error and stays connected.
+func TestLoopUpstreamClosedWhileArmed(t *testing.T) {
+	eachDriver(t, func(t *testing.T, io string) {
+		for _, how := range []string{"server closes", "pool interrupts"} {
+			t.Run(how, func(t *testing.T) {
+				arrived := make(chan struct{}, 1)
+				var fail atomic.Bool
+				r := newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
+					if !fail.Load() {
+						return fakemongo.OK()
+					}
+					arrived <- struct{}{}
+					if how == "server closes" {
+						return fakemongo.Reply{Delay: 100 * time.Millisecond, CloseConn: true}
+					}
+					return fakemongo.Reply{Delay: time.Minute}
+				})
+				cl := r.client(0)
+				c := r.only()
+				affOK(t, cl.cmd(ping()))
+				fail.Store(true)
+				got := make(chan bson.Raw, 1)
+				go func() { got <- cl.cmd(ping()) }()
+				<-arrived
+				r.waitState(c, lsUpstream)
+				if how == "pool interrupts" {
+					r.route.Topology.Servers()[0].Pool().Clear(true)
+				}
+				rep := <-got
+				if code, _ := rep.Lookup("code").AsInt64OK(); code != codeSocketException && code != codeHostUnreachable {
+					t.Fatalf("reply %v, want a retryable network error", rep)
+				}
+				fail.Store(false)
+				r.waitState(c, lsIdle)
+				wait.Until(t, "pool ready again", 10*time.Second, 5*time.Millisecond, func() bool {
+					return r.route.Topology.Servers()[0].Pool().Stats().State == pool.StateReady
+				})
+				affOK(t, cl.cmd(ping()))
+			})
+		}
+	})
+}
+
+// A client that closes its connection while its request is out: the reply
+// finds it gone, and its connection goes back to the pool.
+func TestLoopClientGoneMidReply(t *testing.T) {
+	eachDriver(t, func(t *testing.T, io string) {
+		arrived := make(chan struct{}, 1)
+		release := make(chan struct{})
+		r := newLoopRig(t, io, 1, func(req *fakemongo.Request) fakemongo.Reply {
+			arrived <- struct{}{}
+			<-release
+			return fakemongo.OK()
+		})
+		cl := r.client(0)
+		c := r.only()
+		r.waitState(c, lsIdle)
+		msg := wire.AppendMsg(nil, 9, 0, 0, mustDoc(t, ping()))
+		if _, err := cl.c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		<-arrived
+		r.waitState(c, lsUpstream)
+		cl.c.Close()
+		close(release)
+		wait.Until(t, "client finished, connection back", 10*time.Second, time.Millisecond, func() bool {
+			return r.s.ClientCount() == 0 && r.inUse() == 0
+		})
+		if st := r.route.Topology.Servers()[0].Pool().Stats(); st.Total == 0 {
+			t.Fatalf("the connection was closed rather than pooled: %+v", st)
+		}
+	})
+}
+
+// A reply larger than the slow client's socket takes: the rest is written
+// by a goroutine, which then serves the client; nothing is lost.
+func TestLoopPartialWriteToSlowClient(t *testing.T) {
+	eachDriver(t, func(t *testing.T, io string) {
+		big := strings.Repeat("x", 4<<20)
+		r := newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
+			return fakemongo.OK(bson.E{Key: "big", Value: big})
+		})
+		cl := r.client(16 * 1024)
+		c := r.only()
+		r.waitState(c, lsIdle)
+		msg := wire.AppendMsg(nil, 9, 0, 0, mustDoc(t, ping()))
+		if _, err := cl.c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		// Not reading: the loop's write cannot finish, and a goroutine
+		// takes the client.
+		r.waitState(c, lsGoroutine)
+		_ = cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+		rep, err := wire.ReadMessage(cl.c, nil, wire.DefaultMaxMessageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := wire.ParseMsg(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := bson.Raw(m.Body).Lookup("big").StringValueOK(); got != big || m.Header.ResponseTo != 9 {
+			t.Fatalf("reply to %d with %d bytes of big, want all %d, to 9", m.Header.ResponseTo, len(got), len(big))
+		}
+		cl.id = 9
+		affOK(t, cl.cmd(ping()))
+		// Idle again, the client goes back to the loop.
+		r.waitState(c, lsIdle)
+	})
+}

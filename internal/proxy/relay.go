@@ -1,0 +1,119 @@
+package proxy
+
+// Relay: the goroutine driver of the request state machine (exchange.go).
+// It serves, with blocking calls on the client's goroutine, every request
+// the event loop does not take: all of them when the loop is off, and
+// otherwise transactions, exhaust streams, moreToCome requests, pinned
+// clients, compressed or TLS upstreams and large messages. It does the I/O
+// and calls the exchange at each step; the decisions are the exchange's.
+
+import (
+	"context"
+
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// forward sends one request to an upstream connection chosen by the route's
+// pool mode and affinity, and relays the reply or the whole exhaust stream.
+func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
+	x := &c.x
+	x.begin(route, len(msg), h.RequestID)
+	if len(c.pins) > 0 {
+		c.dropStalePins()
+	}
+	err := c.relay(msg, compressed, compID)
+	x.end()
+	return err
+}
+
+// relay does the I/O of one request: checkout, send, replies.
+func (c *client) relay(msg []byte, compressed bool, compID wire.CompressorID) error {
+	x := &c.x
+	req := &x.req
+	if err := c.acquire(); err != nil {
+		return c.replyError(x.reqID, compressed, compID, req, x.fail(err))
+	}
+	up := x.pc.Upstream()
+	if err := up.WriteMessage(msg); err != nil {
+		return c.replyError(x.reqID, compressed, compID, req, x.fail(err))
+	}
+	if req.more {
+		// No reply is expected, but the upstream may send one anyway
+		// (FerretDB does), at any time: the connection serves nobody else
+		// before a fence has shown it clean.
+		ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.AbortTimeout)
+		err := up.Fence(ctx, x.reqID)
+		cancel()
+		if err != nil {
+			x.fail(err) // the client reads no reply, not even an error
+			return nil
+		}
+		x.release()
+		return nil
+	}
+	rbuf := getBuffer(16 * 1024)
+	defer putBuffer(rbuf)
+	respondTo := x.reqID
+	for {
+		reply, err := up.ReadMessage(rbuf.b[:0])
+		if err != nil {
+			return c.replyError(respondTo, compressed, compID, req, x.fail(err))
+		}
+		if cap(reply) > cap(rbuf.b) {
+			rbuf.b = reply[:0]
+		}
+		stream, err := x.onReply(reply, up.Buffered())
+		if err != nil {
+			return c.replyError(respondTo, compressed, compID, req, x.fail(err))
+		}
+		if !stream {
+			x.release()
+			return c.writeRaw(reply, compressed, compID, req.name())
+		}
+		if werr := c.writeRaw(reply, compressed, compID, req.name()); werr != nil {
+			x.abandon(werr)
+			return errClientGone
+		}
+		h, _ := wire.ParseHeader(reply)
+		respondTo = h.RequestID
+	}
+}
+
+// acquire finds the upstream connection for the request: the client's pin
+// for the route when it has one and affinity allows, else a checkout from
+// the server that affinity names or that selection picks, once the route
+// lets requests through.
+func (c *client) acquire() error {
+	x := &c.x
+	route := x.route
+	need := x.affinity()
+	if x.usePin(need) {
+		return nil
+	}
+	srv := need
+	if srv == nil {
+		// SelectServer bounds its own wait by server_selection_timeout.
+		s, err := route.Topology.SelectServer(context.Background())
+		if err != nil {
+			return err
+		}
+		srv = s
+	}
+	x.srv = srv
+	if err := route.waitGate(c.s.stopping); err != nil {
+		return err
+	}
+	if c.s.Route(route.Name) != route {
+		// A reload replaced or removed the route while the request waited
+		// at its pause (and carried the pause over): the driver's retry
+		// takes the route now configured.
+		return errRouteReplaced
+	}
+	c.setPhase(phaseWaiting)
+	for {
+		pc, err := srv.Pool().CheckOut(context.Background())
+		if retry, err := x.checkedOut(pc, err); !retry {
+			return err
+		}
+	}
+}
