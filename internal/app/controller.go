@@ -5,11 +5,17 @@ import (
 	"sort"
 
 	"github.com/mongobouncer/mongobouncer/internal/admin"
+	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/proxy"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
 
 var _ admin.Controller = (*App)(nil)
+
+// The proxy reports to metrics as its Observer; the assertion lives here
+// because metrics may not import proxy.
+var _ proxy.Observer = (*metrics.Metrics)(nil)
 
 // sortedRoutes returns copies of the running routes, taken under the lock
 // (a reload updates their settings), by name with the catch-all last.
@@ -77,10 +83,31 @@ func (a *App) Clients() []admin.ClientInfo {
 }
 
 // Servers describes every upstream connection (SHOW SERVERS).
-func (a *App) Servers() []admin.ServerConnInfo { return a.metrics.Connections() }
+func (a *App) Servers() []admin.ServerConnInfo { return serverConnInfos(a.metrics.Connections()) }
 
 // Stats returns totals since start (SHOW STATS).
-func (a *App) Stats() admin.StatsInfo { return a.metrics.Stats() }
+func (a *App) Stats() admin.StatsInfo { return statsInfo(a.metrics.Stats()) }
+
+// serverConnInfos maps metrics' connection snapshots to admin's: metrics
+// must not import admin (packages import downward), so app translates.
+func serverConnInfos(cs []metrics.ServerConn) []admin.ServerConnInfo {
+	if cs == nil {
+		return nil // keep "no connections" as null in the admin JSON, as before
+	}
+	out := make([]admin.ServerConnInfo, len(cs))
+	for i, c := range cs {
+		out[i] = admin.ServerConnInfo{Route: c.Route, Server: c.Server, ID: c.ID, State: c.State,
+			Generation: c.Generation, CreatedAt: c.CreatedAt, LastUsed: c.LastUsed}
+	}
+	return out
+}
+
+// statsInfo maps metrics' totals to admin's SHOW STATS snapshot.
+func statsInfo(t metrics.Totals) admin.StatsInfo {
+	return admin.StatsInfo{Uptime: t.Uptime, ClientsCurrent: t.ClientsCurrent, ClientsTotal: t.ClientsTotal,
+		Operations: t.Operations, Errors: t.Errors, BytesIn: t.BytesIn, BytesOut: t.BytesOut,
+		WaitAvg: t.WaitAvg, WaitP99: t.WaitP99, QueryAvg: t.QueryAvg, QueryP99: t.QueryP99}
+}
 
 // Ready reports whether every route has a ready pool on a usable server.
 func (a *App) Ready() (bool, []string) {

@@ -22,9 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/mongobouncer/mongobouncer/internal/admin"
-	"github.com/mongobouncer/mongobouncer/internal/proxy"
 )
 
 // Namespace prefixes every metric name.
@@ -110,9 +107,6 @@ type Metrics struct {
 	// MaxErrorCodes), with that label. Guarded by mu.
 	codes map[int32]string
 }
-
-// The proxy calls Metrics as its Observer.
-var _ proxy.Observer = (*Metrics)(nil)
 
 // New returns a Metrics with its own registry, holding the Go runtime and
 // process collectors besides mongobouncer's metrics.
@@ -223,15 +217,32 @@ func (p promLogger) Println(v ...any) {
 	p.l.Warn("metrics scrape failed", "error", fmt.Sprint(v...))
 }
 
+// Totals are the process totals since New: the data of SHOW STATS. The
+// admin package has its own type for them; internal/app maps one to the
+// other, so that metrics imports neither admin nor proxy.
+type Totals struct {
+	Uptime         time.Duration
+	ClientsCurrent int
+	ClientsTotal   uint64
+	Operations     uint64
+	Errors         uint64 // requests whose client got an error reply
+	BytesIn        uint64
+	BytesOut       uint64
+	WaitAvg        time.Duration // checkout wait of successful checkouts
+	WaitP99        time.Duration
+	QueryAvg       time.Duration // Observer.Request durations
+	QueryP99       time.Duration
+}
+
 // Stats returns the totals since New for SHOW STATS: clients, operations,
 // error replies, bytes, and the mean and p99 of the checkout wait (successful
 // checkouts) and of the query time (Observer.Request durations). The means and
 // p99s come from log-linear histograms and are within 1.6% of the exact
 // values.
-func (m *Metrics) Stats() admin.StatsInfo {
+func (m *Metrics) Stats() Totals {
 	w := m.waitHist.summary()
 	q := m.queryHist.summary()
-	return admin.StatsInfo{
+	return Totals{
 		Uptime:         time.Since(m.start),
 		ClientsCurrent: int(m.clientsCurrent.Load()),
 		ClientsTotal:   m.clientsTotal.Load(),

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/mongobouncer/mongobouncer/internal/admin"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 )
 
@@ -447,13 +446,25 @@ func (m *Metrics) livePools() []*poolState {
 	return slices.Collect(maps.Keys(m.pools))
 }
 
+// ServerConn is one upstream connection: the data of SHOW SERVERS. The
+// admin package has its own type for it; internal/app maps one to the other.
+type ServerConn struct {
+	Route      string
+	Server     string
+	ID         int64
+	State      string // ConnPending, ConnAvailable or ConnInUse
+	Generation uint64
+	CreatedAt  time.Time
+	LastUsed   time.Time
+}
+
 // Connections returns the upstream connections of every live pool, for
 // SHOW SERVERS, ordered by route, server and ID. A connection is listed from
 // ConnectionCreated until ConnectionClosed or its pool's PoolClosed. LastUsed
 // is its last check-in (its creation before the first), and now while it is
 // in use.
-func (m *Metrics) Connections() []admin.ServerConnInfo {
-	var out []admin.ServerConnInfo
+func (m *Metrics) Connections() []ServerConn {
+	var out []ServerConn
 	now := m.now()
 	for _, st := range m.livePools() {
 		conns := st.conns.Load()
@@ -466,7 +477,7 @@ func (m *Metrics) Connections() []admin.ServerConnInfo {
 			if state == stateInUse {
 				used = now
 			}
-			out = append(out, admin.ServerConnInfo{
+			out = append(out, ServerConn{
 				Route:      st.key.route,
 				Server:     st.key.server,
 				ID:         c.id,
@@ -477,7 +488,7 @@ func (m *Metrics) Connections() []admin.ServerConnInfo {
 			})
 		}
 	}
-	slices.SortFunc(out, func(a, b admin.ServerConnInfo) int {
+	slices.SortFunc(out, func(a, b ServerConn) int {
 		return cmp.Or(cmp.Compare(a.Route, b.Route), cmp.Compare(a.Server, b.Server), cmp.Compare(a.ID, b.ID))
 	})
 	return out

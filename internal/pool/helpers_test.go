@@ -86,8 +86,12 @@ func (m *mockConnector) upstream(id int64) *mockUpstream {
 type recorder struct {
 	maxPoolSize, maxConnecting int
 
-	mu         sync.Mutex
-	events     []pool.Event
+	mu     sync.Mutex
+	events []pool.Event
+	// at[i] is when events[i] was received: read inside HandleEvent, so under
+	// the pool's lock, which is what bounds the events' durations (see
+	// checkDurations).
+	at         []time.Time
 	changed    chan struct{} // closed and replaced at every event
 	violations []string
 }
@@ -113,6 +117,7 @@ func (r *recorder) HandleEvent(e pool.Event) {
 		r.violations = append(r.violations, fmt.Sprintf("%v: negative duration %v", e.Type, e.Duration))
 	}
 	r.events = append(r.events, e)
+	r.at = append(r.at, time.Now())
 	close(r.changed)
 	r.changed = make(chan struct{})
 }
@@ -122,6 +127,13 @@ func (r *recorder) snapshot() []pool.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]pool.Event(nil), r.events...)
+}
+
+// stamped returns the events so far and when each was received.
+func (r *recorder) stamped() ([]pool.Event, []time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]pool.Event(nil), r.events...), append([]time.Time(nil), r.at...)
 }
 
 // count returns how many events of type t were recorded.

@@ -6,11 +6,13 @@ package pool_test
 // (internal/upstream) against the scripted fake server (internal/testutil/fakemongo),
 // which honours the failCommand fail points they use.
 //
-// The runner is stricter than the Go driver's: all 33 files run, `duration` and
-// `interruptInUseConnections` are compared like any other field, every event's
+// The runner is stricter than the Go driver's: all 33 files run,
+// `interruptInUseConnections` is compared like any other field, every event's
 // counts are checked (total = available + pending + in use, total <= maxPoolSize,
 // pending <= maxConnecting), and a checkout that failed with reason "timeout" must
-// have waited at least waitQueueTimeoutMS.
+// have waited at least waitQueueTimeoutMS. The files give `duration` only as the
+// "any value" placeholder, so the runner checks every measured duration against
+// the times it saw the events and ran the checkouts instead (checkDurations).
 
 import (
 	"context"
@@ -85,9 +87,10 @@ type specRun struct {
 	pool *pool.Pool
 	rec  *recorder
 
-	mu      sync.Mutex
-	conns   map[string]*pool.Conn // labelled checkouts
-	threads map[string]*specThread
+	mu        sync.Mutex
+	conns     map[string]*pool.Conn // labelled checkouts
+	threads   map[string]*specThread
+	checkouts []*checkoutWindow // every checkOut operation, in start order
 }
 
 // specThread runs the operations scheduled on one named thread, in order; after the
@@ -155,7 +158,7 @@ func runSpecTest(t *testing.T, st *specTest) {
 			break
 		}
 	}
-	events := rec.snapshot()
+	events, at := rec.stamped()
 
 	if st.Error != nil {
 		if mainErr == nil {
@@ -192,6 +195,7 @@ func runSpecTest(t *testing.T, st *specTest) {
 			t.Errorf("checkout timed out after %v, before waitQueueTimeout %v", e.Duration, opts.WaitQueueTimeout)
 		}
 	}
+	checkDurations(t, events, at, r.checkoutWindows())
 	rec.checkInvariants(t)
 }
 
@@ -310,7 +314,9 @@ func (r *specRun) exec(op map[string]any) error {
 	case "checkOut":
 		ctx, cancel := context.WithTimeout(context.Background(), specCheckOutTimeout)
 		defer cancel()
+		w := r.startCheckout()
 		c, err := r.pool.CheckOut(ctx)
+		r.endCheckout(w, c, err)
 		if err != nil {
 			return err
 		}
