@@ -2,15 +2,21 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/devmongo"
@@ -249,4 +255,144 @@ func joinLines(ss []string) string {
 		out += "  " + s + "\n"
 	}
 	return out
+}
+
+// nodeModulesPath returns tools/node/node_modules if `make node-tools` has
+// installed the Node driver there and node is on PATH. Missing, it fails
+// the test under CI and skips it elsewhere, as mongoshPath does.
+func nodeModulesPath(t *testing.T) string {
+	t.Helper()
+	root, err := devmongo.ModuleRoot()
+	must(t, err)
+	dir := filepath.Join(root, "tools", "node", "node_modules")
+	_, errMod := os.Stat(filepath.Join(dir, "mongodb", "package.json"))
+	_, errNode := exec.LookPath("node")
+	if err := errors.Join(errMod, errNode); err != nil {
+		msg := fmt.Sprintf("the Node driver or node is missing (%v): run `make node-tools`", err)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return dir
+}
+
+// runNodeTool runs a Node program (node or mongosh) to completion with a
+// private HOME, and fails t on a non-zero exit.
+func runNodeTool(t *testing.T, env []string, name string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	home := t.TempDir()
+	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NO_COLOR=1"), env...)
+	cmd.Dir = home
+	cmd.WaitDelay = 5 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("%s: %v (ctx %v); output:\n%s", filepath.Base(name), err, ctx.Err(), out)
+	}
+}
+
+// TestUpstreamRepliesToMoreToComeFromDrivers is the quirk as users meet
+// it: mongosh and a Node driver script connect through mongobouncer to
+// FerretDB, run a command and close, which sends endSessions with
+// moreToCome, while Go driver clients share the same small pool. FerretDB
+// answers each endSessions; none of the Go clients' commands may fail.
+// Their retries are off, so that a failure cannot hide behind a retry.
+func TestUpstreamRepliesToMoreToComeFromDrivers(t *testing.T) {
+	sh := mongoshPath(t)
+	modules := nodeModulesPath(t)
+	script, err := filepath.Abs(filepath.Join("testdata", "node_close.js"))
+	must(t, err)
+	eachIO(t, func(t *testing.T) {
+		up := devmongo.Start(t)
+		a, addr := bouncer(t, up.URI(), func(c *config.Config) { c.Global.MaxPoolSize = 2 })
+		waitUsable(t, a, 1)
+		var log cmdLog
+		goClient := driverWith(t, addr, "&retryWrites=false&retryReads=false", func(o *options.ClientOptions) { o.SetMonitor(log.monitor()) })
+		ctx := ctxT(t, 2*time.Minute)
+		must(t, goClient.Ping(ctx, nil))
+
+		// Go workers run commands until told to stop.
+		const workers = 4
+		var ops atomic.Int64
+		var mu sync.Mutex
+		var errs []string // guarded by mu
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				coll := goClient.Database("test").Collection(fmt.Sprintf("go%d", w))
+				for i := 0; i < 100_000; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var err error
+					switch i % 3 {
+					case 0:
+						err = goClient.Ping(ctx, nil)
+					case 1:
+						_, err = coll.InsertOne(ctx, bson.D{{Key: "i", Value: i}})
+					default:
+						err = coll.FindOne(ctx, bson.D{{Key: "i", Value: i - 1}}).Err()
+					}
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, err.Error())
+						mu.Unlock()
+					}
+					ops.Add(1)
+				}
+			}()
+		}
+		defer func() { // a failed wait must not leave the workers running
+			select {
+			case <-stop:
+			default:
+				close(stop)
+			}
+			wg.Wait()
+		}()
+
+		// Two of each close while the Go clients run.
+		uri := "mongodb://" + addr + "/test?serverSelectionTimeoutMS=10000"
+		var tools sync.WaitGroup
+		for range 2 {
+			tools.Add(2)
+			go func() {
+				defer tools.Done()
+				runNodeTool(t, []string{"NODE_PATH=" + modules}, "node", script, uri)
+			}()
+			go func() {
+				defer tools.Done()
+				runNodeTool(t, nil, sh, uri, "--quiet", "--norc", "--eval", `db.runCommand({ping: 1}); db.node_close.countDocuments({})`)
+			}()
+			tools.Wait()
+		}
+		// The last stray reply is on a pooled connection now: the Go
+		// clients go on long enough to use every connection of the pool.
+		after := ops.Load() + 200
+		waitFor(t, "200 more Go driver commands", func() bool { return ops.Load() >= after })
+		close(stop)
+		wg.Wait()
+
+		mu.Lock()
+		defer mu.Unlock()
+		if len(errs) > 0 || len(log.failures()) > 0 {
+			t.Fatalf("%d of %d Go driver operations failed after mongosh and the Node driver closed their connections (endSessions with moreToCome); first: %s\nfailed commands: %v",
+				len(errs), ops.Load(), firstOf(errs), log.failures())
+		}
+		t.Logf("%d Go driver operations, none failed", ops.Load())
+	})
+}
+
+func firstOf(ss []string) string {
+	if len(ss) == 0 {
+		return "(none)"
+	}
+	return ss[0]
 }
