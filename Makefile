@@ -64,15 +64,12 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# The end-to-end package runs twice more: with the event loop on epoll
-# (event_loop_io = "epoll"; the default is io_uring where the kernel has it),
-# and with a goroutine per client (event_loop = false), so every I/O model
-# passes the same tests. The allocation test skips under -race (counts mean
-# nothing there), so it runs once more without it.
+# The end-to-end tests run each I/O model (a goroutine per client, the event
+# loop on epoll and on io_uring) as subtests of their own. The allocation
+# test skips under -race (counts mean nothing there), so it runs once more
+# without it.
 test: devmongo node-tools python-tools browser-tools fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
-	MONGOBOUNCER_TEST_LOOP_IO=epoll $(GO) test -race -count=1 -timeout 12m ./internal/e2e/
-	MONGOBOUNCER_TEST_EVENT_LOOP=0 $(GO) test -race -count=1 -timeout 12m ./internal/e2e/
 	$(GO) test -count=1 -timeout 2m -run '^TestProxiedRequestDoesNotAllocate$$' ./internal/e2e/
 
 bench:

@@ -65,6 +65,7 @@ func benchPing(b *testing.B, addr string, conns int) {
 }
 
 func BenchmarkPing(b *testing.B) {
+	oneIO(b) // the shipped configuration
 	up := fakemongo.Start(b, fakemongo.Options{})
 	_, addr := bouncer(b, up.URI(), mode("statement", 10))
 	for _, conns := range []int{1, 100} {
@@ -80,35 +81,37 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // pooled buffers. The count is process-wide (heartbeats included), so the
 // bound is an average well under one allocation per request.
 func TestProxiedRequestDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are meaningless under the race detector")
-	}
-	up := fakemongo.Start(t, fakemongo.Options{})
-	_, addr := bouncer(t, up.URI(), func(c *config.Config) {
-		c.Global.PoolMode = "statement"
-		c.Global.HeartbeatInterval = time.Minute
+	eachIO(t, func(t *testing.T) {
+		if raceEnabled {
+			t.Skip("allocation counts are meaningless under the race detector")
+		}
+		up := fakemongo.Start(t, fakemongo.Options{})
+		_, addr := bouncer(t, up.URI(), func(c *config.Config) {
+			c.Global.PoolMode = "statement"
+			c.Global.HeartbeatInterval = time.Minute
+		})
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		(&rawClient{t: t, c: c}).hello()
+		_ = c.SetDeadline(time.Time{})
+		out := wire.AppendMsg(nil, 1, 0, 0, docOf(t, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}))
+		buf := make([]byte, 0, 1024)
+		ping := func() {
+			if _, err := c.Write(out); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := wire.ReadMessage(c, buf, wire.DefaultMaxMessageSize); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 200 { // warm the pools
+			ping()
+		}
+		if avg := testing.AllocsPerRun(2000, ping); avg > 0.05 {
+			t.Fatalf("%.3f allocations per proxied request, want ~0", avg)
+		}
 	})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	(&rawClient{t: t, c: c}).hello()
-	_ = c.SetDeadline(time.Time{})
-	out := wire.AppendMsg(nil, 1, 0, 0, docOf(t, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}))
-	buf := make([]byte, 0, 1024)
-	ping := func() {
-		if _, err := c.Write(out); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := wire.ReadMessage(c, buf, wire.DefaultMaxMessageSize); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 200 { // warm the pools
-		ping()
-	}
-	if avg := testing.AllocsPerRun(2000, ping); avg > 0.05 {
-		t.Fatalf("%.3f allocations per proxied request, want ~0", avg)
-	}
 }

@@ -40,30 +40,32 @@ import (
 // each subtest uses its own database and, where it needs particular
 // settings, its own mongobouncer.
 func TestDevmongoDrivers(t *testing.T) {
-	// Registered first so it runs last, after every bouncer, client and the
-	// devmongo process have been stopped by later cleanups.
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	eachIO(t, func(t *testing.T) {
+		// Registered first so it runs last, after every bouncer, client and the
+		// devmongo process have been stopped by later cleanups.
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 
-	up := devmongo.Start(t)
+		up := devmongo.Start(t)
 
-	// The subtests that need no special settings share one bouncer, closed
-	// when they are done: ManyClients counts every connection this process
-	// has to the upstream, so no other bouncer may be alive then.
-	t.Run("Shared", func(t *testing.T) {
-		_, addr := bouncer(t, up.URI(), nil)
-		t.Run("CRUD", func(t *testing.T) { testCRUD(t, addr) })
-		t.Run("GetMore", func(t *testing.T) { testGetMore(t, addr) })
-		t.Run("Aggregate", func(t *testing.T) { testAggregate(t, addr) })
-		t.Run("BulkWrite", func(t *testing.T) { testBulkWrite(t, addr) })
-		t.Run("Sessions", func(t *testing.T) { testSessions(t, addr) })
-		for _, name := range []string{"snappy", "zlib", "zstd"} {
-			t.Run("Compression/"+name, func(t *testing.T) { testCompression(t, addr, name) })
-		}
-		t.Run("Pymongo", func(t *testing.T) { testPymongo(t, addr) })
+		// The subtests that need no special settings share one bouncer, closed
+		// when they are done: ManyClients counts every connection this process
+		// has to the upstream, so no other bouncer may be alive then.
+		t.Run("Shared", func(t *testing.T) {
+			_, addr := bouncer(t, up.URI(), nil)
+			t.Run("CRUD", func(t *testing.T) { testCRUD(t, addr) })
+			t.Run("GetMore", func(t *testing.T) { testGetMore(t, addr) })
+			t.Run("Aggregate", func(t *testing.T) { testAggregate(t, addr) })
+			t.Run("BulkWrite", func(t *testing.T) { testBulkWrite(t, addr) })
+			t.Run("Sessions", func(t *testing.T) { testSessions(t, addr) })
+			for _, name := range []string{"snappy", "zlib", "zstd"} {
+				t.Run("Compression/"+name, func(t *testing.T) { testCompression(t, addr, name) })
+			}
+			t.Run("Pymongo", func(t *testing.T) { testPymongo(t, addr) })
+		})
+		t.Run("RetryableWrites", func(t *testing.T) { testRetryableWrites(t, up) })
+		t.Run("ManyClients", func(t *testing.T) { testManyClients(t, up) })
 	})
-	t.Run("RetryableWrites", func(t *testing.T) { testRetryableWrites(t, up) })
-	t.Run("ManyClients", func(t *testing.T) { testManyClients(t, up) })
 }
 
 // cmdLog records the commands a driver sends, for assertions on what went

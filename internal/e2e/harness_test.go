@@ -44,14 +44,7 @@ func newBouncer(t testing.TB, upstreamURI string, tweak func(*config.Config), le
 	cfg.Global.ServerSelectionTimeout = 5 * time.Second
 	cfg.Global.WaitQueueTimeout = 10 * time.Second
 	cfg.Databases = map[string]config.Route{"*": {ConnectionString: config.URI(upstreamURI)}}
-	// make test runs this package three times: as configured by default
-	// (the event loop on Linux, on io_uring where the kernel has it), with
-	// MONGOBOUNCER_TEST_LOOP_IO=epoll, and with
-	// MONGOBOUNCER_TEST_EVENT_LOOP=0, a goroutine per client.
-	cfg.Global.EventLoop = os.Getenv("MONGOBOUNCER_TEST_EVENT_LOOP") != "0"
-	if io := os.Getenv("MONGOBOUNCER_TEST_LOOP_IO"); io != "" {
-		cfg.Global.EventLoopIO = config.EventLoopIO(io)
-	}
+	ioModelOf(t).apply(&cfg)
 	if tweak != nil {
 		tweak(&cfg)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,32 +40,31 @@ func sizedPing(t *testing.T, id int32, size int) []byte {
 // inline buffer exactly, on a message boundary, with more still in the
 // socket: every request must be answered.
 func TestLoopPipelineThatFillsTheInlineBuffer(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the event loop is Linux only")
-	}
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	_, addr := bouncer(t, up.URI(), withLoop("statement", 2))
-	cl := dialRaw(t, addr)
-	cl.hello()
-	if r := cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
-		t.Fatal(r)
-	}
-	time.Sleep(50 * time.Millisecond) // the client is idle in the loop
-	const n = 12
-	var all []byte
-	for i := range n {
-		all = append(all, sizedPing(t, int32(100+i), 128)...)
-	}
-	cl.sendRaw(all)
-	for i := range n {
-		rep, err := cl.tryRecv(3 * time.Second)
-		if err != nil {
-			t.Fatalf("reply %d of %d never came: %v", i+1, n, err)
+	loopIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		_, addr := bouncer(t, up.URI(), withLoop("statement", 2))
+		cl := dialRaw(t, addr)
+		cl.hello()
+		if r := cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+			t.Fatal(r)
 		}
-		if rep.header.ResponseTo != int32(100+i) || okOf(rep.body) != 1 {
-			t.Fatalf("reply %d: %v to %d", i, rep.body, rep.header.ResponseTo)
+		time.Sleep(50 * time.Millisecond) // the client is idle in the loop
+		const n = 12
+		var all []byte
+		for i := range n {
+			all = append(all, sizedPing(t, int32(100+i), 128)...)
 		}
-	}
+		cl.sendRaw(all)
+		for i := range n {
+			rep, err := cl.tryRecv(3 * time.Second)
+			if err != nil {
+				t.Fatalf("reply %d of %d never came: %v", i+1, n, err)
+			}
+			if rep.header.ResponseTo != int32(100+i) || okOf(rep.body) != 1 {
+				t.Fatalf("reply %d: %v to %d", i, rep.body, rep.header.ResponseTo)
+			}
+		}
+	})
 }
 
 // Stress: clients pipeline requests of mixed sizes (some larger than the
@@ -75,11 +73,10 @@ func TestLoopPipelineThatFillsTheInlineBuffer(t *testing.T) {
 // interruptInUse now and then. Every request gets exactly one reply, in
 // order, within the deadline.
 func TestLoopPipelineStress(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the event loop is Linux only")
-	}
-	t.Run("steady", func(t *testing.T) { loopPipelineStress(t, false) })
-	t.Run("clearing", func(t *testing.T) { loopPipelineStress(t, true) })
+	loopIO(t, func(t *testing.T) {
+		t.Run("steady", func(t *testing.T) { loopPipelineStress(t, false) })
+		t.Run("clearing", func(t *testing.T) { loopPipelineStress(t, true) })
+	})
 }
 
 // loopPipelineStress is TestLoopPipelineStress, with the pool cleared with
@@ -197,35 +194,34 @@ func heldFinds(t *testing.T) (up *fakemongo.Server, release func()) {
 // thread left to receive the reply, so the request is abandoned: its
 // connection closed (not left checked out) and its client finalized.
 func TestLoopStoppedWithRequestInFlight(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the event loop is Linux only")
-	}
-	up, rel := heldFinds(t)
-	a, addr := lenientBouncer(t, up.URI(), withLoop("statement", 1))
-	pl := a.Topologies()[0].Servers()[0].Pool()
-	cl := dialRaw(t, addr)
-	cl.hello()
-	if r := cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
-		t.Fatal(r)
-	}
-	cl.send(0, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "test"}})
-	waitFor(t, "the find to reach the upstream", func() bool { return up.Requests("find") == 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	err := a.Server().Close(ctx)
-	cancel()
-	if err == nil {
-		t.Fatal("Close returned before the request in flight ended")
-	}
-	rel()
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		if pl.Stats().InUse == 0 && a.Server().ClientCount() == 0 {
-			return
+	loopIO(t, func(t *testing.T) {
+		up, rel := heldFinds(t)
+		a, addr := lenientBouncer(t, up.URI(), withLoop("statement", 1))
+		pl := a.Topologies()[0].Servers()[0].Pool()
+		cl := dialRaw(t, addr)
+		cl.hello()
+		if r := cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
+			t.Fatal(r)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("3s after the upstream answered: pool InUse %d, clients %d; want 0 and 0 (connection leaked, client never finalized)",
-		pl.Stats().InUse, a.Server().ClientCount())
+		cl.send(0, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "test"}})
+		waitFor(t, "the find to reach the upstream", func() bool { return up.Requests("find") == 1 })
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := a.Server().Close(ctx)
+		cancel()
+		if err == nil {
+			t.Fatal("Close returned before the request in flight ended")
+		}
+		rel()
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			if pl.Stats().InUse == 0 && a.Server().ClientCount() == 0 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("3s after the upstream answered: pool InUse %d, clients %d; want 0 and 0 (connection leaked, client never finalized)",
+			pl.Stats().InUse, a.Server().ClientCount())
+	})
 }
 
 // Server.Close while a client's goroutine waits for a pool connection to
@@ -234,36 +230,35 @@ func TestLoopStoppedWithRequestInFlight(t *testing.T) {
 // not then hand the client to the loop (through the descriptor the loop
 // kept from an earlier stay), where nobody would disconnect it.
 func TestCloseWhileGoroutineWaitsToForward(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the event loop is Linux only")
-	}
-	up, rel := heldFinds(t)
-	a, addr := lenientBouncer(t, up.URI(), withLoop("statement", 1))
-	ping := bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}
-	holder := dialRaw(t, addr)
-	holder.hello()
-	x := dialRaw(t, addr)
-	x.hello()
-	if r := x.cmd(ping); okOf(r) != 1 { // x has been in the loop once
-		t.Fatal(r)
-	}
-	holder.send(0, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "test"}})
-	waitFor(t, "the find to reach the upstream", func() bool { return up.Requests("find") == 1 })
-	x.send(wire.FlagMoreToCome, bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{bson.D{{Key: "a", Value: 1}}}}, {Key: "$db", Value: "test"}})
-	time.Sleep(100 * time.Millisecond) // x's goroutine waits in the pool's queue
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		done <- a.Server().Close(ctx)
-	}()
-	time.Sleep(200 * time.Millisecond)
-	rel()
-	if err := <-done; err != nil {
-		t.Fatalf("Close: %v; %d client(s) still connected (want every client disconnected); holder closed %v, x closed %v",
-			err, a.Server().ClientCount(), holder.closed(200*time.Millisecond), x.closed(200*time.Millisecond))
-	}
-	if !x.closed(time.Second) {
-		t.Fatal("client x still connected after Close")
-	}
+	loopIO(t, func(t *testing.T) {
+		up, rel := heldFinds(t)
+		a, addr := lenientBouncer(t, up.URI(), withLoop("statement", 1))
+		ping := bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}
+		holder := dialRaw(t, addr)
+		holder.hello()
+		x := dialRaw(t, addr)
+		x.hello()
+		if r := x.cmd(ping); okOf(r) != 1 { // x has been in the loop once
+			t.Fatal(r)
+		}
+		holder.send(0, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "test"}})
+		waitFor(t, "the find to reach the upstream", func() bool { return up.Requests("find") == 1 })
+		x.send(wire.FlagMoreToCome, bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{bson.D{{Key: "a", Value: 1}}}}, {Key: "$db", Value: "test"}})
+		time.Sleep(100 * time.Millisecond) // x's goroutine waits in the pool's queue
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			done <- a.Server().Close(ctx)
+		}()
+		time.Sleep(200 * time.Millisecond)
+		rel()
+		if err := <-done; err != nil {
+			t.Fatalf("Close: %v; %d client(s) still connected (want every client disconnected); holder closed %v, x closed %v",
+				err, a.Server().ClientCount(), holder.closed(200*time.Millisecond), x.closed(200*time.Millisecond))
+		}
+		if !x.closed(time.Second) {
+			t.Fatal("client x still connected after Close")
+		}
+	})
 }

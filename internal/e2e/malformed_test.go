@@ -538,154 +538,158 @@ func malWaitClients(t testing.TB, a *app.App, n int, d time.Duration) {
 }
 
 func TestMalformedInputCatalogue(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	eachIO(t, func(t *testing.T) {
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	a, addr := bouncer(t, up.URI(), nil)
-	c := driver(t, addr, "&appName=malformed-load")
-	if err := c.Ping(ctxT(t, 20*time.Second), nil); err != nil {
-		t.Fatal(err)
-	}
-	load := malStartLoad(c)
-	ctl := dialRaw(t, addr)
-	ctl.hello()
-	zeros := malZeros8MB(t)
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		a, addr := bouncer(t, up.URI(), nil)
+		c := driver(t, addr, "&appName=malformed-load")
+		if err := c.Ping(ctxT(t, 20*time.Second), nil); err != nil {
+			t.Fatal(err)
+		}
+		load := malStartLoad(c)
+		ctl := dialRaw(t, addr)
+		ctl.hello()
+		zeros := malZeros8MB(t)
 
-	cases := malCatalogue(t, zeros)
-	if len(cases) < 15 {
-		t.Fatalf("catalogue has %d cases", len(cases))
-	}
-	for i, tc := range cases {
-		load.setPhase(tc.name)
-		t.Run(tc.name, func(t *testing.T) { malRun(t, addr, int32(7000+i), tc) })
-		// The raw client that behaves sends a command right after each bad
-		// input, on its long-lived connection and on a new one.
-		if body := ctl.cmd(malPingCmd()); okOf(body) != 1 {
-			t.Fatalf("after %q: well-behaved raw client got %v", tc.name, body)
+		cases := malCatalogue(t, zeros)
+		if len(cases) < 15 {
+			t.Fatalf("catalogue has %d cases", len(cases))
 		}
-		fresh := dialRaw(t, addr)
-		if okOf(fresh.hello()) != 1 || okOf(fresh.cmd(malPingCmd())) != 1 {
-			t.Fatalf("after %q: a new client cannot connect", tc.name)
+		for i, tc := range cases {
+			load.setPhase(tc.name)
+			t.Run(tc.name, func(t *testing.T) { malRun(t, addr, int32(7000+i), tc) })
+			// The raw client that behaves sends a command right after each bad
+			// input, on its long-lived connection and on a new one.
+			if body := ctl.cmd(malPingCmd()); okOf(body) != 1 {
+				t.Fatalf("after %q: well-behaved raw client got %v", tc.name, body)
+			}
+			fresh := dialRaw(t, addr)
+			if okOf(fresh.hello()) != 1 || okOf(fresh.cmd(malPingCmd())) != 1 {
+				t.Fatalf("after %q: a new client cannot connect", tc.name)
+			}
+			fresh.c.Close()
+			malNoServeErrors(t, a)
 		}
-		fresh.c.Close()
+
+		load.setPhase("1000 rapid connect/close cycles")
+		t.Run("1000 rapid connect/close cycles", func(t *testing.T) {
+			deadline := time.Now().Add(45 * time.Second)
+			before := a.Server().TotalClients()
+			hello := wire.AppendMsg(nil, 1, 0, 0, docOf(t, bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
+			for i := range 1000 {
+				if time.Now().After(deadline) {
+					t.Fatalf("only %d cycles in 45s", i)
+				}
+				nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err != nil {
+					t.Fatalf("cycle %d: %v", i, err)
+				}
+				switch i % 3 {
+				case 1: // a hello, then gone before the reply is read
+					_ = nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+					_, _ = nc.Write(hello)
+				case 2: // half a header
+					_, _ = nc.Write(hello[:9])
+				}
+				if i%2 == 0 {
+					// Closing with SO_LINGER 0 resets the connection instead
+					// of a clean FIN.
+					_ = nc.(*net.TCPConn).SetLinger(0)
+				}
+				nc.Close()
+			}
+			if body := ctl.cmd(malPingCmd()); okOf(body) != 1 {
+				t.Fatalf("after the cycles: %v", body)
+			}
+			// Every cycle reaches the accept loop, which may lag behind.
+			for wait := time.Now().Add(10 * time.Second); a.Server().TotalClients()-before < 1000; {
+				if time.Now().After(wait) {
+					t.Fatalf("server accepted %d of the 1000 connections", a.Server().TotalClients()-before)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+
+		load.finish(t)
 		malNoServeErrors(t, a)
-	}
 
-	load.setPhase("1000 rapid connect/close cycles")
-	t.Run("1000 rapid connect/close cycles", func(t *testing.T) {
-		deadline := time.Now().Add(45 * time.Second)
-		before := a.Server().TotalClients()
-		hello := wire.AppendMsg(nil, 1, 0, 0, docOf(t, bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
-		for i := range 1000 {
-			if time.Now().After(deadline) {
-				t.Fatalf("only %d cycles in 45s", i)
-			}
-			nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-			if err != nil {
-				t.Fatalf("cycle %d: %v", i, err)
-			}
-			switch i % 3 {
-			case 1: // a hello, then gone before the reply is read
-				_ = nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
-				_, _ = nc.Write(hello)
-			case 2: // half a header
-				_, _ = nc.Write(hello[:9])
-			}
-			if i%2 == 0 {
-				// Closing with SO_LINGER 0 resets the connection instead
-				// of a clean FIN.
-				_ = nc.(*net.TCPConn).SetLinger(0)
-			}
-			nc.Close()
+		// Every bad client is gone: once the driver and the control client
+		// leave, no client is left.
+		ctl.c.Close()
+		if err := c.Disconnect(ctxT(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
 		}
-		if body := ctl.cmd(malPingCmd()); okOf(body) != 1 {
-			t.Fatalf("after the cycles: %v", body)
-		}
-		// Every cycle reaches the accept loop, which may lag behind.
-		for wait := time.Now().Add(10 * time.Second); a.Server().TotalClients()-before < 1000; {
-			if time.Now().After(wait) {
-				t.Fatalf("server accepted %d of the 1000 connections", a.Server().TotalClients()-before)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		malWaitClients(t, a, 0, 10*time.Second)
 	})
-
-	load.finish(t)
-	malNoServeErrors(t, a)
-
-	// Every bad client is gone: once the driver and the control client
-	// leave, no client is left.
-	ctl.c.Close()
-	if err := c.Disconnect(ctxT(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	malWaitClients(t, a, 0, 10*time.Second)
 }
 
 // TestMalformedSlowSenders stalls clients mid-header and mid-message:
 // others are served meanwhile, and client_idle_timeout ends the stalled.
 func TestMalformedSlowSenders(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	eachIO(t, func(t *testing.T) {
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	_, addr := bouncer(t, up.URI(), func(c *config.Config) { c.Global.ClientIdleTimeout = time.Second })
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		_, addr := bouncer(t, up.URI(), func(c *config.Config) { c.Global.ClientIdleTimeout = time.Second })
 
-	stall := func(t *testing.T, n int, prefix func(id int32) []byte) []*rawClient {
-		var out []*rawClient
-		for i := range n {
-			r := dialRaw(t, addr)
-			r.sendRaw(prefix(int32(i + 1)))
-			out = append(out, r)
+		stall := func(t *testing.T, n int, prefix func(id int32) []byte) []*rawClient {
+			var out []*rawClient
+			for i := range n {
+				r := dialRaw(t, addr)
+				r.sendRaw(prefix(int32(i + 1)))
+				out = append(out, r)
+			}
+			return out
 		}
-		return out
-	}
-	// While they stall, a well-behaved client keeps getting quick answers.
-	serveMeanwhile := func(t *testing.T) {
-		ctl := dialRaw(t, addr)
-		ctl.hello()
-		for i := range 10 {
+		// While they stall, a well-behaved client keeps getting quick answers.
+		serveMeanwhile := func(t *testing.T) {
+			ctl := dialRaw(t, addr)
+			ctl.hello()
+			for i := range 10 {
+				start := time.Now()
+				if body := ctl.cmd(malPingCmd()); okOf(body) != 1 {
+					t.Fatalf("ping %d: %v", i, body)
+				}
+				if d := time.Since(start); d > 3*time.Second {
+					t.Fatalf("ping %d took %v while other clients stall", i, d)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		expectClosed := func(t *testing.T, rs []*rawClient, within time.Duration) {
+			for i, r := range rs {
+				n, closed := malDrain(r.c, within)
+				if !closed {
+					t.Fatalf("stalled client %d still open after %v with client_idle_timeout 1s", i, within)
+				}
+				if n > 0 {
+					t.Fatalf("stalled client %d got %d bytes", i, n)
+				}
+			}
+		}
+		ping := func(id int32) []byte { return malOpMsg(id, 0, malKind0(malPing())) }
+
+		t.Run("partial header then stall", func(t *testing.T) {
 			start := time.Now()
-			if body := ctl.cmd(malPingCmd()); okOf(body) != 1 {
-				t.Fatalf("ping %d: %v", i, body)
+			rs := stall(t, 10, func(id int32) []byte { return ping(id)[:9] })
+			serveMeanwhile(t)
+			expectClosed(t, rs, 10*time.Second)
+			if d := time.Since(start); d < 900*time.Millisecond {
+				t.Fatalf("stalled clients closed after %v, before client_idle_timeout", d)
 			}
-			if d := time.Since(start); d > 3*time.Second {
-				t.Fatalf("ping %d took %v while other clients stall", i, d)
+		})
+		t.Run("header then stall", func(t *testing.T) {
+			start := time.Now()
+			rs := stall(t, 10, func(id int32) []byte { return ping(id)[:wire.HeaderLen+3] })
+			serveMeanwhile(t)
+			expectClosed(t, rs, 10*time.Second)
+			if d := time.Since(start); d < 900*time.Millisecond {
+				t.Fatalf("stalled clients closed after %v, before client_idle_timeout", d)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	expectClosed := func(t *testing.T, rs []*rawClient, within time.Duration) {
-		for i, r := range rs {
-			n, closed := malDrain(r.c, within)
-			if !closed {
-				t.Fatalf("stalled client %d still open after %v with client_idle_timeout 1s", i, within)
-			}
-			if n > 0 {
-				t.Fatalf("stalled client %d got %d bytes", i, n)
-			}
-		}
-	}
-	ping := func(id int32) []byte { return malOpMsg(id, 0, malKind0(malPing())) }
-
-	t.Run("partial header then stall", func(t *testing.T) {
-		start := time.Now()
-		rs := stall(t, 10, func(id int32) []byte { return ping(id)[:9] })
-		serveMeanwhile(t)
-		expectClosed(t, rs, 10*time.Second)
-		if d := time.Since(start); d < 900*time.Millisecond {
-			t.Fatalf("stalled clients closed after %v, before client_idle_timeout", d)
-		}
-	})
-	t.Run("header then stall", func(t *testing.T) {
-		start := time.Now()
-		rs := stall(t, 10, func(id int32) []byte { return ping(id)[:wire.HeaderLen+3] })
-		serveMeanwhile(t)
-		expectClosed(t, rs, 10*time.Second)
-		if d := time.Since(start); d < 900*time.Millisecond {
-			t.Fatalf("stalled clients closed after %v, before client_idle_timeout", d)
-		}
+		})
 	})
 }
 
@@ -693,35 +697,37 @@ func TestMalformedSlowSenders(t *testing.T) {
 // after headers that declare 40 MB messages: memory must follow the bytes
 // that arrived, not the lengths a client claims.
 func TestMalformedDeclaredLengthDoesNotReserveMemory(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	eachIO(t, func(t *testing.T) {
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	_, addr := bouncer(t, up.URI(), nil)
-	const conns, declared = 4, 40_000_000
-	heap := func() uint64 {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
-	before := heap()
-	var rs []*rawClient
-	for i := range conns {
-		r := dialRaw(t, addr)
-		r.sendRaw(append(malHeader(declared, int32(i+1), wire.OpMsg), 0, 0, 0, 0))
-		rs = append(rs, r)
-	}
-	// Let the proxy read the headers.
-	ctl := dialRaw(t, addr)
-	ctl.hello()
-	time.Sleep(200 * time.Millisecond)
-	after := heap()
-	t.Logf("heap grew by %d KB for %d stalled headers declaring %d MB each", (int64(after)-int64(before))>>10, conns, declared>>20)
-	if grew := int64(after) - int64(before); grew > conns*declared/4 {
-		t.Fatalf("heap grew by %d MB for %d stalled headers of %d MB", grew>>20, conns, declared>>20)
-	}
-	for _, r := range rs {
-		r.c.Close()
-	}
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		_, addr := bouncer(t, up.URI(), nil)
+		const conns, declared = 4, 40_000_000
+		heap := func() uint64 {
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			return ms.HeapAlloc
+		}
+		before := heap()
+		var rs []*rawClient
+		for i := range conns {
+			r := dialRaw(t, addr)
+			r.sendRaw(append(malHeader(declared, int32(i+1), wire.OpMsg), 0, 0, 0, 0))
+			rs = append(rs, r)
+		}
+		// Let the proxy read the headers.
+		ctl := dialRaw(t, addr)
+		ctl.hello()
+		time.Sleep(200 * time.Millisecond)
+		after := heap()
+		t.Logf("heap grew by %d KB for %d stalled headers declaring %d MB each", (int64(after)-int64(before))>>10, conns, declared>>20)
+		if grew := int64(after) - int64(before); grew > conns*declared/4 {
+			t.Fatalf("heap grew by %d MB for %d stalled headers of %d MB", grew>>20, conns, declared>>20)
+		}
+		for _, r := range rs {
+			r.c.Close()
+		}
+	})
 }

@@ -40,94 +40,98 @@ func mongoshPath(t *testing.T) string {
 // runCommand) through mongobouncer against FerretDB and checks its output
 // line by line.
 func TestMongosh(t *testing.T) {
-	sh := mongoshPath(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	eachIO(t, func(t *testing.T) {
+		sh := mongoshPath(t)
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 
-	up := devmongo.Start(t)
-	a, addr := bouncer(t, up.URI(), nil)
-	script, err := filepath.Abs(filepath.Join("testdata", "mongosh_smoke.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, sh, "mongodb://"+addr+"/test?serverSelectionTimeoutMS=10000",
-		"--quiet", "--norc", "--file", script)
-	// A private HOME keeps mongosh's logs and history out of the user's
-	// home; without a terminal and with --quiet it neither sends telemetry
-	// nor checks for updates.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NO_COLOR=1")
-	cmd.Dir = home
-	cmd.WaitDelay = 5 * time.Second
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	t.Logf("mongosh ran in %v", time.Since(start).Round(time.Millisecond))
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) || ctx.Err() != nil {
-			t.Fatalf("mongosh: %v (ctx %v); output:\n%s", err, ctx.Err(), out)
+		up := devmongo.Start(t)
+		a, addr := bouncer(t, up.URI(), nil)
+		script, err := filepath.Abs(filepath.Join("testdata", "mongosh_smoke.js"))
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Fatal(err)
-	}
 
-	want := []string{
-		"inserted: 5",
-		"count: 6",
-		"find: [1,2,3,4,6]",
-		`aggregate: [{"_id":"a","total":9},{"_id":"b","total":6},{"_id":"c","total":5}]`,
-		"ping: 1",
-		`db: "test"`,
-		"unknown command: 59",
-	}
-	got := strings.Split(strings.TrimSpace(strings.ReplaceAll(string(out), "\r\n", "\n")), "\n")
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("mongosh output:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))
-	}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, sh, "mongodb://"+addr+"/test?serverSelectionTimeoutMS=10000",
+			"--quiet", "--norc", "--file", script)
+		// A private HOME keeps mongosh's logs and history out of the user's
+		// home; without a terminal and with --quiet it neither sends telemetry
+		// nor checks for updates.
+		home := t.TempDir()
+		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NO_COLOR=1")
+		cmd.Dir = home
+		cmd.WaitDelay = 5 * time.Second
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		t.Logf("mongosh ran in %v", time.Since(start).Round(time.Millisecond))
+		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) || ctx.Err() != nil {
+				t.Fatalf("mongosh: %v (ctx %v); output:\n%s", err, ctx.Err(), out)
+			}
+			t.Fatal(err)
+		}
 
-	// The work went through the bouncer to the upstream: the documents are
-	// there when read directly, and the bouncer served mongosh's
-	// connections.
-	if n := a.Server().TotalClients(); n == 0 {
-		t.Fatal("the bouncer saw no client")
-	}
-	direct := driver(t, up.Addr(), "&directConnection=true")
-	n, err := direct.Database("test").Collection("smoke").CountDocuments(ctxT(t, 10*time.Second), bson.D{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n != 6 {
-		t.Fatalf("upstream holds %d documents, want 6", n)
-	}
+		want := []string{
+			"inserted: 5",
+			"count: 6",
+			"find: [1,2,3,4,6]",
+			`aggregate: [{"_id":"a","total":9},{"_id":"b","total":6},{"_id":"c","total":5}]`,
+			"ping: 1",
+			`db: "test"`,
+			"unknown command: 59",
+		}
+		got := strings.Split(strings.TrimSpace(strings.ReplaceAll(string(out), "\r\n", "\n")), "\n")
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("mongosh output:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))
+		}
+
+		// The work went through the bouncer to the upstream: the documents are
+		// there when read directly, and the bouncer served mongosh's
+		// connections.
+		if n := a.Server().TotalClients(); n == 0 {
+			t.Fatal("the bouncer saw no client")
+		}
+		direct := driver(t, up.Addr(), "&directConnection=true")
+		n, err := direct.Database("test").Collection("smoke").CountDocuments(ctxT(t, 10*time.Second), bson.D{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 6 {
+			t.Fatalf("upstream holds %d documents, want 6", n)
+		}
+	})
 }
 
 // TestMongoshShowPools runs the admin command an operator would type.
 func TestMongoshShowPools(t *testing.T) {
-	sh := mongoshPath(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	eachIO(t, func(t *testing.T) {
+		sh := mongoshPath(t)
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 
-	up := devmongo.Start(t)
-	a, addr := bouncer(t, up.URI(), nil)
-	waitUsable(t, a, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	eval := `const r = db.getSiblingDB("mongobouncer").runCommand({showPools: 1});
-print("ok: " + r.ok + " pools: " + r.pools.length + " route: " + r.pools[0].route + " server: " + r.pools[0].server);`
-	cmd := exec.CommandContext(ctx, sh, "mongodb://"+addr+"/test?serverSelectionTimeoutMS=10000",
-		"--quiet", "--norc", "--eval", eval)
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NO_COLOR=1")
-	cmd.Dir = home
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("mongosh: %v; output:\n%s", err, out)
-	}
-	want := "ok: 1 pools: 1 route: * server: " + up.Addr()
-	if got := strings.TrimSpace(string(out)); got != want {
-		t.Fatalf("mongosh showPools:\n%s\nwant:\n%s", got, want)
-	}
+		up := devmongo.Start(t)
+		a, addr := bouncer(t, up.URI(), nil)
+		waitUsable(t, a, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		eval := `const r = db.getSiblingDB("mongobouncer").runCommand({showPools: 1});
+	print("ok: " + r.ok + " pools: " + r.pools.length + " route: " + r.pools[0].route + " server: " + r.pools[0].server);`
+		cmd := exec.CommandContext(ctx, sh, "mongodb://"+addr+"/test?serverSelectionTimeoutMS=10000",
+			"--quiet", "--norc", "--eval", eval)
+		home := t.TempDir()
+		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NO_COLOR=1")
+		cmd.Dir = home
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("mongosh: %v; output:\n%s", err, out)
+		}
+		want := "ok: 1 pools: 1 route: * server: " + up.Addr()
+		if got := strings.TrimSpace(string(out)); got != want {
+			t.Fatalf("mongosh showPools:\n%s\nwant:\n%s", got, want)
+		}
+	})
 }

@@ -34,6 +34,7 @@ func fileBouncer(t *testing.T, toml string) (*app.App, string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ioModelOf(t).apply(&cfg)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	a, err := app.NewWithOptions(cfg, app.Options{Logger: log})
 	if err != nil {
@@ -72,84 +73,88 @@ func adminCmd(t *testing.T, c *mongo.Client, cmd bson.D) bson.Raw {
 }
 
 func TestAdminCommandsOverTheWire(t *testing.T) {
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
-	waitUsable(t, a, 1)
-	c := driver(t, addr, "&appName=ops-test")
-	ctx := ctxT(t, 20*time.Second)
-	if _, err := c.Database("test").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
+		waitUsable(t, a, 1)
+		c := driver(t, addr, "&appName=ops-test")
+		ctx := ctxT(t, 20*time.Second)
+		if _, err := c.Database("test").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 1}}); err != nil {
+			t.Fatal(err)
+		}
 
-	pools := adminCmd(t, c, bson.D{{Key: "showPools", Value: 1}})
-	arr, _ := pools.Lookup("pools").ArrayOK()
-	vals, _ := arr.Values()
-	if len(vals) != 1 {
-		t.Fatalf("showPools: %v", pools)
-	}
-	p := vals[0].Document()
-	if r, _ := p.Lookup("route").StringValueOK(); r != "*" {
-		t.Fatalf("showPools route: %v", p)
-	}
-	if m, _ := p.Lookup("maxPoolSize").AsInt64OK(); m != 5 {
-		t.Fatalf("showPools maxPoolSize: %v", p)
-	}
+		pools := adminCmd(t, c, bson.D{{Key: "showPools", Value: 1}})
+		arr, _ := pools.Lookup("pools").ArrayOK()
+		vals, _ := arr.Values()
+		if len(vals) != 1 {
+			t.Fatalf("showPools: %v", pools)
+		}
+		p := vals[0].Document()
+		if r, _ := p.Lookup("route").StringValueOK(); r != "*" {
+			t.Fatalf("showPools route: %v", p)
+		}
+		if m, _ := p.Lookup("maxPoolSize").AsInt64OK(); m != 5 {
+			t.Fatalf("showPools maxPoolSize: %v", p)
+		}
 
-	clients := adminCmd(t, c, bson.D{{Key: "showClients", Value: 1}})
-	if !strings.Contains(clients.String(), "ops-test") {
-		t.Fatalf("showClients lacks our appName: %v", clients)
-	}
-	servers := adminCmd(t, c, bson.D{{Key: "showServers", Value: 1}})
-	if !strings.Contains(servers.String(), up.Addr()) {
-		t.Fatalf("showServers lacks the upstream: %v", servers)
-	}
-	stats := adminCmd(t, c, bson.D{{Key: "showStats", Value: 1}})
-	if !strings.Contains(stats.String(), "operations") {
-		t.Fatalf("showStats: %v", stats)
-	}
-	cfg := adminCmd(t, c, bson.D{{Key: "showConfig", Value: 1}})
-	if !strings.Contains(cfg.String(), up.Addr()) {
-		t.Fatalf("showConfig: %v", cfg)
-	}
-	for _, cmd := range []string{"pause", "resume", "reconnect", "reload"} {
-		adminCmd(t, c, bson.D{{Key: cmd, Value: 1}})
-	}
-	// After reconnect, traffic still flows.
-	if _, err := c.Database("test").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 2}}); err != nil {
-		t.Fatal(err)
-	}
-	// An unknown route is a clear error.
-	err := c.Database("mongobouncer").RunCommand(ctx, bson.D{{Key: "pause", Value: 1}, {Key: "route", Value: "nope"}}).Err()
-	if err == nil || !strings.Contains(err.Error(), "nope") {
-		t.Fatalf("pause of unknown route: %v", err)
-	}
-	adminCmd(t, c, bson.D{{Key: "shutdown", Value: 1}})
-	select {
-	case <-a.ShutdownRequested():
-	case <-time.After(5 * time.Second):
-		t.Fatal("shutdown command did not request a shutdown")
-	}
+		clients := adminCmd(t, c, bson.D{{Key: "showClients", Value: 1}})
+		if !strings.Contains(clients.String(), "ops-test") {
+			t.Fatalf("showClients lacks our appName: %v", clients)
+		}
+		servers := adminCmd(t, c, bson.D{{Key: "showServers", Value: 1}})
+		if !strings.Contains(servers.String(), up.Addr()) {
+			t.Fatalf("showServers lacks the upstream: %v", servers)
+		}
+		stats := adminCmd(t, c, bson.D{{Key: "showStats", Value: 1}})
+		if !strings.Contains(stats.String(), "operations") {
+			t.Fatalf("showStats: %v", stats)
+		}
+		cfg := adminCmd(t, c, bson.D{{Key: "showConfig", Value: 1}})
+		if !strings.Contains(cfg.String(), up.Addr()) {
+			t.Fatalf("showConfig: %v", cfg)
+		}
+		for _, cmd := range []string{"pause", "resume", "reconnect", "reload"} {
+			adminCmd(t, c, bson.D{{Key: cmd, Value: 1}})
+		}
+		// After reconnect, traffic still flows.
+		if _, err := c.Database("test").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		// An unknown route is a clear error.
+		err := c.Database("mongobouncer").RunCommand(ctx, bson.D{{Key: "pause", Value: 1}, {Key: "route", Value: "nope"}}).Err()
+		if err == nil || !strings.Contains(err.Error(), "nope") {
+			t.Fatalf("pause of unknown route: %v", err)
+		}
+		adminCmd(t, c, bson.D{{Key: "shutdown", Value: 1}})
+		select {
+		case <-a.ShutdownRequested():
+		case <-time.After(5 * time.Second):
+			t.Fatal("shutdown command did not request a shutdown")
+		}
+	})
 }
 
 func TestPauseResume(t *testing.T) {
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
-	waitUsable(t, a, 1)
-	cl := dialRaw(t, addr)
-	cl.hello()
-	if r := cl.cmd(bson.D{{Key: "pause", Value: 1}, {Key: "$db", Value: "mongobouncer"}}); okOf(r) != 1 {
-		t.Fatal(r)
-	}
-	id := cl.send(0, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
-	if _, err := cl.tryRecv(300 * time.Millisecond); err == nil {
-		t.Fatal("a request completed while the route was paused")
-	}
-	if err := a.Resume(""); err != nil {
-		t.Fatal(err)
-	}
-	if rep := cl.recv(); rep.header.ResponseTo != id || okOf(rep.body) != 1 {
-		t.Fatalf("after resume: %v", rep.body)
-	}
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
+		waitUsable(t, a, 1)
+		cl := dialRaw(t, addr)
+		cl.hello()
+		if r := cl.cmd(bson.D{{Key: "pause", Value: 1}, {Key: "$db", Value: "mongobouncer"}}); okOf(r) != 1 {
+			t.Fatal(r)
+		}
+		id := cl.send(0, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
+		if _, err := cl.tryRecv(300 * time.Millisecond); err == nil {
+			t.Fatal("a request completed while the route was paused")
+		}
+		if err := a.Resume(""); err != nil {
+			t.Fatal(err)
+		}
+		if rep := cl.recv(); rep.header.ResponseTo != id || okOf(rep.body) != 1 {
+			t.Fatalf("after resume: %v", rep.body)
+		}
+	})
 }
 
 // load runs a bounded driver workload until stop is closed and counts
@@ -186,121 +191,125 @@ func load(t *testing.T, c *mongo.Client, workers int, stop <-chan struct{}) (*at
 }
 
 func TestReloadUnderLoad(t *testing.T) {
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	orders := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	a, addr, path := fileBouncer(t, baseTOML(up.URI(), ""))
-	waitUsable(t, a, 1)
-	c := driver(t, addr, "")
-	stop := make(chan struct{})
-	ops, errs, wg := load(t, c, 8, stop)
-	time.Sleep(300 * time.Millisecond)
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		orders := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		a, addr, path := fileBouncer(t, baseTOML(up.URI(), ""))
+		waitUsable(t, a, 1)
+		c := driver(t, addr, "")
+		stop := make(chan struct{})
+		ops, errs, wg := load(t, c, 8, stop)
+		time.Sleep(300 * time.Millisecond)
 
-	// Pool size changed and a route added, under load.
-	next := strings.Replace(baseTOML(up.URI(), ""), "max_pool_size = 5", "max_pool_size = 3", 1) +
-		fmt.Sprintf("\n[databases.orders]\nconnection_string = %q\n", orders.URI())
-	if err := os.WriteFile(path, []byte(next), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	for _, p := range a.Pools() {
-		if p.Route == "*" && p.MaxPoolSize != 3 {
-			t.Fatalf("max_pool_size not applied live: %+v", p)
+		// Pool size changed and a route added, under load.
+		next := strings.Replace(baseTOML(up.URI(), ""), "max_pool_size = 5", "max_pool_size = 3", 1) +
+			fmt.Sprintf("\n[databases.orders]\nconnection_string = %q\n", orders.URI())
+		if err := os.WriteFile(path, []byte(next), 0o600); err != nil {
+			t.Fatal(err)
 		}
-	}
-	ctx := ctxT(t, 20*time.Second)
-	if _, err := c.Database("orders").Collection("o").InsertOne(ctx, bson.D{{Key: "o", Value: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if len(orders.Collection("orders", "o")) != 1 {
-		t.Fatal("the added route did not get its database")
-	}
-	// An invalid file keeps the running configuration.
-	if err := os.WriteFile(path, []byte(next+"\nbogus_key = 1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err := a.Reload()
-	if err == nil || !strings.Contains(err.Error(), "mongobouncer.toml:") {
-		t.Fatalf("invalid reload: %v", err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	if errs.Load() != 0 || ops.Load() == 0 {
-		t.Fatalf("workload during reloads: %d ops, %d errors", ops.Load(), errs.Load())
-	}
-	if n := up.MaxOpen(); n > 5+1 {
-		t.Fatalf("upstream saw %d connections", n)
-	}
+		if err := a.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		for _, p := range a.Pools() {
+			if p.Route == "*" && p.MaxPoolSize != 3 {
+				t.Fatalf("max_pool_size not applied live: %+v", p)
+			}
+		}
+		ctx := ctxT(t, 20*time.Second)
+		if _, err := c.Database("orders").Collection("o").InsertOne(ctx, bson.D{{Key: "o", Value: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if len(orders.Collection("orders", "o")) != 1 {
+			t.Fatal("the added route did not get its database")
+		}
+		// An invalid file keeps the running configuration.
+		if err := os.WriteFile(path, []byte(next+"\nbogus_key = 1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := a.Reload()
+		if err == nil || !strings.Contains(err.Error(), "mongobouncer.toml:") {
+			t.Fatalf("invalid reload: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		if errs.Load() != 0 || ops.Load() == 0 {
+			t.Fatalf("workload during reloads: %d ops, %d errors", ops.Load(), errs.Load())
+		}
+		if n := up.MaxOpen(); n > 5+1 {
+			t.Fatalf("upstream saw %d connections", n)
+		}
+	})
 }
 
 func TestMetricsAndHealthEndpoints(t *testing.T) {
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
-	waitUsable(t, a, 1)
-	base := "http://" + a.AdminAddr().String()
-	get := func(p string) (int, string) {
-		resp, err := http.Get(base + p)
-		if err != nil {
-			t.Fatal(err)
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
+		waitUsable(t, a, 1)
+		base := "http://" + a.AdminAddr().String()
+		get := func(p string) (int, string) {
+			resp, err := http.Get(base + p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, _ := get("/healthz"); code != 200 {
-		t.Fatalf("/healthz %d", code)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		code, body := get("/readyz")
-		if code == 200 {
-			break
+		if code, _ := get("/healthz"); code != 200 {
+			t.Fatalf("/healthz %d", code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz %d: %s", code, body)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			code, body := get("/readyz")
+			if code == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz %d: %s", code, body)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	_, before := get("/metrics")
-	cl := dialRaw(t, addr)
-	cl.hello()
-	const n = 25
-	for range n {
-		cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
-	}
-	for range 3 {
-		cl.cmd(bson.D{{Key: "noSuchCommand", Value: 1}, {Key: "$db", Value: "admin"}})
-	}
-	_, after := get("/metrics")
-	if v := metricValue(after, `mongobouncer_upstream_errors_total{code="59",route="*"}`); v != 3 {
-		t.Fatalf("upstream errors with code 59: %v, want 3", v)
-	}
-	series := `mongobouncer_operations_total{command="ping",route="*"}`
-	if d := metricValue(after, series) - metricValue(before, series); d != n {
-		t.Fatalf("%s grew by %v, want %d\n%s", series, d, n, after)
-	}
-	for _, name := range []string{"mongobouncer_pool_connections", "mongobouncer_pool_checkout_duration_seconds",
-		"mongobouncer_client_connections", "mongobouncer_pool_connections_created_total", "mongobouncer_pool_wait_queue_length"} {
-		if !strings.Contains(after, name) {
-			t.Fatalf("no %s in /metrics", name)
+		_, before := get("/metrics")
+		cl := dialRaw(t, addr)
+		cl.hello()
+		const n = 25
+		for range n {
+			cl.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
 		}
-	}
-	// The upstream going away makes /readyz fail.
-	up.Kill()
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		code, _ := get("/readyz")
-		if code == 503 {
-			break
+		for range 3 {
+			cl.cmd(bson.D{{Key: "noSuchCommand", Value: 1}, {Key: "$db", Value: "admin"}})
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("/readyz stayed 200 with the upstream dead")
+		_, after := get("/metrics")
+		if v := metricValue(after, `mongobouncer_upstream_errors_total{code="59",route="*"}`); v != 3 {
+			t.Fatalf("upstream errors with code 59: %v, want 3", v)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		series := `mongobouncer_operations_total{command="ping",route="*"}`
+		if d := metricValue(after, series) - metricValue(before, series); d != n {
+			t.Fatalf("%s grew by %v, want %d\n%s", series, d, n, after)
+		}
+		for _, name := range []string{"mongobouncer_pool_connections", "mongobouncer_pool_checkout_duration_seconds",
+			"mongobouncer_client_connections", "mongobouncer_pool_connections_created_total", "mongobouncer_pool_wait_queue_length"} {
+			if !strings.Contains(after, name) {
+				t.Fatalf("no %s in /metrics", name)
+			}
+		}
+		// The upstream going away makes /readyz fail.
+		up.Kill()
+		deadline = time.Now().Add(10 * time.Second)
+		for {
+			code, _ := get("/readyz")
+			if code == 503 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("/readyz stayed 200 with the upstream dead")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 }
 
 // metricValue finds one series in Prometheus text output; 0 when absent.
@@ -316,124 +325,129 @@ func metricValue(text, series string) float64 {
 }
 
 func TestGracefulShutdownUnderLoad(t *testing.T) {
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	up.Handle("slow", func(*fakemongo.Request) fakemongo.Reply {
-		r := fakemongo.OK()
-		r.Delay = 400 * time.Millisecond
-		return r
-	})
-	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), `shutdown_timeout = "10s"`))
-	waitUsable(t, a, 1)
-	// In flight when the shutdown starts.
-	var inflight []*rawClient
-	var ids []int32
-	for range 3 {
-		c := dialRaw(t, addr)
-		c.hello()
-		ids = append(ids, c.send(0, bson.D{{Key: "slow", Value: 1}, {Key: "$db", Value: "test"}}))
-		inflight = append(inflight, c)
-	}
-	// A transaction open when the shutdown starts may finish.
-	tx := dialRaw(t, addr)
-	tx.hello()
-	lsid := newLSID(9)
-	tx.cmd(txnCmd("insert", lsid, 1, true))
-	idle := dialRaw(t, addr)
-	idle.hello()
-	time.Sleep(100 * time.Millisecond)
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		up.Handle("slow", func(*fakemongo.Request) fakemongo.Reply {
+			r := fakemongo.OK()
+			r.Delay = 400 * time.Millisecond
+			return r
+		})
+		a, addr, _ := fileBouncer(t, baseTOML(up.URI(), `shutdown_timeout = "10s"`))
+		waitUsable(t, a, 1)
+		// In flight when the shutdown starts.
+		var inflight []*rawClient
+		var ids []int32
+		for range 3 {
+			c := dialRaw(t, addr)
+			c.hello()
+			ids = append(ids, c.send(0, bson.D{{Key: "slow", Value: 1}, {Key: "$db", Value: "test"}}))
+			inflight = append(inflight, c)
+		}
+		// A transaction open when the shutdown starts may finish.
+		tx := dialRaw(t, addr)
+		tx.hello()
+		lsid := newLSID(9)
+		tx.cmd(txnCmd("insert", lsid, 1, true))
+		idle := dialRaw(t, addr)
+		idle.hello()
+		time.Sleep(100 * time.Millisecond)
 
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		done <- a.GracefulClose(ctx)
-	}()
-	time.Sleep(50 * time.Millisecond)
-	// New requests get ShutdownInProgress.
-	if r := idle.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}); codeOf(r) != 91 {
-		t.Fatalf("new request during shutdown: %v", r)
-	}
-	// The transaction goes on and commits.
-	if r := tx.cmd(txnCmd("insert", lsid, 1, false)); okOf(r) != 1 {
-		t.Fatalf("transaction command during shutdown: %v", r)
-	}
-	if r := tx.cmd(txnCmd("commitTransaction", lsid, 1, false)); okOf(r) != 1 {
-		t.Fatalf("commit during shutdown: %v", r)
-	}
-	for i, c := range inflight {
-		rep := c.recv()
-		if rep.header.ResponseTo != ids[i] || okOf(rep.body) != 1 {
-			t.Fatalf("in-flight request %d: %v", i, rep.body)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done <- a.GracefulClose(ctx)
+		}()
+		time.Sleep(50 * time.Millisecond)
+		// New requests get ShutdownInProgress.
+		if r := idle.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}); codeOf(r) != 91 {
+			t.Fatalf("new request during shutdown: %v", r)
 		}
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("shutdown: %v", err)
+		// The transaction goes on and commits.
+		if r := tx.cmd(txnCmd("insert", lsid, 1, false)); okOf(r) != 1 {
+			t.Fatalf("transaction command during shutdown: %v", r)
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("shutdown did not finish")
-	}
-	if txs := up.Transactions(); len(txs) != 1 || txs[0].State != fakemongo.TxnCommitted {
-		t.Fatalf("transaction: %+v", txs)
-	}
+		if r := tx.cmd(txnCmd("commitTransaction", lsid, 1, false)); okOf(r) != 1 {
+			t.Fatalf("commit during shutdown: %v", r)
+		}
+		for i, c := range inflight {
+			rep := c.recv()
+			if rep.header.ResponseTo != ids[i] || okOf(rep.body) != 1 {
+				t.Fatalf("in-flight request %d: %v", i, rep.body)
+			}
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("shutdown did not finish")
+		}
+		if txs := up.Transactions(); len(txs) != 1 || txs[0].State != fakemongo.TxnCommitted {
+			t.Fatalf("transaction: %+v", txs)
+		}
+	})
 }
 
 func TestReloadReplacesAndRemovesRoutesWithoutDroppingClients(t *testing.T) {
-	oldUp := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	newUp := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	reports := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	toml := func(star string, withReports bool) string {
-		s := strings.Replace(baseTOML(star, ""), `pool_mode = "statement"`, `pool_mode = "session"`, 1)
-		if withReports {
-			s += fmt.Sprintf("\n[databases.reports]\nconnection_string = %q\n", reports.URI())
+	eachIO(t, func(t *testing.T) {
+		oldUp := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		newUp := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		reports := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		toml := func(star string, withReports bool) string {
+			s := strings.Replace(baseTOML(star, ""), `pool_mode = "statement"`, `pool_mode = "session"`, 1)
+			if withReports {
+				s += fmt.Sprintf("\n[databases.reports]\nconnection_string = %q\n", reports.URI())
+			}
+			return s
 		}
-		return s
-	}
-	a, addr, path := fileBouncer(t, toml(oldUp.URI(), true))
-	waitUsable(t, a, 2)
-	ins := func(c *rawClient, db string) {
-		t.Helper()
-		if r := c.cmd(bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{bson.D{{Key: "x", Value: 1}}}}, {Key: "$db", Value: db}}); okOf(r) != 1 {
-			t.Fatalf("insert into %s: %v", db, r)
+		a, addr, path := fileBouncer(t, toml(oldUp.URI(), true))
+		waitUsable(t, a, 2)
+		ins := func(c *rawClient, db string) {
+			t.Helper()
+			if r := c.cmd(bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{bson.D{{Key: "x", Value: 1}}}}, {Key: "$db", Value: db}}); okOf(r) != 1 {
+				t.Fatalf("insert into %s: %v", db, r)
+			}
 		}
-	}
-	pinned := dialRaw(t, addr)
-	pinned.hello()
-	ins(pinned, "test")    // pins a connection of the old "*" upstream
-	ins(pinned, "reports") // and one of reports
+		pinned := dialRaw(t, addr)
+		pinned.hello()
+		ins(pinned, "test")    // pins a connection of the old "*" upstream
+		ins(pinned, "reports") // and one of reports
 
-	if err := os.WriteFile(path, []byte(toml(newUp.URI(), false)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	// The same client, still connected, now reaches the new upstream; the
-	// removed route's database falls to "*".
-	ins(pinned, "test")
-	ins(pinned, "reports")
-	if len(newUp.Collection("test", "c")) != 1 || len(newUp.Collection("reports", "c")) != 1 {
-		t.Fatal("requests after the reload did not reach the new upstream")
-	}
-	// The old pools drain (the client gave its pins back) and close.
-	deadline := time.Now().Add(10 * time.Second)
-	for oldUp.Open() > 0 || reports.Open() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("old upstreams still have %d and %d connections", oldUp.Open(), reports.Open())
+		if err := os.WriteFile(path, []byte(toml(newUp.URI(), false)), 0o600); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for _, p := range a.Pools() {
-		if p.Route == "reports" || p.Server == oldUp.Addr() {
-			t.Fatalf("old pool still listed: %+v", p)
+		if err := a.Reload(); err != nil {
+			t.Fatal(err)
 		}
-	}
+		// The same client, still connected, now reaches the new upstream; the
+		// removed route's database falls to "*".
+		ins(pinned, "test")
+		ins(pinned, "reports")
+		if len(newUp.Collection("test", "c")) != 1 || len(newUp.Collection("reports", "c")) != 1 {
+			t.Fatal("requests after the reload did not reach the new upstream")
+		}
+		// The old pools drain (the client gave its pins back) and close.
+		deadline := time.Now().Add(10 * time.Second)
+		for oldUp.Open() > 0 || reports.Open() > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("old upstreams still have %d and %d connections", oldUp.Open(), reports.Open())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for _, p := range a.Pools() {
+			if p.Route == "reports" || p.Server == oldUp.Addr() {
+				t.Fatalf("old pool still listed: %+v", p)
+			}
+		}
+	})
 }
 
 // Settings that take a restart keep their running values across a reload
 // that changes them (the reload itself succeeds and logs a warning).
 func TestReloadKeepsRestartOnlySettings(t *testing.T) {
+	oneIO(t) // no client: the configuration read back
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	a, _, path := fileBouncer(t, baseTOML(up.URI(), "event_loop_threads = 2"))
 	if got := a.Config()["event_loop_threads"]; got != 2 {

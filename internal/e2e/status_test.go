@@ -29,6 +29,7 @@ func TestStatusPageWithRealTraffic(t *testing.T) {
 		}
 		t.Skipf("%s is missing: run make browser-tools (as root)", chromium)
 	}
+	oneIO(t) // the admin page; the traffic only feeds its charts
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
 	waitUsable(t, a, 1)

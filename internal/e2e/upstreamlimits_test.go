@@ -19,18 +19,6 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
-// bothIOModels runs f with the event loop on (the default on Linux) and with a
-// goroutine per client, whatever MONGOBOUNCER_TEST_EVENT_LOOP says.
-func bothIOModels(t *testing.T, f func(t *testing.T, loop bool)) {
-	for _, loop := range []bool{true, false} {
-		name := "goroutines"
-		if loop {
-			name = "eventloop"
-		}
-		t.Run(name, func(t *testing.T) { f(t, loop) })
-	}
-}
-
 // bgPinger is a client pinging on its own connection in the background.
 type bgPinger struct {
 	n    atomic.Int64 // pings answered ok
@@ -146,10 +134,9 @@ func bgPingerer(addr string, stop <-chan struct{}, n *atomic.Int64) error {
 // another client carries on.
 func TestUpstreamMaxMessageSizeEnforcedOnClients(t *testing.T) {
 	const upLimit = 64 << 10
-	bothIOModels(t, func(t *testing.T, loop bool) {
+	eachIO(t, func(t *testing.T) {
 		up := fakemongo.Start(t, fakemongo.Options{InMemory: true, MaxMessageSizeBytes: upLimit})
 		a, addr := bouncer(t, up.URI(), func(c *config.Config) {
-			c.Global.EventLoop = loop
 			c.Global.PoolMode = "statement"
 			c.Global.MaxPoolSize = 2
 			// Far above the upstream's: only the upstream's limit can
@@ -218,20 +205,22 @@ func TestUpstreamMaxMessageSizeEnforcedOnClients(t *testing.T) {
 // maxWireVersion is min(ours, the upstream's): an upstream newer than
 // mongobouncer is advertised as what mongobouncer understands.
 func TestMaxWireVersionCappedForNewerUpstream(t *testing.T) {
-	up := fakemongo.Start(t, fakemongo.Options{MaxWireVersion: proxy.OurMaxWireVersion + 5})
-	a, addr := bouncer(t, up.URI(), nil)
-	waitUsable(t, a, 1)
-	if h := a.Topologies()[0].Servers()[0].Hello(); h == nil || h.MaxWireVersion != proxy.OurMaxWireVersion+5 {
-		t.Fatalf("upstream hello %+v, want maxWireVersion %d", h, proxy.OurMaxWireVersion+5)
-	}
-	for _, name := range []string{"hello", "isMaster"} {
-		c := dialRaw(t, addr)
-		r := c.cmd(bson.D{{Key: name, Value: 1}, {Key: "$db", Value: "admin"}})
-		if v, ok := r.Lookup("maxWireVersion").AsInt64OK(); !ok || v != proxy.OurMaxWireVersion {
-			t.Fatalf("%s advertises maxWireVersion %v, want ours %d (the upstream's is %d)",
-				name, r.Lookup("maxWireVersion"), proxy.OurMaxWireVersion, proxy.OurMaxWireVersion+5)
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{MaxWireVersion: proxy.OurMaxWireVersion + 5})
+		a, addr := bouncer(t, up.URI(), nil)
+		waitUsable(t, a, 1)
+		if h := a.Topologies()[0].Servers()[0].Hello(); h == nil || h.MaxWireVersion != proxy.OurMaxWireVersion+5 {
+			t.Fatalf("upstream hello %+v, want maxWireVersion %d", h, proxy.OurMaxWireVersion+5)
 		}
-	}
+		for _, name := range []string{"hello", "isMaster"} {
+			c := dialRaw(t, addr)
+			r := c.cmd(bson.D{{Key: name, Value: 1}, {Key: "$db", Value: "admin"}})
+			if v, ok := r.Lookup("maxWireVersion").AsInt64OK(); !ok || v != proxy.OurMaxWireVersion {
+				t.Fatalf("%s advertises maxWireVersion %v, want ours %d (the upstream's is %d)",
+					name, r.Lookup("maxWireVersion"), proxy.OurMaxWireVersion, proxy.OurMaxWireVersion+5)
+			}
+		}
+	})
 }
 
 // A request waiting for an upstream connection on a client goroutine gets a
@@ -241,6 +230,7 @@ func TestMaxWireVersionCappedForNewerUpstream(t *testing.T) {
 // covered: the event loop off, and session mode (which the loop never
 // serves).
 func TestPoolClearedWhileWaitingOnGoroutine(t *testing.T) {
+	oneIO(t) // each case sets event_loop itself
 	for _, tc := range []struct {
 		name string
 		loop bool
