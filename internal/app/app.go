@@ -46,8 +46,10 @@ type App struct {
 	// listeners may both be configured with port 0.
 	listeners map[string]*listener
 	// draining holds routes removed by reloads that still have upstream
-	// connections checked out.
-	draining sync.WaitGroup
+	// connections checked out; closing stopDrains ends their waits.
+	draining      sync.WaitGroup
+	stopDrains    chan struct{}
+	stopDrainOnce sync.Once
 
 	adminHTTP    *http.Server
 	adminL       net.Listener
@@ -122,11 +124,12 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	}
 	a := &App{
 		cfg: cfg, log: logger, level: o.Level, overrides: o.Overrides,
-		metrics:   metrics.New(),
-		routes:    map[string]*route{},
-		listeners: map[string]*listener{},
-		serveErr:  make(chan error, 8),
-		shutdown:  make(chan struct{}),
+		metrics:    metrics.New(),
+		routes:     map[string]*route{},
+		listeners:  map[string]*listener{},
+		serveErr:   make(chan error, 8),
+		shutdown:   make(chan struct{}),
+		stopDrains: make(chan struct{}),
 	}
 	if o.AdminListen != "" {
 		inner := a.overrides
@@ -425,6 +428,7 @@ func (a *App) closeRest() {
 		a.adminL.Close()
 	}
 	a.wg.Wait()
+	a.stopDrainOnce.Do(func() { close(a.stopDrains) })
 	a.draining.Wait()
 	a.closeRoutes()
 }

@@ -200,11 +200,11 @@ func limitsOf(er config.EffectiveRoute) pool.Limits {
 }
 
 // drain closes a route that left the routing table once its clients have
-// given back every upstream connection, or after timeout (at least 30s).
-// removed says the route is gone for good (not replaced), so its request
-// metrics go too.
+// given back every upstream connection, or after timeout (shutdown_timeout:
+// 0 closes at once), or when the App closes (closeRest), whichever comes
+// first. removed says the route is gone for good (not replaced), so its
+// request metrics go too.
 func (a *App) drain(r *route, timeout time.Duration, removed bool) {
-	timeout = max(timeout, 30*time.Second)
 	a.draining.Add(1)
 	go func() {
 		defer a.draining.Done()
@@ -215,7 +215,14 @@ func (a *App) drain(r *route, timeout time.Duration, removed bool) {
 		for r.proxy.Held() > 0 {
 			select {
 			case <-ctx.Done():
-				a.log.Warn("route drain timed out; closing its pools with connections still in use", "route", r.eff.Name, "held", r.proxy.Held())
+				a.log.Warn("route drain timed out; closing its pools with connections still in use", "route", r.eff.Name,
+					"held", r.proxy.Held(), "shutdown_timeout", timeout)
+				r.topo.Close()
+				return
+			case <-a.stopDrains:
+				// The App is closing every route anyway: waiting longer
+				// than the shutdown's own bound would hold the exit.
+				a.log.Warn("closing a draining route at shutdown with connections still in use", "route", r.eff.Name, "held", r.proxy.Held())
 				r.topo.Close()
 				return
 			case <-tick.C:

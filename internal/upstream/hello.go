@@ -56,8 +56,9 @@ type Hello struct {
 	ServiceID    bson.ObjectID
 	HasServiceID bool
 
-	// Compression is the server's list of accepted compressors, in our
-	// order of preference.
+	// Compression is the server's list of accepted compressors, as it sent
+	// it (a server lists them in the client's order, but the client's
+	// order decides, not this one).
 	Compression        []string
 	SaslSupportedMechs []string
 	// TopologyVersion is nil when the server did not send one.

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -201,9 +202,12 @@ func (d *Dialer) Dial(ctx context.Context, address string, id int64) (*Conn, err
 	if h.MaxMessageSizeBytes >= wire.HeaderLen {
 		c.maxMsg = int(h.MaxMessageSizeBytes)
 	}
-	for _, name := range h.Compression {
-		if cid, ok := d.offered[name]; ok {
-			c.compressor, c.compress = cid, true
+	// The OP_COMPRESSED spec: "clients MUST use the first compressor in the
+	// client's configured compressors list that is also in the servers
+	// list" — our order, not the order of the server's reply.
+	for _, name := range d.opts.Compressors {
+		if slices.Contains(h.Compression, name) {
+			c.compressor, c.compress = d.offered[name], true
 			break
 		}
 	}

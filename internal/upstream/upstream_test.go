@@ -169,9 +169,10 @@ func TestCompressorChoice(t *testing.T) {
 		offer, server []string
 		want          string // "" = none
 	}{
-		{[]string{"zstd", "snappy"}, []string{"snappy", "zstd"}, "snappy"}, // the server's first usable entry
-		{[]string{"zstd"}, []string{"zlib"}, ""},                           // not offered
-		{[]string{"zstd"}, []string{"lz4", "zstd"}, "zstd"},                // unknown entries skipped
+		{[]string{"zstd", "snappy"}, []string{"snappy", "zstd"}, "zstd"}, // our first the server accepts, not its first
+		{[]string{"zlib", "zstd", "snappy"}, []string{"snappy", "zstd"}, "zstd"},
+		{[]string{"zstd"}, []string{"zlib"}, ""},            // not offered
+		{[]string{"zstd"}, []string{"lz4", "zstd"}, "zstd"}, // unknown entries skipped
 		{nil, []string{"zstd"}, ""},
 	}
 	for _, tc := range cases {
