@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"compress/zlib"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"runtime"
@@ -391,5 +392,36 @@ func TestCompressConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// TestDecompressAbsentPayloadDoesNotAllocate checks that a short message
+// declaring a large uncompressedSize (under the limit) is refused before
+// the declared size is allocated, for every compressor.
+func TestDecompressAbsentPayloadDoesNotAllocate(t *testing.T) {
+	const declared = 16 << 20
+	for _, id := range allCompressors {
+		var data []byte
+		switch id {
+		case CompressorSnappy:
+			data = binary.AppendUvarint(nil, declared) // a true size, no data
+		case CompressorZlib:
+			data = []byte{0x78, 0x9c, 0x03, 0x00}
+		case CompressorZstd:
+			data = []byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0x58, 1, 0, 0}
+		default:
+			data = []byte{1, 2, 3}
+		}
+		msg := wrap(OpMsg, declared, id, data)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range 10 {
+			_, err := Decompress(nil, msg, 0)
+			wantErr(t, err, ErrDecompressedSize)
+		}
+		runtime.ReadMemStats(&after)
+		if d := after.TotalAlloc - before.TotalAlloc; d > 64<<10 {
+			t.Errorf("%v: allocated %d bytes for 10 messages of %d bytes", id, d, len(msg))
+		}
 	}
 }
