@@ -425,3 +425,46 @@ func TestDecompressAbsentPayloadDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestDecompressBestRatio checks that the ratio bounds Decompress applies
+// before allocating never refuse real output: a message of zeros, which
+// every codec compresses as well as it can, decompresses from our own
+// encoders and from other common ones.
+func TestDecompressBestRatio(t *testing.T) {
+	payload := make([]byte, 8<<20)
+	msg := withLen(append(AppendHeader(nil, Header{RequestID: 1, OpCode: OpMsg}), payload...))
+	inputs := map[string][]byte{
+		"zlib best": wrap(OpMsg, int32(len(payload)), CompressorZlib, zlibBest(t, payload)),
+		"zstd best": wrap(OpMsg, int32(len(payload)), CompressorZstd, zstdBytes(t, payload, zstd.WithEncoderLevel(zstd.SpeedBestCompression))),
+		"snappy":    wrap(OpMsg, int32(len(payload)), CompressorSnappy, s2.EncodeSnappyBest(nil, payload)),
+	}
+	for _, id := range allCompressors {
+		c, err := Compress(nil, msg, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs[id.String()] = c
+	}
+	for name, c := range inputs {
+		t.Logf("%s: ratio %d", name, len(payload)/(len(c)-CompressedHeaderLen))
+		out, err := Decompress(nil, c, 0)
+		if err != nil || len(out) != HeaderLen+len(payload) {
+			t.Errorf("%s (%d bytes, ratio %d): %d bytes, %v", name, len(c), len(payload)/(len(c)-CompressedHeaderLen), len(out), err)
+		}
+	}
+}
+
+func zlibBest(t testing.TB, p []byte) []byte {
+	var buf bytes.Buffer
+	w, err := zlib.NewWriterLevel(&buf, zlib.BestCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
