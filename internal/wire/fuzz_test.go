@@ -128,6 +128,23 @@ func FuzzDecompress(f *testing.F) {
 		const limit = 1 << 20
 		out, err := Decompress(nil, msg, limit)
 		mustProtocolError(t, err)
+		// What a message makes us allocate is bounded by what its payload
+		// could decompress to, never by a size it merely declares.
+		if len(msg) >= CompressedHeaderLen {
+			ratio := maxRatioZstd
+			switch CompressorID(msg[CompressedHeaderLen-1]) {
+			case CompressorNoop:
+				ratio = 1
+			case CompressorSnappy:
+				ratio = maxRatioSnappy
+			case CompressorZlib:
+				ratio = maxRatioZlib
+			}
+			// Twice: the allocator rounds up to its size classes.
+			if cap(out) > 2*(HeaderLen+ratio*(len(msg)-CompressedHeaderLen)) {
+				t.Fatalf("allocated %d bytes for a %d-byte message", cap(out), len(msg))
+			}
+		}
 		if err != nil {
 			if len(out) != 0 {
 				t.Fatal("output on error")
