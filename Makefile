@@ -75,14 +75,27 @@ test: devmongo node-tools python-tools browser-tools fmt-check vet
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-# fuzz runs every fuzz target of the module for FUZZTIME each (the seed
-# corpora alone run in `make test`).
-FUZZTIME ?= 10s
+# fuzz runs every fuzz target of the module, one at a time, for FUZZTIME
+# each: by default 10 million executions (`make fuzz FUZZTIME=30s` for a
+# quick look; FUZZFLAGS='-parallel 1' to leave cores free). The seed corpora
+# alone, with testdata/fuzz, run in `make test`. After each target,
+# tools/fuzz/keep-corpus.sh copies the smallest FUZZ_KEEP inputs of at most
+# FUZZ_KEEP_BYTES each from the fuzz cache (where Go keeps what found new
+# coverage) into testdata/fuzz/<target>/cache-*; commit them so later runs
+# start from there. Targets are found by name (`func FuzzX(` in a test file),
+# which needs no build. docs/testing.md has the procedure and the results.
+FUZZTIME  ?= 10000000x
+FUZZFLAGS ?=
+FUZZ_KEEP ?= 64
+FUZZ_KEEP_BYTES ?= 4096
+export FUZZ_KEEP FUZZ_KEEP_BYTES
 fuzz:
 	@for pkg in $$($(GO) list $(PKGS)); do \
-		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+		for f in $$(cat $$dir/*_test.go 2>/dev/null | sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p'); do \
 			echo "== $$pkg $$f"; \
-			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg || exit 1; \
+			tools/fuzz/keep-corpus.sh $$dir $$pkg $$f || exit 1; \
 		done; \
 	done
 

@@ -251,6 +251,9 @@ func Decompress(dst []byte, msg []byte, maxSize int) ([]byte, error) {
 	}
 	size := int(ch.UncompressedSize)
 	data := msg[CompressedHeaderLen:]
+	if err := reachable(ch.Compressor, data, size); err != nil {
+		return dst, err
+	}
 	start := len(dst)
 	dst = slices.Grow(dst, HeaderLen+size)
 	dst = AppendHeader(dst, Header{
@@ -264,11 +267,7 @@ func Decompress(dst []byte, msg []byte, maxSize int) ([]byte, error) {
 	var derr error
 	switch ch.Compressor {
 	case CompressorNoop:
-		if len(data) != size {
-			derr = protoErr(op, ErrDecompressedSize, "noop payload size differs from uncompressedSize")
-		} else {
-			copy(out, data)
-		}
+		copy(out, data) // reachable checked the size
 	case CompressorSnappy:
 		derr = snappyDecode(out, data)
 	case CompressorZlib:
@@ -280,6 +279,45 @@ func Decompress(dst []byte, msg []byte, maxSize int) ([]byte, error) {
 		return dst[:start], derr
 	}
 	return dst[:len(dst)+size], nil
+}
+
+// Most output bytes one input byte can become, per compressor: deflate
+// encodes at best 258 bytes in a 1-bit length and a 1-bit distance code;
+// snappy at best 64 bytes in a 3-byte copy (S2's longer repeats never come
+// from a MongoDB peer, and our own encoder writes plain snappy); zstd at
+// best a 128 KiB block in a 3-byte RLE block header plus its byte.
+const (
+	maxRatioZlib   = 1032
+	maxRatioSnappy = 22
+	maxRatioZstd   = 128 << 10 / 4
+)
+
+// reachable returns an error if data cannot decompress to size bytes.
+// Decompress allocates the declared size up front, so without this check a
+// message of a few bytes could make it allocate up to maxSize for output
+// that is not there; with it, what a message makes us allocate is bounded by
+// its own length times the codec's best compression ratio.
+func reachable(id CompressorID, data []byte, size int) error {
+	n := int64(len(data))
+	ok := false
+	switch id {
+	case CompressorNoop:
+		ok = len(data) == size
+	case CompressorSnappy:
+		d, err := s2.DecodedLen(data)
+		if err != nil {
+			return corrupt("snappy", err)
+		}
+		ok = d == size && int64(size) <= n*maxRatioSnappy
+	case CompressorZlib:
+		ok = int64(size) <= n*maxRatioZlib
+	case CompressorZstd:
+		ok = int64(size) <= n*maxRatioZstd
+	}
+	if !ok {
+		return sizeMismatch(id.String())
+	}
+	return nil
 }
 
 func sizeMismatch(name string) error {

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"compress/zlib"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"runtime"
@@ -392,4 +393,78 @@ func TestCompressConcurrent(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+}
+
+// TestDecompressAbsentPayloadDoesNotAllocate checks that a short message
+// declaring a large uncompressedSize (under the limit) is refused before
+// the declared size is allocated, for every compressor.
+func TestDecompressAbsentPayloadDoesNotAllocate(t *testing.T) {
+	const declared = 16 << 20
+	for _, id := range allCompressors {
+		var data []byte
+		switch id {
+		case CompressorSnappy:
+			data = binary.AppendUvarint(nil, declared) // a true size, no data
+		case CompressorZlib:
+			data = []byte{0x78, 0x9c, 0x03, 0x00}
+		case CompressorZstd:
+			data = []byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0x58, 1, 0, 0}
+		default:
+			data = []byte{1, 2, 3}
+		}
+		msg := wrap(OpMsg, declared, id, data)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range 10 {
+			_, err := Decompress(nil, msg, 0)
+			wantErr(t, err, ErrDecompressedSize)
+		}
+		runtime.ReadMemStats(&after)
+		if d := after.TotalAlloc - before.TotalAlloc; d > 64<<10 {
+			t.Errorf("%v: allocated %d bytes for 10 messages of %d bytes", id, d, len(msg))
+		}
+	}
+}
+
+// TestDecompressBestRatio checks that the ratio bounds Decompress applies
+// before allocating never refuse real output: a message of zeros, which
+// every codec compresses as well as it can, decompresses from our own
+// encoders and from other common ones.
+func TestDecompressBestRatio(t *testing.T) {
+	payload := make([]byte, 8<<20)
+	msg := withLen(append(AppendHeader(nil, Header{RequestID: 1, OpCode: OpMsg}), payload...))
+	inputs := map[string][]byte{
+		"zlib best": wrap(OpMsg, int32(len(payload)), CompressorZlib, zlibBest(t, payload)),
+		"zstd best": wrap(OpMsg, int32(len(payload)), CompressorZstd, zstdBytes(t, payload, zstd.WithEncoderLevel(zstd.SpeedBestCompression))),
+		"snappy":    wrap(OpMsg, int32(len(payload)), CompressorSnappy, s2.EncodeSnappyBest(nil, payload)),
+	}
+	for _, id := range allCompressors {
+		c, err := Compress(nil, msg, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs[id.String()] = c
+	}
+	for name, c := range inputs {
+		t.Logf("%s: ratio %d", name, len(payload)/(len(c)-CompressedHeaderLen))
+		out, err := Decompress(nil, c, 0)
+		if err != nil || len(out) != HeaderLen+len(payload) {
+			t.Errorf("%s (%d bytes, ratio %d): %d bytes, %v", name, len(c), len(payload)/(len(c)-CompressedHeaderLen), len(out), err)
+		}
+	}
+}
+
+func zlibBest(t testing.TB, p []byte) []byte {
+	var buf bytes.Buffer
+	w, err := zlib.NewWriterLevel(&buf, zlib.BestCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
 // mustProtocolError fails unless err is nil or a *ProtocolError matching a
@@ -126,6 +128,23 @@ func FuzzDecompress(f *testing.F) {
 		const limit = 1 << 20
 		out, err := Decompress(nil, msg, limit)
 		mustProtocolError(t, err)
+		// What a message makes us allocate is bounded by what its payload
+		// could decompress to, never by a size it merely declares.
+		if len(msg) >= CompressedHeaderLen {
+			ratio := maxRatioZstd
+			switch CompressorID(msg[CompressedHeaderLen-1]) {
+			case CompressorNoop:
+				ratio = 1
+			case CompressorSnappy:
+				ratio = maxRatioSnappy
+			case CompressorZlib:
+				ratio = maxRatioZlib
+			}
+			// Twice: the allocator rounds up to its size classes.
+			if cap(out) > 2*(HeaderLen+ratio*(len(msg)-CompressedHeaderLen)) {
+				t.Fatalf("allocated %d bytes for a %d-byte message", cap(out), len(msg))
+			}
+		}
 		if err != nil {
 			if len(out) != 0 {
 				t.Fatal("output on error")
@@ -186,6 +205,77 @@ func FuzzReadMessage(f *testing.F) {
 			}
 			total += n
 			buf = msg[:0]
+		}
+	})
+}
+
+// FuzzValidateDocument checks ValidateDocument against the driver's own
+// validation: whatever the proxy lets through as a well-formed document, the
+// driver's readers must be able to walk. CommandName must agree with the
+// first key on anything, valid or not.
+func FuzzValidateDocument(f *testing.F) {
+	f.Add([]byte(everyType(f)))
+	f.Add([]byte(doc(f, bsonD("insert", "c", "$db", "d", "lsid", bsonD("id", "x")))))
+	f.Add(nest(20))
+	f.Add([]byte{5, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := ValidateDocument(b)
+		mustProtocolError(t, err)
+		name := CommandName(b)
+		if err != nil {
+			return
+		}
+		if name != string(firstKey(b)) {
+			t.Fatalf("CommandName %q, first key %q", name, firstKey(b))
+		}
+		if derr := bsoncore.Document(b).Validate(); derr != nil {
+			t.Fatalf("ValidateDocument accepted what the driver refuses: %v", derr)
+		}
+	})
+}
+
+// FuzzChecksum runs the helpers the relay applies to messages it passes on
+// unparsed (ChecksumOK, PeekMsgFlags, CanCompress) and the in-place
+// rewriters (UpdateChecksum, ClearMsgFlags) on arbitrary bytes: none may
+// panic, a rewritten message must carry a correct checksum, and clearing
+// checksumPresent must shorten the message by exactly the checksum.
+func FuzzChecksum(f *testing.F) {
+	body := doc(f, bsonD("ping", 1, "$db", "admin"))
+	f.Add(AppendMsg(nil, 1, 0, FlagChecksumPresent, body))
+	f.Add(AppendMsg(nil, 1, 0, FlagChecksumPresent|FlagExhaustAllowed, body, Sequence{Identifier: "documents", Documents: body}))
+	f.Add(AppendMsg(nil, 1, 0, 0, body))
+	f.Add(rawMsg(FlagChecksumPresent, false))
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		ok := ChecksumOK(msg)
+		flags, isMsg := PeekMsgFlags(msg)
+		if !isMsg && !ok {
+			t.Fatal("checksum refused on a message that is not OP_MSG")
+		}
+		_ = CanCompress(msg)
+
+		upd := append([]byte(nil), msg...)
+		UpdateChecksum(upd)
+		if !ChecksumOK(upd) && len(upd) >= HeaderLen+8 {
+			t.Fatal("checksum wrong after UpdateChecksum")
+		}
+		if !bytes.Equal(upd[:max(0, len(upd)-4)], msg[:max(0, len(msg)-4)]) {
+			t.Fatal("UpdateChecksum changed more than the checksum")
+		}
+
+		cl, err := ClearMsgFlags(append([]byte(nil), msg...), FlagChecksumPresent|FlagExhaustAllowed)
+		mustProtocolError(t, err)
+		if err != nil {
+			return
+		}
+		want := len(msg)
+		if flags&FlagChecksumPresent != 0 {
+			want -= 4
+		}
+		if len(cl) != want {
+			t.Fatalf("ClearMsgFlags: %d bytes, want %d", len(cl), want)
+		}
+		if f2, _ := PeekMsgFlags(cl); f2&(FlagChecksumPresent|FlagExhaustAllowed) != 0 || !ChecksumOK(cl) {
+			t.Fatalf("ClearMsgFlags left flags %v", f2)
 		}
 	})
 }

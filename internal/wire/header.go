@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
 )
 
@@ -129,9 +130,11 @@ func SetResponseTo(msg []byte, id int32) {
 
 // ReadMessage reads one whole message (header included) from r and returns
 // it. The message is read into buf when cap(buf) is large enough, otherwise
-// into a new slice of exactly the message's size. A messageLength below
-// HeaderLen (ErrMessageTooSmall) or above maxSize (ErrMessageTooLarge) is
-// rejected after the 16 header bytes and before anything is allocated or
+// into a new slice that grows with the bytes that actually arrive (from
+// 64 KiB, doubling, up to the message's size): a peer that declares a large
+// message and sends less costs at most twice what it sent. A messageLength
+// below HeaderLen (ErrMessageTooSmall) or above maxSize (ErrMessageTooLarge)
+// is rejected after the 16 header bytes and before anything is allocated or
 // read further. maxSize <= 0 means DefaultMaxMessageSize.
 //
 // A clean end of stream before the first byte returns io.EOF unwrapped. An
@@ -156,19 +159,38 @@ func ReadMessage(r io.Reader, buf []byte, maxSize int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var msg []byte
 	if cap(buf) >= n {
-		msg = buf[:n]
-	} else {
-		msg = GrowMessage(hdr, n)[:n]
-	}
-	if _, err := io.ReadFull(r, msg[HeaderLen:]); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+		msg := buf[:n]
+		if _, err := io.ReadFull(r, msg[HeaderLen:]); err != nil {
+			return nil, readBodyErr(err)
 		}
-		return nil, readErr(err)
+		return msg, nil
+	}
+	msg := append(make([]byte, 0, min(n, firstReadSize)), hdr...)
+	for len(msg) < n {
+		if len(msg) == cap(msg) {
+			msg = slices.Grow(msg, min(n-len(msg), len(msg)))
+		}
+		k, err := io.ReadFull(r, msg[len(msg):min(n, cap(msg))])
+		msg = msg[:len(msg)+k]
+		if err != nil {
+			return nil, readBodyErr(err)
+		}
 	}
 	return msg, nil
+}
+
+// firstReadSize is how much ReadMessage allocates for a message before any
+// of its body has arrived; larger messages grow as they are read.
+const firstReadSize = 64 << 10
+
+// readBodyErr maps an error from inside a message: an end of stream there
+// is a truncated message, never a clean io.EOF.
+func readBodyErr(err error) error {
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return readErr(err)
 }
 
 func readErr(err error) error {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
+	"testing/iotest"
 )
 
 func TestOpCodeString(t *testing.T) {
@@ -165,6 +167,37 @@ func TestReadMessage(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+}
+
+// TestReadMessageGrowsWithData checks that ReadMessage allocates for the
+// bytes that arrive, not for the length a header declares: a peer that
+// announces 40 MB and sends a header alone must not cost 40 MB.
+func TestReadMessageGrowsWithData(t *testing.T) {
+	hdr := AppendHeader(nil, Header{MessageLength: 40_000_000, RequestID: 1, OpCode: OpMsg})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 10 {
+		_, err := ReadMessage(bytes.NewReader(hdr), nil, 0)
+		wantErr(t, err, ErrTruncated)
+	}
+	runtime.ReadMemStats(&after)
+	if d := after.TotalAlloc - before.TotalAlloc; d > 2<<20 {
+		t.Fatalf("allocated %d bytes for 10 bare headers", d)
+	}
+
+	// A message larger than the first allocation still arrives whole,
+	// also when the reader hands it over in pieces.
+	big := make([]byte, 3<<20+5)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	copy(big, AppendHeader(nil, Header{MessageLength: int32(len(big)), RequestID: 2, OpCode: OpMsg}))
+	for _, r := range []io.Reader{bytes.NewReader(big), iotest.HalfReader(bytes.NewReader(big))} {
+		got, err := ReadMessage(r, make([]byte, 0, 100), 0)
+		if err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("big message: %v", err)
+		}
+	}
 }
 
 type errReader struct{ err error }
