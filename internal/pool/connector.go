@@ -47,6 +47,9 @@ type Upstream interface {
 	// Fence makes sure nothing is left to read after a request sent with
 	// moreToCome (request ID after), dropping a reply to it.
 	Fence(ctx context.Context, after int32) error
+	// Stray reports whether a reply to responseTo answers an earlier
+	// moreToCome request whose reply the fence did not see, and forgets it.
+	Stray(responseTo int32) bool
 	// RawConn returns the socket for non-blocking I/O of whole exchanges,
 	// when nothing (TLS, compression, buffered input) stands between the
 	// socket and the messages; ok is false otherwise.

@@ -14,6 +14,7 @@ package proxy
 // state) changes only in setPhase, called from here.
 
 import (
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -208,6 +209,17 @@ func (x *exchange) undo() {
 	x.c.requests.Add(^uint64(0))
 	x.c.setPhase(phaseIdle)
 	x.route, x.srv = nil, nil
+}
+
+// stray reports whether reply, before the request's own, answers an
+// earlier moreToCome request on the connection (an upstream that answers
+// those, and late): the driver drops it and reads on.
+func (x *exchange) stray(reply []byte) bool {
+	if x.replies > 0 || len(reply) < wire.HeaderLen {
+		return false
+	}
+	to := int32(binary.LittleEndian.Uint32(reply[8:]))
+	return to != x.reqID && x.pc.Upstream().Stray(to)
 }
 
 // onReply checks one whole upstream reply (extra bytes arrived behind it)

@@ -336,6 +336,10 @@ func (c *client) replyReceived(th loopThread, n int, err error) {
 	}
 	b := lc.buf.b[:len(lc.buf.b)+n]
 	f, err := wire.NextMessage(b, lu.uc.MaxMessageSize())
+	for err == nil && f.Msg != nil && c.x.stray(f.Msg) {
+		b = b[:copy(b, b[f.Need:])]
+		f, err = wire.NextMessage(b, lu.uc.MaxMessageSize())
+	}
 	if err != nil {
 		lc.buf.b = b[:0]
 		c.loopFail(th, lu.uc.IOError("read", err))

@@ -62,6 +62,9 @@ func (c *client) relay(msg []byte, compressed bool, compID wire.CompressorID) er
 		if cap(reply) > cap(rbuf.b) {
 			rbuf.b = reply[:0]
 		}
+		if x.stray(reply) {
+			continue
+		}
 		stream, err := x.onReply(reply, up.Buffered())
 		if err != nil {
 			return c.replyError(respondTo, compressed, compID, req, x.fail(err))

@@ -46,6 +46,9 @@ type Conn struct {
 
 	// reqID numbers the requests RoundTrip sends.
 	reqID atomic.Int32
+	// strays are moreToCome requests whose replies may still come (Fence,
+	// Stray); used by the connection's user only.
+	strays []int32
 
 	// wbuf is the writer's compression scratch; only
 	// the writing goroutine touches it.
@@ -335,13 +338,47 @@ func (c *Conn) Fence(ctx context.Context, after int32) error {
 			if c.br.Buffered() > 0 {
 				return c.badReply("more after the reply to the fence")
 			}
+			if dropped == 0 {
+				// A server that answers moreToCome requests but reorders
+				// its replies could still send this one.
+				c.rememberStray(after)
+			}
 			return nil
 		case to == after && dropped == 0:
 			dropped++
+		case c.Stray(to):
 		default:
 			return c.badReply("fence %d found a reply to %d", id, to)
 		}
 	}
+}
+
+// maxStrays bounds the request IDs a connection remembers for Stray; a
+// real server never answers them, so the oldest are forgotten.
+const maxStrays = 4
+
+// rememberStray records a moreToCome request whose reply the fence did not
+// see.
+func (c *Conn) rememberStray(id int32) {
+	if len(c.strays) == maxStrays {
+		copy(c.strays[:], c.strays[1:])
+		c.strays = c.strays[:maxStrays-1]
+	}
+	c.strays = append(c.strays, id)
+}
+
+// Stray reports whether a reply to responseTo answers a moreToCome request
+// sent earlier on this connection, whose reply a fence did not see, and
+// forgets that request: such a reply is dropped, not taken for the reply
+// to the request in flight. Only the connection's user calls it.
+func (c *Conn) Stray(responseTo int32) bool {
+	for i, id := range c.strays {
+		if id == responseTo {
+			c.strays = append(c.strays[:i], c.strays[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // fencePing is the command Fence sends.

@@ -100,3 +100,34 @@ func TestDevmongoFence(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A server that answers a moreToCome request only after later replies:
+// the fence remembers the request, and the reply, when it comes, is known
+// for a stray (Stray), once.
+func TestFenceRemembersUnansweredRequests(t *testing.T) {
+	c := dialDev(t, Options{}, fenceServer(t, func(c *fakeConn, req request) bool {
+		if req.flags&wire.FlagMoreToCome != 0 {
+			return true
+		}
+		return c.reply(req, okDoc, nil)
+	}))
+	sendMoreToCome(t, c, 77)
+	if err := c.Fence(testCtx(t), 77); err != nil {
+		t.Fatal(err)
+	}
+	if c.Stray(78) {
+		t.Fatal("a reply to another request taken for a stray")
+	}
+	if !c.Stray(77) || c.Stray(77) {
+		t.Fatal("the unanswered request is not remembered exactly once")
+	}
+	for id := int32(1); id <= maxStrays+1; id++ {
+		sendMoreToCome(t, c, id)
+		if err := c.Fence(testCtx(t), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Stray(1) || !c.Stray(maxStrays+1) {
+		t.Fatal("the remembered requests are not bounded, oldest forgotten first")
+	}
+}
