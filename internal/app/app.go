@@ -171,6 +171,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		MaxClientConn:     maxClients(g.MaxClientConn),
 		MaxMessageSize:    g.MaxMessageSize,
 		ClientIdleTimeout: g.ClientIdleTimeout,
+		CommandTimeout:    g.UpstreamCommandTimeout,
 		EventLoop:         g.EventLoop,
 		LoopThreads:       g.EventLoopThreads,
 		LoopIO:            loopIO(g.EventLoopIO),

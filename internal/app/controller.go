@@ -186,16 +186,17 @@ func (a *App) Config() map[string]any {
 	a.mu.Unlock()
 	g := cfg.Global
 	out := map[string]any{
-		"path":               cfg.Path,
-		"listen":             g.Listen,
-		"admin_listen":       g.AdminListen,
-		"max_client_conn":    g.MaxClientConn,
-		"log_level":          string(g.LogLevel),
-		"log_format":         string(g.LogFormat),
-		"shutdown_timeout":   g.ShutdownTimeout.String(),
-		"event_loop":         g.EventLoop,
-		"event_loop_threads": g.EventLoopThreads,
-		"event_loop_io":      string(g.EventLoopIO),
+		"path":                     cfg.Path,
+		"listen":                   g.Listen,
+		"admin_listen":             g.AdminListen,
+		"max_client_conn":          g.MaxClientConn,
+		"log_level":                string(g.LogLevel),
+		"log_format":               string(g.LogFormat),
+		"shutdown_timeout":         g.ShutdownTimeout.String(),
+		"upstream_command_timeout": g.UpstreamCommandTimeout.String(),
+		"event_loop":               g.EventLoop,
+		"event_loop_threads":       g.EventLoopThreads,
+		"event_loop_io":            string(g.EventLoopIO),
 	}
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {

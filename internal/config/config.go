@@ -241,6 +241,11 @@ type Global struct {
 	// ShutdownTimeout bounds how long shutdown waits for in-flight
 	// commands before closing connections; 0 closes them at once.
 	ShutdownTimeout time.Duration
+	// UpstreamCommandTimeout bounds the commands mongobouncer sends
+	// upstream on its own (upstream_command_timeout): the abortTransaction
+	// for a client that disconnects inside a transaction, and the fence
+	// after a request sent with moreToCome.
+	UpstreamCommandTimeout time.Duration
 	// Pool holds the defaults for every route.
 	Pool
 }
@@ -302,14 +307,15 @@ type Config struct {
 // socket timeout (often none).
 func Default() Config {
 	return Config{Global: Global{
-		Listen:          "127.0.0.1:27017",
-		AdminListen:     "",
-		MaxClientConn:   10000,
-		LogLevel:        LogLevelInfo,
-		LogFormat:       LogFormatText,
-		ShutdownTimeout: 30 * time.Second,
-		EventLoop:       true,
-		EventLoopIO:     EventLoopIOAuto,
+		Listen:                 "127.0.0.1:27017",
+		AdminListen:            "",
+		MaxClientConn:          10000,
+		LogLevel:               LogLevelInfo,
+		LogFormat:              LogFormatText,
+		ShutdownTimeout:        30 * time.Second,
+		UpstreamCommandTimeout: 5 * time.Second,
+		EventLoop:              true,
+		EventLoopIO:            EventLoopIOAuto,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,

@@ -46,15 +46,16 @@ type rawPool struct {
 }
 
 type rawGlobal struct {
-	Listen           any `toml:"listen"`
-	AdminListen      any `toml:"admin_listen"`
-	MaxClientConn    any `toml:"max_client_conn"`
-	LogLevel         any `toml:"log_level"`
-	LogFormat        any `toml:"log_format"`
-	ShutdownTimeout  any `toml:"shutdown_timeout"`
-	EventLoop        any `toml:"event_loop"`
-	EventLoopThreads any `toml:"event_loop_threads"`
-	EventLoopIO      any `toml:"event_loop_io"`
+	Listen                 any `toml:"listen"`
+	AdminListen            any `toml:"admin_listen"`
+	MaxClientConn          any `toml:"max_client_conn"`
+	LogLevel               any `toml:"log_level"`
+	LogFormat              any `toml:"log_format"`
+	ShutdownTimeout        any `toml:"shutdown_timeout"`
+	UpstreamCommandTimeout any `toml:"upstream_command_timeout"`
+	EventLoop              any `toml:"event_loop"`
+	EventLoopThreads       any `toml:"event_loop_threads"`
+	EventLoopIO            any `toml:"event_loop_io"`
 	rawPool
 }
 
@@ -77,7 +78,7 @@ var (
 		"wait_queue_timeout", "heartbeat_interval", "connect_timeout",
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "event_loop", "event_loop_threads", "event_loop_io"}
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io"}
 	globalKeys     = append(slices.Clone(globalOnlyKeys), poolKeys...)
 	routeKeys      = append([]string{"connection_string", "listen"}, poolKeys...)
 	topLevelKeys   = []string{tableGlobal, tableDatabases}
@@ -349,6 +350,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 		g.LogFormat = LogFormat(s)
 	}
 	d.duration(at("shutdown_timeout"), r.ShutdownTimeout, &g.ShutdownTimeout)
+	d.duration(at("upstream_command_timeout"), r.UpstreamCommandTimeout, &g.UpstreamCommandTimeout)
 	d.boolean(at("event_loop"), r.EventLoop, &g.EventLoop)
 	d.integer(at("event_loop_threads"), r.EventLoopThreads, &g.EventLoopThreads)
 	if d.str(at("event_loop_io"), r.EventLoopIO, &s) {

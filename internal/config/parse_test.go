@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const route = "[databases.\"*\"]\nconnection_string = \"mongodb://localhost:27019/\"\n"
@@ -26,6 +27,10 @@ func TestParseErrors(t *testing.T) {
 			`t.toml:5: unknown key "max_pool" in [databases.orders]; did you mean "max_pool_size"?`, ErrUnknownKey},
 		{"unknown key without suggestion", "[mongobouncer]\nbananas = 1\n" + route,
 			`t.toml:2: unknown key "bananas" in [mongobouncer]; remove it (known keys: listen,`, ErrUnknownKey},
+		{"upstream_command_timeout zero", "[mongobouncer]\nupstream_command_timeout = \"0s\"\n" + route,
+			`t.toml:2: upstream_command_timeout = "0s": must be positive`, ErrInvalidValue},
+		{"upstream_command_timeout in route", route + "upstream_command_timeout = \"1s\"\n",
+			`t.toml:3: unknown key "upstream_command_timeout" in [databases."*"]; upstream_command_timeout is global`, ErrUnknownKey},
 		{"global-only key in route", route + "log_level = \"debug\"\n",
 			`t.toml:3: unknown key "log_level" in [databases."*"]; log_level is global: set it in [mongobouncer]`, ErrUnknownKey},
 		{"route key in global", "[mongobouncer]\nconnection_string = \"mongodb://h/\"\n" + route,
@@ -311,5 +316,17 @@ func TestParseNoFilename(t *testing.T) {
 	_, err := Parse([]byte("[mongobouncer]\nmax_pool = 1\n"+route), "")
 	if err == nil || !strings.HasPrefix(err.Error(), "line 2: unknown key") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// upstream_command_timeout is read, and defaults to 5s.
+func TestUpstreamCommandTimeout(t *testing.T) {
+	c, err := Parse([]byte(route), "t.toml")
+	if err != nil || c.Global.UpstreamCommandTimeout != 5*time.Second {
+		t.Fatalf("default: %v, %v", c.Global.UpstreamCommandTimeout, err)
+	}
+	c, err = Parse([]byte("[mongobouncer]\nupstream_command_timeout = \"750ms\"\n"+route), "t.toml")
+	if err != nil || c.Global.UpstreamCommandTimeout != 750*time.Millisecond {
+		t.Fatalf("set: %v, %v", c.Global.UpstreamCommandTimeout, err)
 	}
 }

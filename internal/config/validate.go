@@ -64,6 +64,9 @@ func (v *validator) global() {
 	if !g.LogFormat.Valid() {
 		v.add(at("log_format"), ErrInvalidValue, enumMsg("log_format", string(g.LogFormat), "text", "json"))
 	}
+	if g.UpstreamCommandTimeout <= 0 {
+		v.add(at("upstream_command_timeout"), ErrInvalidValue, fmt.Sprintf("upstream_command_timeout = %s: must be positive", quote(g.UpstreamCommandTimeout.String())))
+	}
 	if g.ShutdownTimeout < 0 {
 		v.add(at("shutdown_timeout"), ErrInvalidValue, fmt.Sprintf("shutdown_timeout = %s: must not be negative", quote(g.ShutdownTimeout.String())))
 	}

@@ -41,7 +41,7 @@ func (c *client) relay(msg []byte, compressed bool, compID wire.CompressorID) er
 		// No reply is expected, but the upstream may send one anyway
 		// (FerretDB does), at any time: the connection serves nobody else
 		// before a fence has shown it clean.
-		ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.AbortTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.CommandTimeout)
 		err := up.Fence(ctx, x.reqID)
 		cancel()
 		if err != nil {

@@ -42,9 +42,11 @@ type Options struct {
 	// MaxCursors and MaxTransactions bound the affinity maps of each route;
 	// 0 means 100000 and 100000.
 	MaxCursors, MaxTransactions int
-	// AbortTimeout bounds the abortTransaction sent for a client that
-	// disconnects inside a transaction; 0 means 5s.
-	AbortTimeout time.Duration
+	// CommandTimeout bounds the commands mongobouncer sends upstream on its
+	// own: the abortTransaction sent for a client that disconnects inside a
+	// transaction, and the fence after a request sent with moreToCome; 0
+	// means 5s.
+	CommandTimeout time.Duration
 	// Logger receives client connect/disconnect at info and problems at
 	// warn; nil discards.
 	Logger *slog.Logger
@@ -87,8 +89,8 @@ func (o *Options) setDefaults() {
 	if o.MaxTransactions == 0 {
 		o.MaxTransactions = 100_000
 	}
-	if o.AbortTimeout == 0 {
-		o.AbortTimeout = 5 * time.Second
+	if o.CommandTimeout == 0 {
+		o.CommandTimeout = 5 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -398,7 +400,7 @@ wait:
 	}
 	// Disconnecting clients aborts what they left open; give that its own
 	// short bound so a dead upstream cannot hold the exit.
-	cctx, cancel := context.WithTimeout(context.Background(), s.opts.AbortTimeout+time.Second)
+	cctx, cancel := context.WithTimeout(context.Background(), s.opts.CommandTimeout+time.Second)
 	defer cancel()
 	if err := s.Close(cctx); err != nil && drainErr == nil {
 		drainErr = err

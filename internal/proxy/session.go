@@ -187,7 +187,7 @@ func (c *client) cleanup() {
 // its pinned connection if it has one, else on a connection to the server
 // that runs it.
 func (c *client) abort(route *Route, key txnKey) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.AbortTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.CommandTimeout)
 	defer cancel()
 	c.sessMu.Lock()
 	var srv *topology.Server
