@@ -32,9 +32,10 @@ type Options struct {
 	MaxMessageSize int
 	// ClientIdleTimeout closes clients idle that long; 0 means never.
 	ClientIdleTimeout time.Duration
-	// HandshakeWait bounds how long a client's first hello waits for any
-	// upstream's hello (for its limits); 0 means 5s. After it, defaults are
-	// used.
+	// HandshakeWait bounds how long a client's hello waits for every
+	// route's servers to answer a hello or fail a check (for their
+	// limits); 0 means 5s. After it, the minimum over those that answered
+	// is used (defaults if none has).
 	HandshakeWait time.Duration
 	// Compressors are offered to clients in our order of preference; nil
 	// means snappy, zstd, zlib.
@@ -285,17 +286,26 @@ func (s *Server) Close(ctx context.Context) error {
 }
 
 // limits returns the limits to advertise: the minimum over every upstream
-// that has answered a hello. ok is false when none has.
-func (s *Server) limits() (limits, bool) {
-	lim := defaultLimits
+// that has answered a hello (MongoDB's defaults if none has). settled is
+// false while some route's server has neither answered a hello nor failed a
+// check, so that its figures might still lower the minimum.
+func (s *Server) limits() (lim limits, settled bool) {
+	lim = defaultLimits
+	settled = true
 	found := false
 	visit := func(r *Route) {
 		if r == nil {
 			return
 		}
 		for _, srv := range r.Topology.Servers() {
+			// Checked first: once it is true, a successful first check's
+			// hello is already there to read.
+			checked := srv.Checked()
 			h := srv.Hello()
 			if h == nil {
+				if !checked {
+					settled = false
+				}
 				continue
 			}
 			if !found {
@@ -325,7 +335,7 @@ func (s *Server) limits() (limits, bool) {
 	if lim.maxMsg > int32(s.opts.MaxMessageSize) {
 		lim.maxMsg = int32(s.opts.MaxMessageSize)
 	}
-	return lim, found
+	return lim, settled
 }
 
 // fillZero replaces limits an upstream left out with MongoDB's defaults.
@@ -351,24 +361,37 @@ func minPositive(a, b int32) int32 {
 	return a
 }
 
-// waitLimits returns the upstream limits, waiting up to HandshakeWait for
-// the first upstream hello.
+// waitLimits returns the upstream limits. Until every route's servers
+// have answered a hello or failed a check it waits, up to HandshakeWait:
+// answering as soon as one route's servers are known could advertise a
+// maxWireVersion (or size limit) higher than another route's, which the
+// client would then use against it.
 func (s *Server) waitLimits() limits {
-	if lim, ok := s.limits(); ok {
+	lim, settled := s.limits()
+	if settled {
 		return lim
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.HandshakeWait)
-	defer cancel()
-	t := s.table.Load()
-	r := t.wildcard
-	if r == nil && len(t.all) > 0 {
-		r = t.all[0]
+	deadline := time.NewTimer(s.opts.HandshakeWait)
+	defer deadline.Stop()
+	// Polled: a server's first check ends in its monitor, which signals
+	// nothing the proxy can wait on; this only runs until every server's
+	// first check is over.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-deadline.C:
+			lim, _ = s.limits()
+			return lim
+		case <-s.stopping:
+			lim, _ = s.limits()
+			return lim
+		case <-tick.C:
+			if lim, settled = s.limits(); settled {
+				return lim
+			}
+		}
 	}
-	if r != nil {
-		_, _ = r.Topology.WaitHello(ctx)
-	}
-	lim, _ := s.limits()
-	return lim
 }
 
 // Shutdown drains the server gracefully: listeners stop accepting, requests

@@ -77,6 +77,9 @@ func (s *Server) monitor(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		// After check has published its outcome: whoever sees Checked
+		// sees the hello or the error too.
+		s.checked.Store(true)
 		// SDAM: a network error on a server that was known is retried at
 		// once, so one dropped monitoring connection (a restarted mongos, an
 		// idle timeout on a firewall) does not cost a heartbeat interval.

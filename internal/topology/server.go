@@ -114,6 +114,9 @@ type Server struct {
 
 	// mconn is the monitoring connection. Only the monitor goroutine uses it.
 	mconn *upstream.Conn
+
+	// checked is set once the first check has ended, whatever its outcome.
+	checked atomic.Bool
 }
 
 func newServer(t *Topology, addr string) *Server {
@@ -134,6 +137,11 @@ func (s *Server) Description() Description { return *s.desc.Load() }
 
 // Hello returns the latest successful hello reply, nil before the first.
 func (s *Server) Hello() *upstream.Hello { return s.desc.Load().Hello }
+
+// Checked reports whether the monitor's first check of the server has
+// ended, with a hello or an error. Behind a load balancer a failed check
+// changes nothing else, so this is the only sign of it.
+func (s *Server) Checked() bool { return s.checked.Load() }
 
 // State returns whether the server is currently usable.
 func (s *Server) State() ServerState { return s.desc.Load().State }
