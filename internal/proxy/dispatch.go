@@ -143,7 +143,7 @@ func legacyError(doc bsoncore.Document) bsoncore.Document {
 func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Document {
 	hr := parseHello(body, name)
 	if hr.apiVersion != "" && hr.apiVersion != "1" {
-		return errorReply(322, "APIVersionError", fmt.Sprintf("mongobouncer: API version %q is not supported", hr.apiVersion))
+		return hr.apiVersionError()
 	}
 	lim := c.s.waitLimits()
 	if !c.hello {

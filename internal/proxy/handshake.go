@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -19,6 +20,11 @@ type helloRequest struct {
 	compression  []string // compressors the client offers, in its order
 	appName      string
 	apiVersion   string
+	// apiVersionType is the BSON type of an apiVersion that is not a
+	// string (0 otherwise). apiVersion then holds the type's name, so that
+	// the check refusing versions other than "1" refuses it too, and
+	// apiVersionError answers as a server does (TypeMismatch).
+	apiVersionType bsoncore.Type
 }
 
 // parseHello reads a hello/isMaster command document. Unknown fields are
@@ -46,9 +52,73 @@ func parseHello(body bsoncore.Document, name string) helloRequest {
 		hr.appName, _ = v.StringValueOK()
 	}
 	if v, err := body.LookupErr("apiVersion"); err == nil {
-		hr.apiVersion, _ = v.StringValueOK()
+		if str, ok := v.StringValueOK(); ok {
+			hr.apiVersion = str
+		} else {
+			hr.apiVersionType = v.Type
+			hr.apiVersion = bsonTypeName(v.Type)
+		}
 	}
 	return hr
+}
+
+// apiVersionError is the reply to a hello whose apiVersion is refused:
+// TypeMismatch (14) for one that is not a string, as a server answers,
+// else APIVersionError (322).
+func (hr *helloRequest) apiVersionError() bsoncore.Document {
+	if hr.apiVersionType != 0 {
+		return errorReply(14, "TypeMismatch",
+			fmt.Sprintf("mongobouncer: BSON field 'apiVersion' is the wrong type '%s', expected type 'string'", hr.apiVersion))
+	}
+	return errorReply(322, "APIVersionError", fmt.Sprintf("mongobouncer: API version %q is not supported", hr.apiVersion))
+}
+
+// bsonTypeName is the server's alias of a BSON type (as in its $type and
+// TypeMismatch messages).
+func bsonTypeName(t bsoncore.Type) string {
+	switch t {
+	case bsoncore.TypeDouble:
+		return "double"
+	case bsoncore.TypeEmbeddedDocument:
+		return "object"
+	case bsoncore.TypeArray:
+		return "array"
+	case bsoncore.TypeBinary:
+		return "binData"
+	case bsoncore.TypeUndefined:
+		return "undefined"
+	case bsoncore.TypeObjectID:
+		return "objectId"
+	case bsoncore.TypeBoolean:
+		return "bool"
+	case bsoncore.TypeDateTime:
+		return "date"
+	case bsoncore.TypeNull:
+		return "null"
+	case bsoncore.TypeRegex:
+		return "regex"
+	case bsoncore.TypeDBPointer:
+		return "dbPointer"
+	case bsoncore.TypeJavaScript:
+		return "javascript"
+	case bsoncore.TypeSymbol:
+		return "symbol"
+	case bsoncore.TypeCodeWithScope:
+		return "javascriptWithScope"
+	case bsoncore.TypeInt32:
+		return "int"
+	case bsoncore.TypeTimestamp:
+		return "timestamp"
+	case bsoncore.TypeInt64:
+		return "long"
+	case bsoncore.TypeDecimal128:
+		return "decimal"
+	case bsoncore.TypeMinKey:
+		return "minKey"
+	case bsoncore.TypeMaxKey:
+		return "maxKey"
+	}
+	return fmt.Sprintf("type %d", byte(t))
 }
 
 // limits are the figures a hello reply passes on from the upstreams.
