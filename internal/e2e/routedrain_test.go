@@ -44,9 +44,10 @@ func drainBouncer(t *testing.T, toml string, logs *logbuf.Buffer) (*app.App, str
 }
 
 // drainTOML is a session-mode configuration whose "orders" route goes to
-// ordersURI when withOrders.
+// ordersURI when withOrders. upstream_command_timeout is short: it bounds
+// how long Shutdown waits for clients stuck upstream once the drain is over.
 func drainTOML(upURI, ordersURI, shutdownTimeout string, withOrders bool) string {
-	s := strings.Replace(baseTOML(upURI, fmt.Sprintf("shutdown_timeout = %q", shutdownTimeout)),
+	s := strings.Replace(baseTOML(upURI, fmt.Sprintf("shutdown_timeout = %q\nupstream_command_timeout = \"1s\"", shutdownTimeout)),
 		`pool_mode = "statement"`, `pool_mode = "session"`, 1)
 	if withOrders {
 		s += fmt.Sprintf("\n[databases.orders]\nconnection_string = %q\n", ordersURI)
@@ -92,7 +93,7 @@ func TestRouteDrainHonoursShutdownTimeout(t *testing.T) {
 
 // Closing the App ends a reload's drain at once, even when the drain's own
 // bound (shutdown_timeout at the reload) is longer: a graceful shutdown is
-// bounded by its own context (plus the proxy's abort bound), not by a
+// bounded by its own context (plus upstream_command_timeout), not by a
 // route that a request still holds.
 func TestGracefulCloseEndsRouteDrains(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
@@ -119,7 +120,7 @@ func TestGracefulCloseEndsRouteDrains(t *testing.T) {
 		defer cancel()
 		done <- a.GracefulClose(ctx)
 	}()
-	// Shutdown's own bounds: 100ms, then the proxy's abort bound (5s + 1s)
+	// Shutdown's own bounds: 100ms, then upstream_command_timeout + 1s
 	// for the client stuck upstream.
 	select {
 	case <-done:
