@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,13 +37,7 @@ func TestDrainLetsATransactionFinishOnAnotherConnection(t *testing.T) {
 			defer cancel()
 			done <- a.GracefulClose(ctx)
 		}()
-		waitFor(t, "draining", func() bool {
-			r := dialRawNoFail(addr)
-			if r != nil {
-				r.Close()
-			}
-			return r == nil
-		})
+		waitDraining(t, a, addr)
 		// The same transaction goes on, on the driver's other connection.
 		if r := c2.cmd(txnCmd("insert", lsid, 1, false)); okOf(r) != 1 {
 			t.Errorf("transaction command on another client connection during shutdown: %v", r)
@@ -83,16 +78,19 @@ func TestShutdownWaitsForAReplyBeingWritten(t *testing.T) {
 		_ = c.c.(*net.TCPConn).SetReadBuffer(16 << 10)
 		c.hello()
 		id := c.send(0, bson.D{{Key: "big", Value: 1}, {Key: "$db", Value: "test"}})
-		// Let the reply reach the proxy and its write to us block (we do not
-		// read yet).
-		time.Sleep(500 * time.Millisecond)
+		// The reply's write to us has begun; 15 MB do not fit the socket
+		// buffers, so it goes on until we read.
+		c.awaitFirstByte()
 		done := make(chan error, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			done <- a.GracefulClose(ctx)
 		}()
-		time.Sleep(300 * time.Millisecond)
+		// Once the listener is closed the shutdown checks whether its
+		// clients are drained; counted drained, this one would be cut
+		// while we read the rest of the reply.
+		waitDraining(t, a, addr)
 		rep, err := c.tryRecv(5 * time.Second)
 		if err != nil {
 			t.Fatalf("in-flight reply cut by shutdown: %v", err)
@@ -112,10 +110,15 @@ func TestTxnPinReleasedWhenOwnerWasBusyElsewhere(t *testing.T) {
 	eachIO(t, func(t *testing.T) {
 		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 		other := fakemongo.Start(t, fakemongo.Options{})
+		hold := make(chan struct{})
+		release := sync.OnceFunc(func() { close(hold) })
+		t.Cleanup(release)
 		other.Handle("slow", func(*fakemongo.Request) fakemongo.Reply {
-			r := fakemongo.OK()
-			r.Delay = 600 * time.Millisecond
-			return r
+			select {
+			case <-hold:
+			case <-time.After(10 * time.Second):
+			}
+			return fakemongo.OK()
 		})
 		app, addr := bouncer(t, up.URI(), func(c *config.Config) {
 			mode("transaction", 2)(c)
@@ -130,10 +133,11 @@ func TestTxnPinReleasedWhenOwnerWasBusyElsewhere(t *testing.T) {
 		}
 		// a is busy on the "other" route while b commits a's transaction.
 		slowID := a.send(0, bson.D{{Key: "slow", Value: 1}, {Key: "$db", Value: "other"}})
-		time.Sleep(150 * time.Millisecond)
+		waitFor(t, "a's request to reach the other route's upstream", func() bool { return other.Requests("slow") == 1 })
 		if r := b.cmd(txnCmd("commitTransaction", lsid, 1, false)); okOf(r) != 1 {
 			t.Fatalf("commit: %v", r)
 		}
+		release()
 		if rep := a.recv(); rep.header.ResponseTo != slowID || okOf(rep.body) != 1 {
 			t.Fatalf("slow: %v", rep.body)
 		}
@@ -260,7 +264,9 @@ func TestCloseEndsWaitsAtAPausedRoute(t *testing.T) {
 		}
 		defer func() { _ = app.Resume("*") }()
 		c.send(0, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}})
-		time.Sleep(200 * time.Millisecond)
+		// Close must end a wait in progress (a request that came after it
+		// would not wait at all).
+		waitForGoroutineIn(t, "proxy.(*Route).waitGate")
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := app.Server().Close(ctx); err != nil {

@@ -218,7 +218,7 @@ func TestEventLoopQueuedRequests(t *testing.T) {
 			return up.Builtin(req)
 		})
 		const wait = 300 * time.Millisecond
-		_, addr := bouncer(t, up.URI(), func(c *config.Config) {
+		a, addr := bouncer(t, up.URI(), func(c *config.Config) {
 			withLoop("statement", 1)(c)
 			c.Global.WaitQueueTimeout = wait
 		})
@@ -252,7 +252,8 @@ func TestEventLoopQueuedRequests(t *testing.T) {
 		for i, cl := range cls {
 			ids[i] = cl.send(0, ping)
 		}
-		time.Sleep(50 * time.Millisecond)
+		pl := a.Topologies()[0].Servers()[0].Pool()
+		waitFor(t, "the requests to queue in the pool", func() bool { return pl.Stats().Waiters == n })
 		if g := runtime.NumGoroutine(); g > base+n/4 {
 			t.Fatalf("%d goroutines with %d queued requests, %d before: a goroutine per wait", g, n, base)
 		}

@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,4 +79,33 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// waitDraining waits until a's graceful shutdown has begun: the server is
+// draining and has closed its listener at addr, after which it checks
+// whether its clients are drained.
+func waitDraining(t *testing.T, a *app.App, addr string) {
+	t.Helper()
+	waitFor(t, "the shutdown to begin", func() bool {
+		if !a.Server().Draining() {
+			return false
+		}
+		c := dialRawNoFail(addr)
+		if c != nil {
+			c.Close()
+		}
+		return c == nil
+	})
+}
+
+// waitForGoroutineIn waits until a goroutine's stack has fn in it: how a
+// test sees that a request is blocked where nothing else shows it (at a
+// paused route's gate).
+func waitForGoroutineIn(t *testing.T, fn string) {
+	t.Helper()
+	waitFor(t, "a goroutine in "+fn, func() bool {
+		var b bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+		return strings.Contains(b.String(), fn)
+	})
 }

@@ -244,14 +244,23 @@ func TestCloseWhileGoroutineWaitsToForward(t *testing.T) {
 		holder.send(0, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "test"}})
 		waitFor(t, "the find to reach the upstream", func() bool { return up.Requests("find") == 1 })
 		x.send(wire.FlagMoreToCome, bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{bson.D{{Key: "a", Value: 1}}}}, {Key: "$db", Value: "test"}})
-		time.Sleep(100 * time.Millisecond) // x's goroutine waits in the pool's queue
+		pl := a.Topologies()[0].Servers()[0].Pool()
+		waitFor(t, "x's goroutine to wait in the pool's queue", func() bool { return pl.Stats().Waiters == 1 })
 		done := make(chan error, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			done <- a.Server().Close(ctx)
 		}()
-		time.Sleep(200 * time.Millisecond)
+		// Close disconnects every client in one pass: the holder, whose
+		// request is out upstream, sees its socket shut down. x's socket
+		// says nothing (the loop keeps a descriptor of it), but its
+		// disconnect comes in the same pass, microseconds apart, while
+		// what rel sets off (a reply, a check-in, a wake-up) takes far
+		// longer.
+		if !holder.closed(5 * time.Second) {
+			t.Fatal("Close did not disconnect the holder")
+		}
 		rel()
 		if err := <-done; err != nil {
 			t.Fatalf("Close: %v; %d client(s) still connected (want every client disconnected); holder closed %v, x closed %v",

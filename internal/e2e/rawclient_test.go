@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -161,4 +162,33 @@ func codeOf(b bson.Raw) int32 {
 	}
 	c, _ := v.AsInt64OK()
 	return int32(c)
+}
+
+// awaitFirstByte blocks until the next reply starts to arrive, and keeps
+// the byte it read for the next recv: the server is then writing the
+// reply, and a reply larger than the socket buffers cannot be written
+// whole until the client reads.
+func (r *rawClient) awaitFirstByte() {
+	r.t.Helper()
+	var b [1]byte
+	_ = r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(r.c, b[:]); err != nil {
+		r.t.Fatalf("waiting for a reply to start: %v", err)
+	}
+	r.c = &prefixConn{Conn: r.c, pre: b[:]}
+}
+
+// prefixConn is a net.Conn whose reads return pre first.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.pre) > 0 {
+		n := copy(b, p.pre)
+		p.pre = p.pre[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
 }
