@@ -219,7 +219,7 @@ func TestCommitOnAnotherClientReleasesThePin(t *testing.T) {
 		// Drivers pin the server of a transaction, not the connection: the
 		// commit may arrive on another client connection.
 		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-		_, addr := bouncer(t, up.URI(), mode("transaction", 2))
+		app, addr := bouncer(t, up.URI(), mode("transaction", 2))
 		a, b, c := dialRaw(t, addr), dialRaw(t, addr), dialRaw(t, addr)
 		a.hello()
 		b.hello()
@@ -242,7 +242,8 @@ func TestCommitOnAnotherClientReleasesThePin(t *testing.T) {
 		c.cmd(txnCmd("commitTransaction", lsid3, 1, false))
 		// a's transaction was not aborted when a disconnects: it committed.
 		a.c.Close()
-		time.Sleep(100 * time.Millisecond)
+		// A client leaves the count after its disconnect's aborts are done.
+		waitFor(t, "a to be gone", func() bool { return app.Server().ClientCount() == 2 })
 		for _, tx := range up.Transactions() {
 			if tx.State != fakemongo.TxnCommitted {
 				t.Fatalf("transaction %+v not committed", tx)

@@ -26,6 +26,14 @@ import (
 // reloaded) and returns the app, its client address and the file's path.
 func fileBouncer(t *testing.T, toml string) (*app.App, string, string) {
 	t.Helper()
+	return fileBouncerLogging(t, toml, nil)
+}
+
+// fileBouncerLogging is fileBouncer logging from level Info to logs (when
+// not nil) instead of warnings to stderr, for tests that wait for an event
+// only the log shows.
+func fileBouncerLogging(t *testing.T, toml string, logs io.Writer) (*app.App, string, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "mongobouncer.toml")
 	if err := os.WriteFile(path, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
@@ -36,6 +44,9 @@ func fileBouncer(t *testing.T, toml string) (*app.App, string, string) {
 	}
 	ioModelOf(t).apply(&cfg)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if logs != nil {
+		log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
 	a, err := app.NewWithOptions(cfg, app.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +210,14 @@ func TestReloadUnderLoad(t *testing.T) {
 		c := driver(t, addr, "")
 		stop := make(chan struct{})
 		ops, errs, wg := load(t, c, 8, stop)
-		time.Sleep(300 * time.Millisecond)
+		// The reloads happen while the workload runs: each waits for it to
+		// make progress first.
+		progress := func(what string) {
+			t.Helper()
+			n := ops.Load() + 50
+			waitFor(t, "50 more operations "+what, func() bool { return ops.Load() >= n || errs.Load() > 0 })
+		}
+		progress("before the reload")
 
 		// Pool size changed and a route added, under load.
 		next := strings.Replace(baseTOML(up.URI(), ""), "max_pool_size = 5", "max_pool_size = 3", 1) +
@@ -210,7 +228,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		if err := a.Reload(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		progress("after the reload")
 		for _, p := range a.Pools() {
 			if p.Route == "*" && p.MaxPoolSize != 3 {
 				t.Fatalf("max_pool_size not applied live: %+v", p)
@@ -231,7 +249,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "mongobouncer.toml:") {
 			t.Fatalf("invalid reload: %v", err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		progress("after the invalid reload")
 		close(stop)
 		wg.Wait()
 		if errs.Load() != 0 || ops.Load() == 0 {
@@ -327,10 +345,17 @@ func metricValue(text, series string) float64 {
 func TestGracefulShutdownUnderLoad(t *testing.T) {
 	eachIO(t, func(t *testing.T) {
 		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		// The slow requests are answered once the transaction has
+		// committed: they are in flight for the whole test.
+		hold := make(chan struct{})
+		release := sync.OnceFunc(func() { close(hold) })
+		t.Cleanup(release)
 		up.Handle("slow", func(*fakemongo.Request) fakemongo.Reply {
-			r := fakemongo.OK()
-			r.Delay = 400 * time.Millisecond
-			return r
+			select {
+			case <-hold:
+			case <-time.After(10 * time.Second):
+			}
+			return fakemongo.OK()
 		})
 		a, addr, _ := fileBouncer(t, baseTOML(up.URI(), `shutdown_timeout = "10s"`))
 		waitUsable(t, a, 1)
@@ -350,7 +375,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 		tx.cmd(txnCmd("insert", lsid, 1, true))
 		idle := dialRaw(t, addr)
 		idle.hello()
-		time.Sleep(100 * time.Millisecond)
+		waitFor(t, "the slow requests to reach the upstream", func() bool { return up.Requests("slow") == 3 })
 
 		done := make(chan error, 1)
 		go func() {
@@ -358,7 +383,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 			defer cancel()
 			done <- a.GracefulClose(ctx)
 		}()
-		time.Sleep(50 * time.Millisecond)
+		waitDraining(t, a, addr)
 		// New requests get ShutdownInProgress.
 		if r := idle.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}); codeOf(r) != 91 {
 			t.Fatalf("new request during shutdown: %v", r)
@@ -370,6 +395,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 		if r := tx.cmd(txnCmd("commitTransaction", lsid, 1, false)); okOf(r) != 1 {
 			t.Fatalf("commit during shutdown: %v", r)
 		}
+		release()
 		for i, c := range inflight {
 			rep := c.recv()
 			if rep.header.ResponseTo != ids[i] || okOf(rep.body) != 1 {

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
 )
 
 // The runbook says: pause the route, edit the connection string, reload,
@@ -143,7 +144,8 @@ func TestReaddedRouteKeepsMetricsAfterOldDrainEnds(t *testing.T) {
 			}
 			return s
 		}
-		a, addr, path := fileBouncer(t, session(true))
+		var logs logbuf.Buffer
+		a, addr, path := fileBouncerLogging(t, session(true), &logs)
 		waitUsable(t, a, 2)
 		pinned := dialRaw(t, addr)
 		pinned.hello()
@@ -177,8 +179,11 @@ func TestReaddedRouteKeepsMetricsAfterOldDrainEnds(t *testing.T) {
 				t.Fatalf("precondition: new route's ping count %v before the drain ends", v)
 			}
 		}
-		pinned.c.Close()                   // the old route drains and closes
-		time.Sleep(500 * time.Millisecond) // the drain polls every 20ms
+		pinned.c.Close() // the old route drains and closes
+		// Logged once the drain is over, metrics included.
+		waitFor(t, "the old route's drain to end", func() bool {
+			return strings.Contains(logs.String(), `msg="route drained and closed" route=orders`)
+		})
 		resp, err := http.Get("http://" + a.AdminAddr().String() + "/metrics")
 		if err != nil {
 			t.Fatal(err)
