@@ -856,8 +856,9 @@ func socketInodes() (map[string]bool, error) {
 }
 
 // tcpSocket is one line of /proc/net/tcp{,6}: addresses as hex IP:PORT,
-// the state as a hex TCP state ("01" is ESTABLISHED).
-type tcpSocket struct{ local, remote, state, inode string }
+// the state as a hex TCP state ("01" is ESTABLISHED), the queues as hex
+// TX:RX byte counts.
+type tcpSocket struct{ local, remote, state, queues, inode string }
 
 // remotePort returns the socket's remote port in /proc's hex spelling.
 func (s tcpSocket) remotePort() string {
@@ -891,7 +892,7 @@ func ownSockets() ([]tcpSocket, error) {
 			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode
 			if len(fs) >= 10 && inodes[fs[9]] && !seen[fs[9]] {
 				seen[fs[9]] = true
-				out = append(out, tcpSocket{local: fs[1], remote: fs[2], state: fs[3], inode: fs[9]})
+				out = append(out, tcpSocket{local: fs[1], remote: fs[2], state: fs[3], queues: fs[4], inode: fs[9]})
 			}
 		}
 	}

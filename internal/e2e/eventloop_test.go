@@ -182,7 +182,8 @@ func TestEventLoopIdleTimeout(t *testing.T) {
 		busy := dialRaw(t, addr)
 		busy.hello()
 		start := time.Now()
-		// A client that keeps sending is not idle.
+		// A client that keeps sending is not idle: the pauses between its
+		// requests, well under the timeout, are what is tested.
 		for time.Since(start) < 700*time.Millisecond {
 			if r := busy.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okOf(r) != 1 {
 				t.Fatal(r)

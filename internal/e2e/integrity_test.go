@@ -157,7 +157,8 @@ func withChecksum(msg []byte, good bool) []byte {
 
 // startMangleRelay forwards TCP connections to an upstream. Requests pass
 // unchanged; an upstream reply containing marker is mangled as how says.
-func startMangleRelay(t testing.TB, upstream string, marker []byte, how mangling) string {
+// lateSent is closed once the late copy of mangleLate has been written.
+func startMangleRelay(t testing.TB, upstream string, marker []byte, how mangling) (addr string, lateSent <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -168,6 +169,8 @@ func startMangleRelay(t testing.TB, upstream string, marker []byte, how mangling
 		mu    sync.Mutex
 		conns []net.Conn
 	)
+	late := make(chan struct{})
+	var lateOnce sync.Once
 	closeAll := func() {
 		mu.Lock()
 		for _, c := range conns {
@@ -231,16 +234,20 @@ func startMangleRelay(t testing.TB, upstream string, marker []byte, how mangling
 						return
 					}
 					if marked && how == mangleLate {
+						// The lateness is the mangling: the copy comes
+						// after the bouncer has taken the reply, and
+						// likely given the connection back to its pool.
 						time.Sleep(100 * time.Millisecond)
 						if _, err := c.Write(msg); err != nil {
 							return
 						}
+						lateOnce.Do(func() { close(late) })
 					}
 				}
 			}()
 		}
 	}()
-	return ln.Addr().String()
+	return ln.Addr().String(), late
 }
 
 // An upstream that answers a plain request (no exhaustAllowed) with more
@@ -265,7 +272,7 @@ func TestUnreadReplyBytesCloseTheUpstreamConn(t *testing.T) {
 						badConn.Store(r.ConnID)
 						return fakemongo.OK(bson.E{Key: "marker", Value: marker})
 					})
-					relay := startMangleRelay(t, up.Addr(), []byte(marker), tc.how)
+					relay, lateSent := startMangleRelay(t, up.Addr(), []byte(marker), tc.how)
 					_, addr := bouncer(t, "mongodb://"+relay+"/?directConnection=true", mode(m, 1))
 					a := dialRaw(t, addr)
 					a.hello()
@@ -295,7 +302,11 @@ func TestUnreadReplyBytesCloseTheUpstreamConn(t *testing.T) {
 						// next request is sent there: taken for that request's
 						// reply, it must fail the request (retryably), never be
 						// relayed as its answer.
-						time.Sleep(200 * time.Millisecond)
+						select {
+						case <-lateSent:
+						case <-time.After(10 * time.Second):
+							t.Fatal("the relay never wrote the late copy")
+						}
 						r := clients[0].cmd(whoamiCmd())
 						if _, err := r.LookupErr("conn"); err == nil {
 							t.Fatalf("whoami answered on the connection with a stale reply queued: %v", r)
@@ -406,7 +417,7 @@ func TestUpstreamReplyChecksum(t *testing.T) {
 					if good {
 						how = mangleGoodSum
 					}
-					relay := startMangleRelay(t, up.Addr(), []byte(marker), how)
+					relay, _ := startMangleRelay(t, up.Addr(), []byte(marker), how)
 					_, addr := bouncer(t, "mongodb://"+relay+"/?directConnection=true", mode(m, 1))
 					a := dialRaw(t, addr)
 					a.hello()

@@ -702,6 +702,9 @@ func TestMalformedDeclaredLengthDoesNotReserveMemory(t *testing.T) {
 		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 
 		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		if runtime.GOOS != "linux" {
+			t.Skip("needs /proc/net/tcp to see that the proxy has read the headers")
+		}
 		_, addr := bouncer(t, up.URI(), nil)
 		const conns, declared = 4, 40_000_000
 		heap := func() uint64 {
@@ -717,10 +720,9 @@ func TestMalformedDeclaredLengthDoesNotReserveMemory(t *testing.T) {
 			r.sendRaw(append(malHeader(declared, int32(i+1), wire.OpMsg), 0, 0, 0, 0))
 			rs = append(rs, r)
 		}
-		// Let the proxy read the headers.
-		ctl := dialRaw(t, addr)
-		ctl.hello()
-		time.Sleep(200 * time.Millisecond)
+		// The proxy has read what they sent once its side of each of
+		// their connections has nothing left to receive.
+		waitFor(t, "the proxy to read the headers", func() bool { return proxyHasRead(t, addr, rs) })
 		after := heap()
 		t.Logf("heap grew by %d KB for %d stalled headers declaring %d MB each", (int64(after)-int64(before))>>10, conns, declared>>20)
 		if grew := int64(after) - int64(before); grew > conns*declared/4 {
@@ -730,4 +732,30 @@ func TestMalformedDeclaredLengthDoesNotReserveMemory(t *testing.T) {
 			r.c.Close()
 		}
 	})
+}
+
+// proxyHasRead reports whether the proxy listening at addr has read
+// everything each of cs sent: the proxy's end of each connection is in
+// this process, and its receive queue is empty.
+func proxyHasRead(t *testing.T, addr string, cs []*rawClient) bool {
+	t.Helper()
+	socks, err := ownSockets()
+	must(t, err)
+	want := map[string]bool{} // the clients' ports, as /proc spells them
+	for _, c := range cs {
+		want[fmt.Sprintf("%04X", portOf(t, c.c.LocalAddr().String()))] = true
+	}
+	bPort := fmt.Sprintf("%04X", portOf(t, addr))
+	read := 0
+	for _, s := range socks {
+		_, local, _ := strings.Cut(s.local, ":")
+		if local != bPort || !want[s.remotePort()] {
+			continue
+		}
+		if _, rx, _ := strings.Cut(s.queues, ":"); strings.TrimLeft(rx, "0") != "" {
+			return false
+		}
+		read++
+	}
+	return read == len(cs)
 }
