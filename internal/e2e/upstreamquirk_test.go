@@ -30,15 +30,34 @@ import (
 // close leaves a stray reply on a pooled connection, where it must not
 // reach the next request.
 
+// strayHold says how a strayRelay delays the upstream's replies to
+// moreToCome requests (strays).
+type strayHold int
+
+const (
+	// holdNone relays every reply as it comes.
+	holdNone strayHold = iota
+	// holdLate keeps a stray that comes before any other request has
+	// followed its moreToCome request back, with every reply after it,
+	// until the next request has been forwarded: the stray arrives after
+	// mongobouncer has sent its next request on the connection, but in the
+	// upstream's order (before that request's reply), as from a slow
+	// server.
+	holdLate
+	// holdReordered keeps a stray back until the next request has been
+	// forwarded and lets the replies after it pass: the stray arrives
+	// behind the reply to a later request (mongobouncer's fence), an order
+	// no in-order server produces, but a stray may come at any time.
+	holdReordered
+)
+
 // strayRelay forwards TCP connections between mongobouncer and an
 // upstream and watches for the replies the upstream sends to moreToCome
-// requests (strays). With hold set, it keeps each stray back until the
-// next request on that connection has been forwarded: the stray then
-// arrives late, after mongobouncer has sent the next request.
+// requests (strays), delaying them as hold says.
 type strayRelay struct {
 	ln       net.Listener
 	upstream string
-	hold     bool
+	hold     strayHold
 	strays   atomic.Int64 // strays relayed
 	wg       sync.WaitGroup
 
@@ -46,7 +65,7 @@ type strayRelay struct {
 	conns []net.Conn // guarded by mu; nil once closed
 }
 
-func startStrayRelay(t testing.TB, upstream string, hold bool) *strayRelay {
+func startStrayRelay(t testing.TB, upstream string, hold strayHold) *strayRelay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
@@ -115,7 +134,10 @@ type strayPair struct {
 	// Guarded by mu, which is also held across every write to c, so that
 	// a held stray and the reply after it reach c in the upstream's order.
 	more map[int32]bool // requestIDs of moreToCome requests
-	held []byte         // a stray kept back until the next request
+	// followed says a request has been forwarded since the last
+	// moreToCome one.
+	followed bool
+	held     [][]byte // a stray and the replies after it, kept back
 }
 
 func (p *strayPair) requests() {
@@ -133,13 +155,19 @@ func (p *strayPair) requests() {
 		// mongobouncer forwards its clients' requestIDs, which clients
 		// reuse: only the latest request with an ID says what a reply to
 		// it is.
-		p.more[h.RequestID] = h.OpCode == wire.OpMsg && len(msg) >= wire.HeaderLen+4 &&
+		more := h.OpCode == wire.OpMsg && len(msg) >= wire.HeaderLen+4 &&
 			wire.MsgFlags(binary.LittleEndian.Uint32(msg[wire.HeaderLen:]))&wire.FlagMoreToCome != 0
+		p.more[h.RequestID] = more
+		p.followed = !more
 		_, err = p.u.Write(msg)
-		if err == nil && p.held != nil {
-			_, err = p.c.Write(p.held)
-			p.held = nil
+		if err == nil && len(p.held) > 0 {
 			p.r.strays.Add(1)
+			for _, m := range p.held {
+				if _, err = p.c.Write(m); err != nil {
+					break
+				}
+			}
+			p.held = nil
 		}
 		p.mu.Unlock()
 		if err != nil {
@@ -163,8 +191,10 @@ func (p *strayPair) replies() {
 		stray := p.more[h.ResponseTo]
 		delete(p.more, h.ResponseTo)
 		switch {
-		case stray && p.r.hold:
-			p.held = msg
+		case len(p.held) > 0 && p.r.hold == holdLate:
+			p.held = append(p.held, msg)
+		case stray && p.r.hold == holdLate && !p.followed, stray && p.r.hold == holdReordered:
+			p.held = [][]byte{msg}
 		default:
 			_, err = p.c.Write(msg)
 			if stray {
@@ -182,16 +212,17 @@ func (p *strayPair) replies() {
 // mongobouncer to FerretDB, which answers it, on a pool of one connection:
 // the next requests, from other clients, run on that connection and must
 // each get their own reply. The stray reply is there before the next
-// request (settled), arrives after it has been sent (late), or whenever
-// FerretDB sends it with the next request sent at once (direct).
+// request (settled), arrives after it has been sent (late), arrives behind
+// a later reply (reordered), or whenever FerretDB sends it with the next
+// request sent at once (direct).
 func TestUpstreamRepliesToMoreToComeRaw(t *testing.T) {
 	eachIO(t, func(t *testing.T) {
 		up := devmongo.Start(t)
 		for _, tc := range []struct {
 			name  string
 			relay bool
-			hold  bool
-		}{{"direct", false, false}, {"settled", true, false}, {"late", true, true}} {
+			hold  strayHold
+		}{{"direct", false, holdNone}, {"settled", true, holdNone}, {"late", true, holdLate}, {"reordered", true, holdReordered}} {
 			t.Run(tc.name, func(t *testing.T) {
 				uri := up.URI()
 				var relay *strayRelay
@@ -216,7 +247,7 @@ func TestUpstreamRepliesToMoreToComeRaw(t *testing.T) {
 					t.Fatalf("ping before: %v", r)
 				}
 				sender.send(wire.FlagMoreToCome, ping)
-				if tc.relay && !tc.hold {
+				if tc.relay && tc.hold == holdNone {
 					waitFor(t, "FerretDB's reply to the moreToCome ping", func() bool { return relay.strays.Load() == 1 })
 				}
 				var failed []string
