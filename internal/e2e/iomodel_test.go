@@ -60,6 +60,9 @@ var uringSupported = sync.OnceValue(uring.Supported)
 //     would cost a minute).
 //   - TestPoolClearedWhileWaitingOnGoroutine: its cases set event_loop
 //     themselves (a goroutine-served request in both).
+//   - TestRouteDrainHonoursShutdownTimeout, TestGracefulCloseEndsRouteDrains:
+//     a reload's route drain, done by the app; their clients are in
+//     session mode, which the event loop never serves.
 //   - BenchmarkPing: measures the shipped configuration.
 func eachIO(t *testing.T, f func(t *testing.T)) {
 	t.Helper()

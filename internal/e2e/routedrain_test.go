@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/app"
-	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
@@ -22,25 +19,7 @@ import (
 // drainBouncer is fileBouncer with its logs (info and up) in logs.
 func drainBouncer(t *testing.T, toml string, logs *logbuf.Buffer) (*app.App, string, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "mongobouncer.toml")
-	if err := os.WriteFile(path, []byte(toml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.NewWithOptions(cfg, app.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = a.Close(ctx)
-	})
-	return a, a.Addrs()[0].String(), path
+	return fileBouncerLogging(t, toml, logs)
 }
 
 // drainTOML is a session-mode configuration whose "orders" route goes to
@@ -68,6 +47,7 @@ func reloadWith(t *testing.T, a *app.App, path, toml string) {
 // A route removed by a reload while a client still holds one of its
 // connections is closed after shutdown_timeout, not after at least 30s.
 func TestRouteDrainHonoursShutdownTimeout(t *testing.T) {
+	oneIO(t) // session mode: a client goroutine on every model; the drain is the app's
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	orders := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	var logs logbuf.Buffer
@@ -96,6 +76,7 @@ func TestRouteDrainHonoursShutdownTimeout(t *testing.T) {
 // bounded by its own context (plus upstream_command_timeout), not by a
 // route that a request still holds.
 func TestGracefulCloseEndsRouteDrains(t *testing.T) {
+	oneIO(t) // session mode: a client goroutine on every model; the drain is the app's
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	orders := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	// The ping never gets an answer until the fake closes (test cleanup):
