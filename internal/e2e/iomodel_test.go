@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/seccomp"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
 )
 
@@ -124,4 +126,17 @@ func ioModelOf(t testing.TB) ioModel {
 	}
 	t.Fatalf("%s starts a mongobouncer with no I/O model: wrap the test's body in eachIO (or loopIO), or call oneIO where the model cannot matter", t.Name())
 	return ioModel{}
+}
+
+// Where the kernel refuses io_uring, eachIO skips the io_uring subtest and
+// still runs the other two.
+func TestEachIOSkipsIOUringWhereRefused(t *testing.T) {
+	if !seccomp.RefuseIOUring(t) {
+		return
+	}
+	var ran []string
+	eachIO(t, func(t *testing.T) { ran = append(ran, ioModelOf(t).name) })
+	if !slices.Equal(ran, []string{"goroutine", "epoll"}) {
+		t.Fatalf("eachIO ran %v with io_uring refused, want [goroutine epoll]", ran)
+	}
 }
