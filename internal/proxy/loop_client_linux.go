@@ -461,7 +461,8 @@ func (c *client) loopWrite(msg []byte) bool {
 	rest := getBuffer(len(msg) - n)
 	copy(rest.b, msg[n:])
 	c.x.bytesOut += len(rest.b)
-	c.loopAccount()
+	putBuffer(lc.buf)
+	lc.buf = nil
 	nc, ferr := fileConn(lc.sock.fd())
 	if ferr != nil {
 		putBuffer(rest)
@@ -473,6 +474,9 @@ func (c *client) loopWrite(msg []byte) bool {
 	go func() {
 		_, werr := nc.Write(rest.b)
 		putBuffer(rest)
+		// The request ends with its reply written: until then its phase
+		// holds Shutdown's drain, which would otherwise cut the reply short.
+		c.x.end()
 		if werr != nil {
 			c.finish(errClientGone)
 			return

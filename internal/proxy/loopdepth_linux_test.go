@@ -1,11 +1,15 @@
 package proxy
 
 import (
+	"context"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -82,6 +86,52 @@ func TestLoopPipelinedRequestsDoNotRecurse(t *testing.T) {
 		t.Logf("%d requests reported, deepest report %d frames", obs.requests.Load(), depth)
 		if depth > 200 {
 			t.Fatalf("a request was reported %d frames deep: the loop recursed over pipelined requests", depth)
+		}
+	})
+}
+
+// A reply the loop could not write whole is finished by a goroutine; until
+// it is, the request is not over, and Shutdown's drain waits for it rather
+// than cutting the reply short.
+func TestLoopDrainWaitsForTheRestOfAReply(t *testing.T) {
+	eachDriver(t, func(t *testing.T, io string) {
+		big := strings.Repeat("x", 4<<20)
+		r := newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
+			return fakemongo.OK(bson.E{Key: "big", Value: big})
+		})
+		cl := r.client(16 * 1024)
+		c := r.only()
+		r.waitState(c, lsIdle)
+		msg := wire.AppendMsg(nil, 9, 0, 0, mustDoc(t, ping()))
+		if _, err := cl.c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		// Not reading: the loop's write cannot finish, and a goroutine
+		// writes the rest.
+		r.waitState(c, lsGoroutine)
+		if r.s.drained() {
+			t.Fatal("drained while the rest of a reply is still to be written")
+		}
+		shut := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			shut <- r.s.Shutdown(ctx)
+		}()
+		_ = cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+		rep, err := wire.ReadMessage(cl.c, nil, wire.DefaultMaxMessageSize)
+		if err != nil {
+			t.Fatalf("the reply was cut short: %v", err)
+		}
+		m, err := wire.ParseMsg(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := bson.Raw(m.Body).Lookup("big").StringValueOK(); got != big {
+			t.Fatalf("%d bytes of big, want %d", len(got), len(big))
+		}
+		if err := <-shut; err != nil {
+			t.Fatalf("shutdown: %v", err)
 		}
 	})
 }
