@@ -314,7 +314,8 @@ func (x *exchange) release() {
 // its connection failed or cannot be trusted. A connection it holds is
 // closed (marked errored, never pooled or kept pinned) and its server hears
 // of the error (it may clear its pool); a transaction that never started
-// is forgotten. It returns the retryable error reply for the client.
+// is forgotten. It returns the retryable error reply for the client (nil
+// for a moreToCome request, which gets none).
 func (x *exchange) fail(err error) bsoncore.Document {
 	c := x.c
 	if pc := x.pc; pc != nil {
@@ -330,6 +331,10 @@ func (x *exchange) fail(err error) bsoncore.Document {
 		c.s.endTxn(x.key, c)
 	}
 	x.ok = false
+	if x.req.more {
+		// The client reads no reply, so no error code is reported either.
+		return nil
+	}
 	return c.s.upstreamError(x.route, err, &x.req, x.inTxn)
 }
 

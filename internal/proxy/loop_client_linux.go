@@ -117,7 +117,31 @@ func (c *client) drv() loopDriver {
 
 // loopServe serves the whole message at the front of rbuf, on the loop or
 // on a goroutine, or waits for the rest of it. State lsIdle.
+//
+// A request can end within the call that began it (an error reply, or a
+// reply that was already there), and its end serves the next request:
+// that call comes back here, where it only asks the outermost call to go
+// on. Pipelined requests are thus served by iteration; by recursion, a
+// client could grow the loop thread's stack without bound.
 func (c *client) loopServe(th loopThread) {
+	lc := &c.lc
+	if lc.serving {
+		lc.again = true
+		return
+	}
+	lc.serving = true
+	for {
+		lc.again = false
+		c.serveOne(th)
+		if !lc.again || lc.state != lsIdle {
+			break
+		}
+	}
+	lc.serving = false
+}
+
+// serveOne is one round of loopServe.
+func (c *client) serveOne(th loopThread) {
 	if avail := c.rhi - c.rlo; avail > 0 {
 		n, err := wire.MessageLength(c.rbuf[c.rlo:c.rhi], c.maxMsg)
 		if err != nil || n > len(c.rbuf) {
@@ -437,7 +461,8 @@ func (c *client) loopWrite(msg []byte) bool {
 	rest := getBuffer(len(msg) - n)
 	copy(rest.b, msg[n:])
 	c.x.bytesOut += len(rest.b)
-	c.loopAccount()
+	putBuffer(lc.buf)
+	lc.buf = nil
 	nc, ferr := fileConn(lc.sock.fd())
 	if ferr != nil {
 		putBuffer(rest)
@@ -449,6 +474,9 @@ func (c *client) loopWrite(msg []byte) bool {
 	go func() {
 		_, werr := nc.Write(rest.b)
 		putBuffer(rest)
+		// The request ends with its reply written: until then its phase
+		// holds Shutdown's drain, which would otherwise cut the reply short.
+		c.x.end()
 		if werr != nil {
 			c.finish(errClientGone)
 			return

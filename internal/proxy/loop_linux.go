@@ -98,6 +98,9 @@ type loopClient struct {
 	sock loopSock
 	// lastActive (monoNow) is when the last request ended, for the idle timeout.
 	lastActive time.Duration
+	// serving is set while loopServe runs; again asks it to run once more
+	// (loopServe).
+	serving, again bool
 	// unsent is set while the request in flight is still at the front of
 	// rbuf (lsWaiting).
 	unsent bool

@@ -321,6 +321,11 @@ func (c *Conn) Fence(ctx context.Context, after int32) error {
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	id := c.reqID.Add(1)
+	if id == after {
+		// after was the client's to choose: a reply to it would pass for
+		// the fence's.
+		id = c.reqID.Add(1)
+	}
 	c.qbuf = wire.AppendMsg(c.qbuf[:0], id, 0, 0, fencePing)
 	if err := c.WriteMessage(c.qbuf); err != nil {
 		return err

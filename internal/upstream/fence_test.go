@@ -131,3 +131,35 @@ func TestFenceRemembersUnansweredRequests(t *testing.T) {
 		t.Fatal("the remembered requests are not bounded, oldest forgotten first")
 	}
 }
+
+// The moreToCome request's ID is the client's, so it may be the very ID
+// the fence would give its own ping: a reply to the request must not then
+// pass for the fence's, with the real one left behind it.
+func TestFenceIDIsNotTheRequests(t *testing.T) {
+	var held *request
+	c := dialDev(t, Options{}, fenceServer(t, func(fc *fakeConn, req request) bool {
+		if req.flags&wire.FlagMoreToCome != 0 {
+			held = &req
+			return true
+		}
+		if held == nil {
+			return fc.reply(req, okDoc, nil)
+		}
+		// The reply to the moreToCome request, then the fence's, at once.
+		both := wire.AppendMsg(nil, 1000, held.header.RequestID, 0, okDoc)
+		both = wire.AppendMsg(both, 1001, req.header.RequestID, 0, okDoc)
+		held = nil
+		return fc.write(both)
+	}))
+	after := c.reqID.Load() + 1
+	sendMoreToCome(t, c, after)
+	if err := c.Fence(testCtx(t), after); err != nil {
+		t.Fatal(err)
+	}
+	if c.Buffered() != 0 {
+		t.Fatalf("%d bytes left after the fence", c.Buffered())
+	}
+	if _, err := c.RoundTrip(testCtx(t), "admin", ping()); err != nil {
+		t.Fatalf("the next exchange: %v", err)
+	}
+}
