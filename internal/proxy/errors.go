@@ -23,6 +23,12 @@ const (
 	codeSocketException = 9001
 )
 
+// errUpstreamProtocol marks a reply that breaks the wire protocol on one
+// connection (a reply to another request, a bad checksum, a stream nobody
+// allowed, bytes past the last reply): the connection is closed, but the
+// server is neither marked unknown nor its pool cleared.
+var errUpstreamProtocol = errors.New("upstream broke the wire protocol")
+
 // upstreamError turns a failure to reach or use an upstream into an error
 // reply that drivers retry, labelled for writes and transactions.
 func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool) bsoncore.Document {

@@ -15,6 +15,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -231,7 +233,7 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 	// Only the first reply answers the request; the rest of a stream
 	// answer the reply before them.
 	if err := wire.CheckReply(reply, addr, x.reqID, x.replies == 0); err != nil {
-		return false, err
+		return false, fmt.Errorf("%w: %w", errUpstreamProtocol, err)
 	}
 	flags, body := wire.ReplyView(reply)
 	stream = flags&wire.FlagMoreToCome != 0
@@ -239,12 +241,12 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 	case stream && !x.req.exhaust:
 		// A server must not stream to a request that did not allow it; the
 		// rest of its stream would be unread bytes on the connection.
-		return false, fmt.Errorf("upstream %s sent moreToCome to a request without exhaustAllowed", addr)
+		return false, fmt.Errorf("%w: upstream %s sent moreToCome to a request without exhaustAllowed", errUpstreamProtocol, addr)
 	case !stream && extra > 0 && x.req.exhaust:
-		return false, fmt.Errorf("upstream %s sent more after the last reply of an exhaust stream", addr)
+		return false, fmt.Errorf("%w: upstream %s sent more after the last reply of an exhaust stream", errUpstreamProtocol, addr)
 	case !stream && extra > 0:
 		// Those bytes would answer the next request on this connection.
-		return false, fmt.Errorf("upstream %s sent more than one reply to a request without exhaustAllowed", addr)
+		return false, fmt.Errorf("%w: upstream %s sent more than one reply to a request without exhaustAllowed", errUpstreamProtocol, addr)
 	}
 	x.replies++
 	ri := inspectReply(body)
@@ -320,7 +322,11 @@ func (x *exchange) fail(err error) bsoncore.Document {
 	c := x.c
 	if pc := x.pc; pc != nil {
 		pc.MarkErrored(err)
-		x.srv.HandleError(err, pc)
+		if !errors.Is(err, errUpstreamProtocol) && !errors.Is(err, upstream.ErrBadReply) {
+			// A reply that breaks the protocol condemns its connection,
+			// not the server: the others stay pooled, the server usable.
+			x.srv.HandleError(err, pc)
+		}
 		c.s.log.Warn("upstream error", "route", x.route.Name, "server", x.srv.Address(), "client", c.id, "error", err)
 		x.dropConn()
 	}

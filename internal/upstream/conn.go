@@ -278,6 +278,16 @@ func (c *Conn) roundTrip(db string, cmd bsoncore.Document) (bsoncore.Document, e
 	if err != nil {
 		return nil, c.ioError("read", err)
 	}
+	for h.ResponseTo != id && c.Stray(h.ResponseTo) {
+		// A late reply to an earlier moreToCome request (Fence).
+		if msg, err = c.ReadMessage(c.rbuf[:0]); err != nil {
+			return nil, err
+		}
+		c.rbuf = msg
+		if h, err = wire.ParseHeader(msg); err != nil {
+			return nil, c.ioError("read", err)
+		}
+	}
 	if h.OpCode != wire.OpMsg {
 		return nil, c.badReply("reply opcode is %v, want OP_MSG", h.OpCode)
 	}

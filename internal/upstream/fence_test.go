@@ -163,3 +163,34 @@ func TestFenceIDIsNotTheRequests(t *testing.T) {
 		t.Fatalf("the next exchange: %v", err)
 	}
 }
+
+// RoundTrip (the abort of a disconnected client's transaction) drops a
+// late reply to a moreToCome request the fence remembered.
+func TestRoundTripDropsRememberedStray(t *testing.T) {
+	var pending *request
+	c := dialDev(t, Options{}, fenceServer(t, func(c *fakeConn, req request) bool {
+		if req.flags&wire.FlagMoreToCome != 0 {
+			pending = &req
+			return true
+		}
+		if pending != nil && req.body.Lookup("abortTransaction").Type != 0 {
+			late := *pending
+			pending = nil
+			if !c.reply(late, okDoc, nil) {
+				return false
+			}
+		}
+		return c.reply(req, okDoc, nil)
+	}))
+	sendMoreToCome(t, c, 77)
+	if err := c.Fence(testCtx(t), 77); err != nil {
+		t.Fatal(err)
+	}
+	abort, _ := bson.Marshal(bson.D{{Key: "abortTransaction", Value: 1}})
+	if _, err := c.RoundTrip(testCtx(t), "admin", abort); err != nil {
+		t.Fatalf("the late reply was taken for the abort's: %v", err)
+	}
+	if c.Buffered() != 0 {
+		t.Fatalf("%d bytes left", c.Buffered())
+	}
+}
