@@ -37,15 +37,17 @@ func MessageLength(b []byte, maxSize int) (int, error) {
 	return n, nil
 }
 
-// GrowMessage returns b (its bytes kept) with capacity for a message of n
-// bytes: b itself when it has room, else a copy with a capacity of exactly
-// n. n must come from MessageLength, which bounds it, so a peer grows a
-// buffer only as far as the limit allows, and only once its header says so.
+// GrowMessage returns b (its bytes kept) with more room toward a message
+// of n bytes: b itself when it has room for all of it, else a copy whose
+// capacity doubles, from at least 64 KiB, up to n. n must come from
+// MessageLength, which bounds it; growing with the bytes that arrive, not
+// with the length the header claims, means a peer that declares a large
+// message and sends little costs what it sent.
 func GrowMessage(b []byte, n int) []byte {
 	if cap(b) >= n {
 		return b
 	}
-	nb := make([]byte, len(b), n)
+	nb := make([]byte, len(b), min(n, max(2*cap(b), firstReadSize)))
 	copy(nb, b)
 	return nb
 }

@@ -46,6 +46,16 @@ func TestGrowMessage(t *testing.T) {
 	if cap(g) != 100 || string(g) != "abcd" {
 		t.Fatalf("grown to cap %d with %q, want cap 100 with abcd", cap(g), g)
 	}
+	// A header that claims a large message buys a buffer for what has
+	// come, doubling as more comes.
+	g = GrowMessage(make([]byte, HeaderLen), DefaultMaxMessageSize)
+	if cap(g) != firstReadSize {
+		t.Fatalf("first growth toward %d bytes: cap %d, want %d", DefaultMaxMessageSize, cap(g), firstReadSize)
+	}
+	g = GrowMessage(g[:cap(g)], DefaultMaxMessageSize)
+	if cap(g) != 2*firstReadSize || len(g) != firstReadSize {
+		t.Fatalf("second growth: len %d cap %d", len(g), cap(g))
+	}
 }
 
 // NextMessage frames a message that arrives in pieces, and counts bytes

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"slices"
 	"strconv"
 )
 
@@ -166,10 +165,10 @@ func ReadMessage(r io.Reader, buf []byte, maxSize int) ([]byte, error) {
 		}
 		return msg, nil
 	}
-	msg := append(make([]byte, 0, min(n, firstReadSize)), hdr...)
+	msg := GrowMessage(hdr[:HeaderLen:HeaderLen], n)
 	for len(msg) < n {
 		if len(msg) == cap(msg) {
-			msg = slices.Grow(msg, min(n-len(msg), len(msg)))
+			msg = GrowMessage(msg, n)
 		}
 		k, err := io.ReadFull(r, msg[len(msg):min(n, cap(msg))])
 		msg = msg[:len(msg)+k]
