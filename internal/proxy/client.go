@@ -112,7 +112,9 @@ type client struct {
 	// open are the transactions begun through this client that have not
 	// ended; they are aborted if the client disconnects.
 	open map[txnKey]*Route
-	// phase is where the client's request is (setPhaseLocked).
+	// phase is where the client's request is: written by the owner under
+	// sessMu (setPhaseLocked), read by the owner freely and by others under
+	// sessMu.
 	phase phase
 
 	// lc is the event-loop state; it says whether the goroutine or the loop

@@ -183,7 +183,9 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 		x.retried = true
 		return true, nil
 	}
-	c.setPhase(phaseActive)
+	if c.phase != phaseActive { // only the owner writes phase: no lock to read it
+		c.setPhase(phaseActive)
+	}
 	if err != nil {
 		srv.HandleError(err, nil)
 		return false, err
@@ -396,17 +398,22 @@ func (c *client) setPhase(p phase) {
 	c.sessMu.Unlock()
 }
 
-// setPhaseLocked is the one place a client's phase and its SHOW CLIENTS
-// state change; it holds sessMu.
+// setPhaseLocked is the one place a client's phase changes; it holds
+// sessMu. Only the client's owner calls it, so the owner may read phase
+// without the lock; others read it under sessMu.
 func (c *client) setPhaseLocked(p phase) {
 	c.phase = p
+	c.stateLocked()
+}
+
+// stateLocked sets the SHOW CLIENTS state from the phase and the pins; it
+// holds sessMu.
+func (c *client) stateLocked() {
 	st := stateIdle
-	switch p {
+	switch c.phase {
 	case phaseWaiting:
 		st = stateWaiting
-	case phaseActive:
-		st = stateActive
-	case phaseReplying:
+	case phaseActive, phaseReplying:
 		st = stateActive
 	default:
 		if c.hasPinLocked() {

@@ -145,7 +145,7 @@ func (c *client) txnEnded(key txnKey) {
 		if p := c.pinLocked(route); p != nil && p.conn != nil {
 			back = *p
 			p.conn = nil
-			c.setPhaseLocked(c.phase) // pinned no more, perhaps
+			c.stateLocked() // pinned no more, perhaps
 		}
 	}
 	c.sessMu.Unlock()
