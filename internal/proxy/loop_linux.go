@@ -130,7 +130,6 @@ type loopUp struct {
 // loops is the event loop: threads of one driver, and the ready list.
 type loops struct {
 	drv     loopDriver
-	ring    bool // the driver is io_uring
 	threads int
 	// stopR and stopW are a pipe whose closed write end stops the threads.
 	stopR, stopW int

@@ -135,7 +135,7 @@ func startRing(n int) (*loops, error) {
 		return nil, err
 	}
 	d := &ringDriver{l: l}
-	l.drv, l.ring = d, true
+	l.drv = d
 	started := make(chan error)
 	for i := range max(n, 1) {
 		ev, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
