@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,20 +94,7 @@ func TestLoopPipelinedRequestsDoNotRecurse(t *testing.T) {
 // than cutting the reply short.
 func TestLoopDrainWaitsForTheRestOfAReply(t *testing.T) {
 	eachDriver(t, func(t *testing.T, io string) {
-		big := strings.Repeat("x", 4<<20)
-		r := newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
-			return fakemongo.OK(bson.E{Key: "big", Value: big})
-		})
-		cl := r.client(16 * 1024)
-		c := r.only()
-		r.waitState(c, lsIdle)
-		msg := wire.AppendMsg(nil, 9, 0, 0, mustDoc(t, ping()))
-		if _, err := cl.c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		// Not reading: the loop's write cannot finish, and a goroutine
-		// writes the rest.
-		r.waitState(c, lsGoroutine)
+		r, cl, _, big := stalledBigReply(t, io)
 		if r.s.drained() {
 			t.Fatal("drained while the rest of a reply is still to be written")
 		}

@@ -284,20 +284,7 @@ func TestLoopClientGoneMidReply(t *testing.T) {
 // by a goroutine, which then serves the client; nothing is lost.
 func TestLoopPartialWriteToSlowClient(t *testing.T) {
 	eachDriver(t, func(t *testing.T, io string) {
-		big := strings.Repeat("x", 4<<20)
-		r := newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
-			return fakemongo.OK(bson.E{Key: "big", Value: big})
-		})
-		cl := r.client(16 * 1024)
-		c := r.only()
-		r.waitState(c, lsIdle)
-		msg := wire.AppendMsg(nil, 9, 0, 0, mustDoc(t, ping()))
-		if _, err := cl.c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		// Not reading: the loop's write cannot finish, and a goroutine
-		// takes the client.
-		r.waitState(c, lsGoroutine)
+		r, cl, c, big := stalledBigReply(t, io)
 		_ = cl.c.SetDeadline(time.Now().Add(10 * time.Second))
 		rep, err := wire.ReadMessage(cl.c, nil, wire.DefaultMaxMessageSize)
 		if err != nil {
@@ -315,4 +302,25 @@ func TestLoopPartialWriteToSlowClient(t *testing.T) {
 		// Idle again, the client goes back to the loop.
 		r.waitState(c, lsIdle)
 	})
+}
+
+// stalledBigReply starts a loop rig whose upstream answers ping with a
+// 4 MB reply, and sends one (request ID 9) from a client with a small
+// socket buffer that does not read: the loop cannot write the reply whole,
+// and a goroutine takes the client.
+func stalledBigReply(t *testing.T, io string) (r *loopRig, cl *affConn, c *client, big string) {
+	t.Helper()
+	big = strings.Repeat("x", 4<<20)
+	r = newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
+		return fakemongo.OK(bson.E{Key: "big", Value: big})
+	})
+	cl = r.client(16 * 1024)
+	c = r.only()
+	r.waitState(c, lsIdle)
+	msg := wire.AppendMsg(nil, 9, 0, 0, mustDoc(t, ping()))
+	if _, err := cl.c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	r.waitState(c, lsGoroutine)
+	return r, cl, c, big
 }
