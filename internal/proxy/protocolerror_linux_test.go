@@ -22,6 +22,9 @@ func TestFailureExitClearsThePoolOnlyForNetworkErrors(t *testing.T) {
 	r := newLoopRig(t, LoopIOEpoll, 2, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
 	r.client(0)
 	c := r.only()
+	// The goroutine that served the hello owns the client until it parks
+	// it in the loop; only then may the test act as the owner.
+	r.waitState(c, lsIdle)
 	srv := r.route.Topology.Servers()[0]
 	for _, tc := range []struct {
 		name  string
