@@ -205,3 +205,9 @@ func (s *Server) closeMonitorConn() {
 		s.mconn = nil
 	}
 }
+
+// cancelCheck interrupts the monitor's check in progress, if any, after an
+// application error said the server's connections are likely dead (SDAM).
+// The polling monitor has nothing to cancel: its next check, requested at
+// once, dials anew if the connection broke.
+func (s *Server) cancelCheck() {}

@@ -36,6 +36,15 @@ type Options struct {
 	// socket. Server.Address returns the normalized form.
 	Hosts []string
 
+	// ReplicaSet is the replica set's name (the connection string's
+	// replicaSet): the topology starts as ReplicaSetNoPrimary and only
+	// members of that set are kept.
+	ReplicaSet string
+
+	// DirectConnection talks to exactly the one host (directConnection):
+	// a Single topology, with no discovery.
+	DirectConnection bool
+
 	// Pool is the template for every server's pool. The topology replaces
 	// OnBackgroundError (errors establishing connections in the background are
 	// handled like application errors) and, when Logger is nil, gives the
