@@ -114,7 +114,7 @@ func FuzzTarget(f *testing.F) {
 		}
 		hp, err := q.target(&net.SRV{Target: target, Port: port})
 		if err != nil {
-			if !errors.Is(err, ErrInvalidTarget) {
+			if !errors.Is(err, ErrInvalidTarget) || errors.Is(err, ErrInvalidHost) {
 				t.Fatalf("target(%q): %v is not ErrInvalidTarget", target, err)
 			}
 			return

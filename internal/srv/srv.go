@@ -98,7 +98,7 @@ func Resolve(ctx context.Context, r Resolver, host string, o Options) (Result, e
 		return Result{}, err
 	}
 	if len(rejected) > 0 {
-		return Result{}, rejected[0]
+		return Result{}, errors.Join(rejected...)
 	}
 	txt, err := q.lookupTXT(ctx, r)
 	if err != nil {
@@ -256,7 +256,7 @@ func (q query) target(a *net.SRV) (string, error) {
 		return "", fmt.Errorf("%w: %s is not in %s's parent domain %s", ErrInvalidTarget, t, q.host, q.suffix[1:])
 	}
 	if err := checkHostName(t); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalidTarget, err)
+		return "", fmt.Errorf("%w: %v", ErrInvalidTarget, err) // not %w: a target is not the caller's host
 	}
 	if a.Port == 0 {
 		return "", fmt.Errorf("%w: %s has port 0", ErrInvalidTarget, t)
