@@ -88,6 +88,11 @@ func newConn(s *Server, nc net.Conn) *conn {
 // interrupt, and forgets the previous request's interruption.
 func (c *conn) beginOp(killable bool) {
 	c.mu.Lock()
+	if c.interrupted {
+		// The interruption may have landed outside a wait: lift the
+		// deadline it set, or the next read would fail.
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
 	c.killable, c.interrupted = killable, false
 	c.mu.Unlock()
 	select {

@@ -382,3 +382,38 @@ func TestReplicaSetKillRevive(t *testing.T) {
 		t.Fatalf("failover without a primary: %d %v", got, err)
 	}
 }
+
+func TestReplicaSetStepDownDuringAWriteThatIsNotWaiting(t *testing.T) {
+	// A stepdown that lands while a write runs (not in a wait) must not
+	// leave the connection unusable: the write completes, as it would had
+	// it finished just before the stepdown, and the next request works.
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	srv := rs.Member(0).Server()
+	running, release := make(chan struct{}), make(chan struct{})
+	srv.Handle("insert", func(req *Request) Reply {
+		close(running)
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+		return srv.Builtin(req)
+	})
+	c := dialRaw(t, srv)
+	id := c.send(0, d{{"insert", "c"}, {"documents", bson.A{bson.D{{Key: "_id", Value: 1}}}}, {"$db", "db"}})
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the insert never ran")
+	}
+	if err := rs.StepDown(0); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if m := c.recv(); m.Header.ResponseTo != id || okOf(t, m.Body) != 1 {
+		t.Fatalf("insert: %v", m.Body)
+	}
+	mustOK(t, c.roundTrip(d{{"ping", 1}, {"$db", "admin"}}))
+	if r := c.roundTrip(d{{"insert", "c"}, {"documents", bson.A{bson.D{{Key: "_id", Value: 2}}}}, {"$db", "db"}}); codeOf(r) != 10107 {
+		t.Fatalf("insert after stepdown: %v", r)
+	}
+}
