@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
@@ -379,6 +381,7 @@ func TestAwaitableHelloRateLimited(t *testing.T) {
 // server's next reply, and closes both monitoring connections.
 func TestCloseStopsStreaming(t *testing.T) {
 	fake := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, TopologyVersion: true})
+	before := goleak.IgnoreCurrent()
 	topo, err := New("closing", streamOptions(&recorder{}, fake.Addr()))
 	if err != nil {
 		t.Fatal(err)
@@ -390,6 +393,9 @@ func TestCloseStopsStreaming(t *testing.T) {
 		t.Errorf("Close took %v", d)
 	}
 	within(t, "monitoring connections closed", func() bool { return monitorConns(fake) == 0 })
+	// The monitor, its watcher and the RTT goroutine are gone, and so are
+	// the fake's goroutines serving the two connections.
+	goleak.VerifyNone(t, before)
 }
 
 func TestMonitoringModeOption(t *testing.T) {
