@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 	"go.uber.org/goleak"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
@@ -413,5 +414,53 @@ func TestMonitoringModeOption(t *testing.T) {
 	o.MonitoringMode = "streaming"
 	if _, err := o.withDefaults(); err == nil || !strings.Contains(err.Error(), "monitoring mode") {
 		t.Errorf("unknown mode: %v", err)
+	}
+}
+
+// A server that stops sending topologyVersion (replaced by one without
+// awaitable hello) is polled from its next connection on, and the RTT
+// connection goes away.
+func TestStreamFallsBackToPolling(t *testing.T) {
+	fake := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, TopologyVersion: true})
+	var plain atomic.Bool
+	fake.Handle("hello", func(req *fakemongo.Request) fakemongo.Reply {
+		r := fake.Builtin(req)
+		if !plain.Load() {
+			if _, ok := req.Lookup("topologyVersion").DocumentOK(); ok {
+				return fakemongo.Reply{NoReply: true} // no stream needed before the switch
+			}
+			return r
+		}
+		b := bsoncore.NewDocumentBuilder()
+		elems, _ := r.Docs[0].Elements()
+		for _, e := range elems {
+			if e.Key() != "topologyVersion" {
+				b.AppendValue(e.Key(), e.Value())
+			}
+		}
+		return fakemongo.Reply{Docs: []bsoncore.Document{b.Build()}}
+	})
+	rec := &recorder{}
+	o := streamOptions(rec, fake.Addr())
+	topo := newTopology(t, o)
+	s := topo.Servers()[0]
+	waitStreaming(t, fake, s)
+
+	plain.Store(true)
+	fake.CloseAllConns()
+	within(t, "polled on one connection", func() bool {
+		return s.State() == Usable && s.Hello().TopologyVersion == nil && fake.Accepted() == 3 && monitorConns(fake) == 1
+	})
+	// Polled: a requested check is one more hello on the same connection.
+	n := fake.Requests("hello")
+	s.RequestCheck()
+	within(t, "a polled hello", func() bool { return fake.Requests("hello") == n+1 })
+	for _, e := range rec.topoEvents(HeartbeatSucceeded, "") {
+		if e.Awaited {
+			t.Fatal("an awaited heartbeat") // the stream never answered
+		}
+	}
+	if fake.Accepted() != 3 {
+		t.Errorf("%d connections, want no new one after the switch", fake.Accepted())
 	}
 }
