@@ -91,9 +91,9 @@ func (s *Server) HandleError(err error, c *pool.Conn) {
 	for _, r := range removed {
 		r.pool.Close()
 	}
-	if act.CancelCheck {
-		s.cancelCheck()
-	}
+	// The check request also cancels a streaming check after a network
+	// error (act.CancelCheck): the monitor drops a stream whose server was
+	// marked Unknown by one, and checks on a new connection.
 	if act.MarkUnknown || act.RequestCheck {
 		s.RequestCheck()
 	}

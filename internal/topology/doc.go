@@ -1,29 +1,40 @@
-// Package topology monitors the upstream servers of one route and chooses
-// which server's pool serves each operation.
+// Package topology runs the upstream deployment of one route: it discovers
+// its servers, monitors them, keeps a connection pool per server, and
+// chooses which server serves each operation.
 //
-// A Topology owns one Server per configured host. Each Server has its own
-// connection pool (internal/pool) and its own monitor goroutine. The monitor
-// checks the server with hello over a dedicated connection that never comes
-// from the pool, so a saturated pool cannot delay failure detection: that is
-// the whole point of a separate monitoring connection.
+// The rules are internal/sdam's, a package of pure functions run against the
+// official conformance suites; this package does the I/O and the
+// concurrency around them:
 //
-// The behaviour follows the Server Discovery and Monitoring (SDAM) and Server
-// Monitoring specifications where they apply to a proxy:
+//   - discovery.go: every new server description (a check, or an
+//     application error) is applied to the SDAM topology description under
+//     Topology.mu. Servers it adds get a pool (paused) and a monitor; servers
+//     it removes have their monitor stopped and their pool closed; each
+//     server's pool is made ready before the server is published as Usable
+//     and cleared after it is published as Unknown. A new selection snapshot
+//     is published, and one log line says what the topology changed from and
+//     to. SetHosts applies an SRV poll to a mongos list.
+//   - monitor.go, monitor_stream.go, rtt.go: one monitor goroutine per
+//     server, on a dedicated connection that never comes from the pool (so a
+//     saturated pool cannot delay failure detection), streaming awaitable
+//     hellos where the server supports them (with a second connection for
+//     round-trip times) and polling otherwise. A failed check marks the
+//     server Unknown and clears its pool (a timeout also interrupts in-use
+//     connections); a network error on a known server is checked again at
+//     once.
+//   - apperror.go: Server.HandleError applies SDAM's application error rules
+//     (stale generations and topologyVersions ignored, state-change errors,
+//     network errors, shutdown codes).
+//   - select.go: SelectServer with Criteria. Writes, and reads without a read
+//     preference, go to the writable servers (the primary, every mongos, a
+//     load balancer, the server of a Single topology) through a lock-free,
+//     allocation-free snapshot; a read preference selects among a replica
+//     set's members as the server-selection specification says. With nothing
+//     suitable, selection requests immediate checks and waits for the
+//     topology to change, up to ServerSelectionTimeout: after a stepdown,
+//     requests that need a primary wait for the new one.
 //
-//   - A successful check records the hello reply, marks the server Usable and
-//     marks its pool ready.
-//   - A failed check closes the monitoring connection, marks the server
-//     Unknown and clears its pool; a monitor timeout also interrupts in-use
-//     connections. A network error on a server that was Usable is retried at
-//     once, so a single dropped monitoring connection does not take the server
-//     out of rotation for a whole heartbeat interval.
-//   - Errors seen by application traffic are reported with Server.HandleError,
-//     which applies SDAM's application error rules (generation check,
-//     timeouts ignored, state-change errors).
-//
-// Selection is a function of the server descriptions (see selectable), so a
-// replica-set policy can be added later without touching the monitors. Today
-// a route is a standalone, a list of mongos, or a load balancer; a replica-set
-// member that is not primary is never selected because writes sent to it
-// would fail.
+// Lock order: Topology.mu, then a pool's lock (Ready, Clear), then the pool's
+// event callbacks. Topology.mu is never held across network I/O, a checkout
+// or a pool's Close.
 package topology

@@ -13,17 +13,12 @@
 //     measures round-trip times (rtt.go), since streamed replies wait on
 //     the server and say nothing about the network.
 //
-// Failures follow the specification with one deliberate difference: a
-// network error (not a timeout) on a server that was Usable is checked again
-// at once on a new connection *before* the server is marked Unknown, and
-// only a second failure marks it Unknown and clears its pool. A monitoring
-// connection dropped by a restarted load balancer, a NAT or a firewall
-// says little about the server, and clearing a pooler's pool costs every
-// client connection a reconnect; a server that is really down fails the
-// retry at once (refused) or within HeartbeatTimeout, and application
-// errors mark it Unknown independently (HandleError). Timeouts and command
-// errors mark the server Unknown at once, as the specification says, and a
-// timeout on a known server is then retried at once.
+// Failures follow the specification ("Network or command error during
+// server check"): the server is marked Unknown and its pool cleared
+// (interrupting in-use connections after a timeout), and when a network
+// error (or a timeout) hit a server that was known, the next check starts
+// at once on a new connection, so a dropped monitoring connection costs a
+// moment out of rotation, not a heartbeat interval.
 package topology
 
 import (
@@ -193,12 +188,7 @@ func (s *Server) monitor(ctx context.Context) {
 			known := s.State() == Usable
 			network := upstream.IsNetworkError(r.err) || r.timeout
 			m.closeConn()
-			if known && network && !r.timeout && !retried {
-				retried = true
-				m.failed(r, false)
-				continue
-			}
-			m.failed(r, true)
+			m.failed(r)
 			s.checked.Store(true)
 			if known && network && !retried {
 				retried = true
@@ -320,10 +310,9 @@ func (m *monitor) succeeded(r checkResult) {
 	m.tv = r.hello.TopologyVersion
 }
 
-// failed publishes a failed check. With mark, the server is marked Unknown
-// and its pool cleared (interrupting in-use connections after a timeout);
-// without, a re-check follows at once and decides.
-func (m *monitor) failed(r checkResult, mark bool) {
+// failed publishes a failed check: the server is marked Unknown and its
+// pool cleared (interrupting in-use connections after a timeout).
+func (m *monitor) failed(r checkResult) {
 	s := m.s
 	o := &s.topo.opts
 	m.tv = nil
@@ -331,10 +320,6 @@ func (m *monitor) failed(r checkResult, mark bool) {
 	attrs := []any{slog.String("topology", s.topo.name), slog.String("address", s.addr),
 		slog.Duration("duration", r.dur), slog.Bool("awaited", r.awaited), slog.Bool("timeout", r.timeout),
 		slog.Any("error", r.err)}
-	if !mark {
-		s.topo.log.Info("server check failed; checking again at once on a new connection", attrs...)
-		return
-	}
 	if prev := s.Description(); prev.State == Usable || prev.LastError == nil || prev.LastError.Error() != r.err.Error() {
 		s.topo.log.Warn("server check failed", attrs...)
 	}
@@ -377,18 +362,6 @@ const monitorConnID = 0
 // supports it; the legacy isMaster is never needed.
 var helloCmd = bsoncore.NewDocumentBuilder().AppendInt32("hello", 1).Build()
 
-// helloBool reads a boolean field from the raw hello reply.
-func helloBool(h *upstream.Hello, key string) bool {
-	if h == nil || len(h.Raw) == 0 {
-		return false
-	}
-	v, err := bsoncore.Document(h.Raw).LookupErr(key)
-	if err != nil {
-		return false
-	}
-	b, ok := v.BooleanOK()
-	return ok && b
-}
 
 func (s *Server) closeMonitorConn() {
 	if s.mconn != nil {
@@ -396,9 +369,3 @@ func (s *Server) closeMonitorConn() {
 		s.mconn = nil
 	}
 }
-
-// cancelCheck interrupts the monitor's check in progress, if any, after an
-// application error said the server's connections are likely dead (SDAM).
-// The polling monitor has nothing to cancel: its next check, requested at
-// once, dials anew if the connection broke.
-func (s *Server) cancelCheck() {}

@@ -220,9 +220,11 @@ func TestMonitorPolls(t *testing.T) {
 	}
 }
 
-// A dropped stream is retried at once on a new connection, and the server
-// is marked Unknown only when that fails too.
-func TestStreamDeathRetriedBeforeUnknown(t *testing.T) {
+// A dropped stream marks the server Unknown and clears its pool, as the
+// specification says, and the server, known before, is checked again at
+// once on a new connection: Usable again at once. When that fails too, it
+// stays Unknown.
+func TestStreamDeathRecheckedAtOnce(t *testing.T) {
 	fake := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, TopologyVersion: true})
 	rec := &recorder{}
 	topo := newTopology(t, streamOptions(rec, fake.Addr()))
@@ -237,23 +239,21 @@ func TestStreamDeathRetriedBeforeUnknown(t *testing.T) {
 	if len(failed) != 1 || !failed[0].Awaited || !upstream.IsNetworkError(failed[0].Err) {
 		t.Fatalf("HeartbeatFailed %+v, want one awaited network error", failed)
 	}
-	if n := len(rec.topoEvents(ServerChanged, "")); n != 1 {
-		t.Errorf("%d server changes, want only the first Unknown>Usable", n)
-	}
-	if n := len(rec.poolEvents(pool.PoolCleared, "")); n != 0 {
-		t.Errorf("%d pool clears after a dropped monitoring connection", n)
-	}
-
-	fake.Kill() // now the retry fails too
-	within(t, "server Unknown", func() bool { return s.State() == Unknown })
-	failed = rec.topoEvents(HeartbeatFailed, "")
-	if len(failed) != 3 || !failed[1].Awaited || failed[2].Awaited || !errors.As(failed[2].Err, new(*upstream.ConnectError)) {
-		t.Errorf("HeartbeatFailed %+v, want the stream's and the retry's dial error", failed)
-	}
-	if err := s.Description().LastError; !errors.As(err, new(*upstream.ConnectError)) {
-		t.Errorf("LastError %v, want the retry's", err)
+	if n := len(rec.topoEvents(ServerChanged, "")); n != 3 {
+		t.Errorf("%d server changes, want Unknown>Usable, Usable>Unknown, Unknown>Usable", n)
 	}
 	eventually(t, "PoolCleared", func() bool { return len(rec.poolEvents(pool.PoolCleared, "")) == 1 })
+
+	fake.Kill() // now the re-check fails too
+	within(t, "server Unknown", func() bool { return s.State() == Unknown })
+	eventually(t, "the re-check failed", func() bool { return len(rec.topoEvents(HeartbeatFailed, "")) >= 3 })
+	failed = rec.topoEvents(HeartbeatFailed, "")
+	if !failed[1].Awaited || failed[2].Awaited || !errors.As(failed[2].Err, new(*upstream.ConnectError)) {
+		t.Errorf("HeartbeatFailed %+v, want the stream's and the re-check's dial error", failed)
+	}
+	if err := s.Description().LastError; !errors.As(err, new(*upstream.ConnectError)) {
+		t.Errorf("LastError %v, want the re-check's", err)
+	}
 }
 
 // An application network error cancels the streaming check: the server is
@@ -349,6 +349,8 @@ func TestStreamCommandError(t *testing.T) {
 	if err := s.Description().LastError; !errors.As(err, &ce) || ce.Code != 91 {
 		t.Fatalf("LastError %v", err)
 	}
+	// The description is published before the pool is cleared.
+	eventually(t, "PoolCleared", func() bool { return len(rec.poolEvents(pool.PoolCleared, "")) > 0 })
 	if ev := rec.poolEvents(pool.PoolCleared, ""); len(ev) != 1 || ev[0].InterruptInUseConnections {
 		t.Errorf("PoolCleared %+v, want one without interruption", ev)
 	}

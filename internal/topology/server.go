@@ -96,7 +96,8 @@ type Server struct {
 	loadBalancer bool
 
 	// rtt is the moving average round-trip time of hello, in nanoseconds;
-	// 0 before the first sample. Written only by the monitor goroutine.
+	// 0 before the first sample. Written by the monitor and its RTT
+	// goroutine, serialized by the monitor's rttMu.
 	rtt atomic.Int64
 
 	// checkNow asks the monitor for an immediate check (capacity 1, so

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -552,7 +553,10 @@ func TestSelectionTimeoutNamesEveryHost(t *testing.T) {
 	if len(se.Servers) != 2 {
 		t.Fatalf("servers %+v", se.Servers)
 	}
-	for i, addr := range []string{a, b} {
+	// Servers are listed by address, as the topology keeps them.
+	want := []string{a, b}
+	slices.Sort(want)
+	for i, addr := range want {
 		st := se.Servers[i]
 		if st.Address != addr || st.State != Unknown || !errors.As(st.Err, new(*upstream.ConnectError)) {
 			t.Errorf("server %d: %+v", i, st)
