@@ -28,6 +28,8 @@ type selection struct {
 	// preference) may use: the primary, every mongos, a load balancer, or
 	// the server of a Single topology; each is Usable with a ready pool.
 	writable []*Server
+	// gone are the latest servers discovery removed, with why.
+	gone []ServerStatus
 	// changed is closed when the set of selectable servers changes, waking
 	// waiters; snapshots that change nothing selectable share it.
 	changed chan struct{}
@@ -156,7 +158,13 @@ func (t *Topology) syncServersLocked(prev *sdam.TopologyDescription, s *Server, 
 			srv.stop()
 		}
 		removed = append(removed, srv)
-		t.log.Info("server removed from the topology", slog.String("topology", t.name), slog.String("address", addr))
+		why := removalReason(addr, prev, &next, sd)
+		t.gone = append(t.gone, ServerStatus{Address: addr, State: Unknown, Kind: srv.Kind(), Removed: why})
+		if len(t.gone) > maxGone {
+			t.gone = slices.Delete(t.gone, 0, len(t.gone)-maxGone)
+		}
+		t.log.Warn("server removed from the topology", slog.String("topology", t.name), slog.String("address", addr),
+			slog.String("reason", why))
 	}
 	if from, to := summary(prev), summary(&next); from != to {
 		attrs := []any{slog.String("topology", t.name), slog.String("from", from), slog.String("to", to)}
@@ -171,12 +179,44 @@ func (t *Topology) syncServersLocked(prev *sdam.TopologyDescription, s *Server, 
 	return removed
 }
 
+// maxGone bounds the removed servers a selection error names.
+const maxGone = 8
+
+// removalReason says why SDAM removed the server at addr when sd was
+// applied to prev, giving next: what the server itself reported, or that
+// the primary no longer lists it.
+func removalReason(addr string, prev, next *sdam.TopologyDescription, sd sdam.ServerDescription) string {
+	if sd.Address != addr {
+		for _, p := range next.Servers {
+			if p.Type == sdam.RSPrimary {
+				return fmt.Sprintf("the primary %s does not list it", p.Address)
+			}
+		}
+		return fmt.Sprintf("%s does not list it", sd.Address)
+	}
+	setName := next.SetName
+	if setName == "" {
+		setName = prev.SetName
+	}
+	switch {
+	case sd.SetName != "" && setName != "" && sd.SetName != setName:
+		return fmt.Sprintf("it is a member of replica set %q, not %q", sd.SetName, setName)
+	case sd.Me != "" && sd.Me != addr:
+		return fmt.Sprintf("it calls itself %q (hello's me), not %q", sd.Me, addr)
+	case sd.Type == sdam.Standalone || sd.Type == sdam.Mongos || sd.Type == sdam.LoadBalancer:
+		return fmt.Sprintf("it is a %s, which cannot be part of a %s topology", sd.Type, prev.Type)
+	case sd.Type.IsReplicaSetMember() && prev.Type == sdam.Sharded:
+		return fmt.Sprintf("it is a replica-set member (%s) among mongos routers", sd.Type)
+	}
+	return fmt.Sprintf("it reported %s", sd.Type)
+}
+
 // publishLocked replaces the selection snapshot. The old snapshot's
 // waiters are woken only when the selectable servers changed.
 func (t *Topology) publishLocked() {
 	old := t.sel.Load()
 	td := t.desc
-	sel := &selection{td: &td, byAddr: make(map[string]*Server, len(t.servers))}
+	sel := &selection{td: &td, byAddr: make(map[string]*Server, len(t.servers)), gone: slices.Clone(t.gone)}
 	for _, sd := range td.Servers {
 		srv := t.servers[sd.Address]
 		if srv == nil {

@@ -30,6 +30,9 @@ type ServerStatus struct {
 	// Err is why the server is Unknown; nil for a Usable server that was not
 	// selectable (for example a replica-set secondary).
 	Err error
+	// Removed, when not empty, says why discovery removed the server (a
+	// member of another replica set, a standalone among members, ...).
+	Removed string
 }
 
 // SelectionError reports that no server could be selected. Err is the cause:
@@ -57,6 +60,10 @@ func (e *SelectionError) Error() string {
 			b.WriteString(": ")
 		} else {
 			b.WriteString("; ")
+		}
+		if s.Removed != "" {
+			fmt.Fprintf(&b, "%s was removed: %s", s.Address, s.Removed)
+			continue
 		}
 		fmt.Fprintf(&b, "%s is %s", s.Address, s.State)
 		if s.Kind != KindUnknown {

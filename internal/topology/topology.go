@@ -51,6 +51,9 @@ type Topology struct {
 	closed bool
 	// helloSeen records that helloReady was closed; guarded by mu.
 	helloSeen bool
+	// gone are the latest servers removed, for selection errors; guarded
+	// by mu, at most maxGone.
+	gone []ServerStatus
 
 	helloReady chan struct{}   // closed at the first successful hello
 	done       chan struct{}   // closed by Close
@@ -266,5 +269,6 @@ func (t *Topology) selectionError(start time.Time, cause error) *SelectionError 
 		d := s.desc.Load()
 		e.Servers = append(e.Servers, ServerStatus{Address: s.addr, State: d.State, Kind: d.Kind, Err: d.LastError})
 	}
+	e.Servers = append(e.Servers, sel.gone...)
 	return e
 }
