@@ -26,6 +26,11 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 	if cs.LoadBalanced {
 		return nil, fmt.Errorf("route %q: loadBalanced upstreams are not supported yet", er.Name)
 	}
+	if cs.SRV {
+		// The configuration accepts mongodb+srv://, but until the SRV
+		// records are resolved there is no host to dial.
+		return nil, fmt.Errorf("route %q: %w: list the hosts instead, as in mongodb://host1:27017,host2:27017/?replicaSet=name&tls=true", er.Name, config.ErrSRVUnsupported)
+	}
 	var tlsCfg *tls.Config
 	if cs.TLS {
 		var err error

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -28,9 +29,10 @@ func TestDefault(t *testing.T) {
 			MaxConnecting: 2, WaitQueueTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second,
 			ConnectTimeout: 10 * time.Second, ServerSelectionTimeout: 30 * time.Second,
 			ClientIdleTimeout: 0, MaxMessageSize: 48_000_000, AppName: "mongobouncer",
+			ReadPreference: ReadPrimary, LocalThreshold: 15 * time.Millisecond,
 		},
 	}
-	if g != want {
+	if !reflect.DeepEqual(g, want) {
 		t.Fatalf("Default().Global =\n%+v\nwant\n%+v", g, want)
 	}
 	if Default().Databases != nil {
@@ -57,7 +59,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Global != Default().Global {
+	if !reflect.DeepEqual(c.Global, Default().Global) {
 		t.Fatalf("Global = %+v, want defaults", c.Global)
 	}
 	if c.Path != "min.toml" {
@@ -103,12 +105,12 @@ func TestValidateCodeBuilt(t *testing.T) {
 	c.Global.MaxPoolSize = 10
 	c.Databases = map[string]Route{
 		"orders": {ConnectionString: "mongodb://h1/", Overrides: Overrides{MinPoolSize: new(20)}},
-		CatchAll: {ConnectionString: "mongodb://h2/?maxConnecting=0"},
+		CatchAll: {ConnectionString: "mongodb://h2/?heartbeatFrequencyMS=100"},
 	}
 	err := c.Validate()
 	want := []string{
 		`min_pool_size = 20 in [databases.orders] is greater than max_pool_size = 10 (from [mongobouncer])`,
-		`maxConnecting=0 in the connection_string of [databases."*"]: must be at least 1`,
+		`heartbeatFrequencyMS=100 in the connection_string of [databases."*"]: must be at least 500ms`,
 	}
 	ps := Problems(err)
 	if len(ps) != len(want) {
@@ -144,7 +146,7 @@ func TestExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Global != Default().Global {
+	if !reflect.DeepEqual(c.Global, Default().Global) {
 		t.Errorf("the example's [mongobouncer] should show the defaults; got %+v", c.Global)
 	}
 	rs, err := c.Routes()
