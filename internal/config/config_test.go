@@ -140,6 +140,36 @@ func examplePath(t *testing.T) string {
 	return p
 }
 
+// Connection-string warnings reach the caller with the file and line of the
+// connection_string, and without its secrets.
+func TestConfigWarnings(t *testing.T) {
+	doc := "[databases.a]\nconnection_string = \"mongodb://u:Hunter2Zz@h/?maxConnecting=0&journal=maybe\"\n" +
+		"\n[databases.b]\nconnection_string = \"mongodb://h/?authMechanismProperties=A:Hunter2Zz,B&authSource=x\"\n" +
+		"[databases.c]\nconnection_string = \"mongodb://h/\"\n"
+	c, err := Parse([]byte(doc), "w.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := c.Warnings()
+	want := []string{
+		`w.toml:2: connection_string in [databases.a]: maxConnecting="0" ignored: must be a whole number from 1 to 2147483647`,
+		`w.toml:2: connection_string in [databases.a]: journal="maybe" ignored: must be true or false`,
+		`w.toml:5: connection_string in [databases.b]: authMechanismProperties ignored: must be comma-separated KEY:value pairs`,
+	}
+	if len(ws) != len(want) {
+		t.Fatalf("got %d warnings, want %d: %v", len(ws), len(want), ws)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(ws[i].Error(), w) || !errors.Is(ws[i], ErrConnStringWarning) || strings.Contains(ws[i].Error(), "Hunter2Zz") {
+			t.Errorf("warning %d = %q, want prefix %q", i, ws[i], w)
+		}
+	}
+	rs, err := c.Routes()
+	if err != nil || rs[0].MaxConnecting != Default().Global.MaxConnecting {
+		t.Errorf("the ignored maxConnecting changed the route: %v %+v", err, rs)
+	}
+}
+
 // The shipped example must load and mean what its comments say.
 func TestExampleFile(t *testing.T) {
 	c, err := Load(examplePath(t))
@@ -173,6 +203,15 @@ func TestExampleFile(t *testing.T) {
 		reporting.Origins["wait_queue_timeout"] != FromConnString || !reporting.Conn.TLS ||
 		reporting.Conn.Hosts[1] != (Host{NetworkTCP, "[fd00::12]:27017"}) {
 		t.Errorf("reporting = %+v", reporting)
+	}
+	if reporting.ReadPreference != ReadSecondaryPreferred || reporting.MaxStaleness != 2*time.Minute ||
+		!reflect.DeepEqual(reporting.ReadPreferenceTags, []map[string]string{{"dc": "east"}, {}}) ||
+		reporting.ServerSelectionTimeout != 10*time.Second || reporting.LocalThreshold != 15*time.Millisecond ||
+		orders.ReadPreference != ReadPrimary || orders.ServerSelectionTimeout != 30*time.Second {
+		t.Errorf("read preference: reporting %+v, orders %+v", reporting.Pool, orders.Pool)
+	}
+	if w := c.Warnings(); len(w) != 0 {
+		t.Errorf("the example warns: %v", w)
 	}
 	if all.Conn.Hosts[0] != (Host{NetworkUnix, "/tmp/mongodb-27019.sock"}) || all.AppName != "mongobouncer-main" ||
 		all.PoolMode != PoolModeTransaction {
