@@ -222,12 +222,13 @@ func parseOptions(query string) (parsedOptions, error) {
 		if prev, dup := seen[canon]; dup {
 			prevAlias := uriOptions[strings.ToLower(prev)].alias != ""
 			switch {
+			case canon == "tls" && po.values[canon] != clean:
+				// Keeping the last of two disagreeing values could
+				// turn TLS off behind a warning.
+				return po, connStringError(ErrConnString, "%s=%s and %s=%s disagree; give one of them", prev, po.values[canon], key, clean)
 			case canon == "tls" && !strings.EqualFold(prev, key):
 				// tls and ssl are one option under two names: both may
-				// be given as long as they agree.
-				if po.values[canon] != clean {
-					return po, connStringError(ErrConnString, "%s=%s and %s=%s disagree; give one of them", prev, po.values[canon], key, clean)
-				}
+				// be given when they agree.
 			case spec.alias != "" && !prevAlias:
 				po.warnings = append(po.warnings, fmt.Sprintf("deprecated option %s ignored: %s is given as well", key, prev))
 				continue

@@ -188,6 +188,7 @@ func TestParseConnStringErrors(t *testing.T) {
 		{"mongodb://h/?tlsAllowInvalidHostnames=true", "option tlsAllowInvalidHostnames is not supported", ErrConnString},
 		{"mongodb://h/?w", `option "w" has no value`, ErrConnString},
 		{"mongodb://h/?tls=true&ssl=false", "tls=true and ssl=false disagree", ErrConnString},
+		{"mongodb://h/?tls=true&tls=false", "tls=true and tls=false disagree", ErrConnString},
 		{"mongodb://h/?readPreference=primary&readPreferenceTags=dc:a", "readPreferenceTags cannot be used with readPreference=primary", ErrConnString},
 		{"mongodb://h/?readPreference=primary&maxStalenessSeconds=120", "maxStalenessSeconds cannot be used with readPreference=primary", ErrConnString},
 		{"mongodb://h/?readPreference=nearest&maxStalenessSeconds=30", "maxStalenessSeconds=30: must be -1 (no maximum) or at least 90", ErrConnString},
