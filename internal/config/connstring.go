@@ -410,6 +410,10 @@ func (cs *ConnString) setOptions(po parsedOptions, srv bool, nhosts int) error {
 	if po.tagsSet {
 		cs.ReadPreferenceTags = po.tags
 	}
+	// Only an explicit primary is checked here. The max staleness spec
+	// also refuses maxStalenessSeconds in a string with no mode at all,
+	// but a route's read_preference key may give the mode; the resolved
+	// settings are checked together by Validate.
 	if cs.ReadPreference == ReadPrimary {
 		if hasTags(cs.ReadPreferenceTags) {
 			return connStringError(ErrConnString, "readPreferenceTags cannot be used with readPreference=primary")

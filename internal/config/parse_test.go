@@ -161,6 +161,8 @@ func TestParseErrors(t *testing.T) {
 			`t.toml:6: max_staleness = "1m40s" in [databases."*"] is less than heartbeat_interval = "1m40s" (from [mongobouncer]) plus the 10s idle write period`, ErrInvalidValue},
 		{"max staleness from the string", "[mongobouncer]\nread_preference = \"nearest\"\n[databases.a]\nconnection_string = \"mongodb://h/?maxStalenessSeconds=90&heartbeatFrequencyMS=90000\"\n",
 			`t.toml:4: maxStalenessSeconds=90 in the connection_string of [databases.a] is less than heartbeatFrequencyMS=90000`, ErrInvalidValue},
+		{"max staleness from the string, no mode", "[databases.a]\nconnection_string = \"mongodb://h/?maxStalenessSeconds=120\"\n",
+			`t.toml:2: maxStalenessSeconds=120 in the connection_string of [databases.a] with read_preference = "primary" (from [mongobouncer]): max staleness applies to secondaries`, ErrInvalidValue},
 		{"negative local_threshold", "[mongobouncer]\nlocal_threshold = \"-1ms\"\n" + route,
 			`t.toml:2: local_threshold = "-1ms": must not be negative`, ErrInvalidValue},
 		{"connection string option out of range", "[databases.orders]\nconnection_string = \"mongodb://h/?heartbeatFrequencyMS=10\"\n",
