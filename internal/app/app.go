@@ -119,6 +119,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	logConfigWarnings(logger, cfg)
 	if cfg.Global.EventLoop && cfg.Global.EventLoopIO == config.EventLoopIOUring && !uring.Supported() {
 		return nil, ErrNoIOUring
 	}

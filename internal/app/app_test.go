@@ -82,6 +82,24 @@ func TestRouteErrorReleasesListeners(t *testing.T) {
 	}
 }
 
+// The configuration accepts mongodb+srv://, but until its records are
+// resolved New refuses the route with ErrSRVUnsupported; the string's
+// warnings are logged with their file position first.
+func TestSRVRouteRefusedAndWarningsLogged(t *testing.T) {
+	var logs logbuf.Buffer
+	cfg := config.Default()
+	cfg.Global.Listen = "127.0.0.1:0"
+	cfg.Path = "t.toml"
+	cfg.Databases = map[string]config.Route{"*": {ConnectionString: "mongodb+srv://u:Hunter2Zz@cluster.example.net/?maxPoolSize=x"}}
+	_, err := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if !errors.Is(err, config.ErrSRVUnsupported) {
+		t.Fatalf("New: %v, want ErrSRVUnsupported", err)
+	}
+	if !strings.Contains(logs.String(), `maxPoolSize=\"x\" ignored`) || strings.Contains(logs.String(), "Hunter2Zz") {
+		t.Fatalf("warning not logged, or with the password:\n%s", logs.String())
+	}
+}
+
 // The pools log the CMAP messages whenever the logger's level allows, also
 // when it was raised to debug after they were created (a reload).
 func TestPoolLogsFollowTheLevel(t *testing.T) {

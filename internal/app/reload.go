@@ -44,6 +44,7 @@ func (a *App) Reload() error {
 		a.log.Error("reload failed; keeping the running configuration", "error", err)
 		return fmt.Errorf("reload: %w", err)
 	}
+	logConfigWarnings(a.log, cfg)
 	if err := a.apply(cfg, routes); err != nil {
 		a.log.Error("reload failed; keeping the running configuration", "error", err)
 		return fmt.Errorf("reload: %w", err)
@@ -252,4 +253,13 @@ func keepRunning[T comparable](log *slog.Logger, key string, file *T, running T)
 	}
 	log.Warn("reload: "+key+" changes need a restart", "running", running, "file", *file)
 	*file = running
+}
+
+// logConfigWarnings logs what the connection strings warn about: values
+// the connection-string spec says to ignore rather than refuse. Each names
+// file:line and never quotes a secret.
+func logConfigWarnings(log *slog.Logger, cfg config.Config) {
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration warning", "problem", w.Error())
+	}
 }

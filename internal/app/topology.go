@@ -20,6 +20,11 @@ import (
 // event loop.
 func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, eventLoop bool) (*topology.Topology, error) {
 	cs := er.Conn
+	if cs.SRV {
+		// The configuration accepts mongodb+srv://, but until the SRV
+		// records are resolved there is no host to dial.
+		return nil, fmt.Errorf("route %q: %w: list the hosts instead, as in mongodb://host1:27017,host2:27017/?replicaSet=name&tls=true", er.Name, config.ErrSRVUnsupported)
+	}
 	if cs.Username != "" || cs.AuthMechanism != "" {
 		return nil, fmt.Errorf("route %q: upstream authentication is not supported yet; remove the credentials from its connection string", er.Name)
 	}

@@ -12,7 +12,8 @@
 //  2. the matching option in the route's connection string
 //     (maxPoolSize, minPoolSize, maxIdleTimeMS, maxConnecting,
 //     waitQueueTimeoutMS, connectTimeoutMS, heartbeatFrequencyMS,
-//     serverSelectionTimeoutMS, appName);
+//     serverSelectionTimeoutMS, appName, readPreference,
+//     readPreferenceTags, maxStalenessSeconds, localThresholdMS);
 //  3. the key in [mongobouncer];
 //  4. the built-in default (Default).
 //
@@ -208,6 +209,20 @@ type Pool struct {
 	// AppName is the application name mongobouncer gives upstream servers
 	// in its handshake (app_name, appName).
 	AppName string
+	// ReadPreference is the mode server selection uses for the route's
+	// reads on a replica set (read_preference, readPreference).
+	ReadPreference ReadPreferenceMode
+	// ReadPreferenceTags are the tag sets that narrow the eligible
+	// secondaries, tried in order; an empty set matches any server, nil
+	// means none (read_preference_tags, readPreferenceTags).
+	ReadPreferenceTags []map[string]string
+	// MaxStaleness excludes secondaries estimated to lag the primary by
+	// more; 0 means no maximum (max_staleness, maxStalenessSeconds).
+	MaxStaleness time.Duration
+	// LocalThreshold is the latency window: servers whose round-trip time
+	// is within it of the fastest eligible one are all candidates
+	// (local_threshold, localThresholdMS).
+	LocalThreshold time.Duration
 }
 
 // Global is the [mongobouncer] table.
@@ -254,18 +269,22 @@ type Global struct {
 // means the route inherits the value (see the package documentation for the
 // precedence).
 type Overrides struct {
-	PoolMode               *PoolMode      // pool_mode
-	MaxPoolSize            *int           // max_pool_size
-	MinPoolSize            *int           // min_pool_size
-	MaxIdleTime            *time.Duration // max_idle_time
-	MaxConnecting          *int           // max_connecting
-	WaitQueueTimeout       *time.Duration // wait_queue_timeout
-	HeartbeatInterval      *time.Duration // heartbeat_interval
-	ConnectTimeout         *time.Duration // connect_timeout
-	ServerSelectionTimeout *time.Duration // server_selection_timeout
-	ClientIdleTimeout      *time.Duration // client_idle_timeout
-	MaxMessageSize         *int           // max_message_size
-	AppName                *string        // app_name
+	PoolMode               *PoolMode            // pool_mode
+	MaxPoolSize            *int                 // max_pool_size
+	MinPoolSize            *int                 // min_pool_size
+	MaxIdleTime            *time.Duration       // max_idle_time
+	MaxConnecting          *int                 // max_connecting
+	WaitQueueTimeout       *time.Duration       // wait_queue_timeout
+	HeartbeatInterval      *time.Duration       // heartbeat_interval
+	ConnectTimeout         *time.Duration       // connect_timeout
+	ServerSelectionTimeout *time.Duration       // server_selection_timeout
+	ClientIdleTimeout      *time.Duration       // client_idle_timeout
+	MaxMessageSize         *int                 // max_message_size
+	AppName                *string              // app_name
+	ReadPreference         *ReadPreferenceMode  // read_preference
+	ReadPreferenceTags     *[]map[string]string // read_preference_tags
+	MaxStaleness           *time.Duration       // max_staleness
+	LocalThreshold         *time.Duration       // local_threshold
 }
 
 // Route is one [databases.<name>] table: where commands for a database go.
@@ -329,6 +348,8 @@ func Default() Config {
 			ClientIdleTimeout:      0,
 			MaxMessageSize:         MaxMaxMessageSize,
 			AppName:                "mongobouncer",
+			ReadPreference:         ReadPrimary,
+			LocalThreshold:         DefaultLocalThreshold,
 		},
 	}}
 }

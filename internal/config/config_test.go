@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -28,9 +29,10 @@ func TestDefault(t *testing.T) {
 			MaxConnecting: 2, WaitQueueTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second,
 			ConnectTimeout: 10 * time.Second, ServerSelectionTimeout: 30 * time.Second,
 			ClientIdleTimeout: 0, MaxMessageSize: 48_000_000, AppName: "mongobouncer",
+			ReadPreference: ReadPrimary, LocalThreshold: 15 * time.Millisecond,
 		},
 	}
-	if g != want {
+	if !reflect.DeepEqual(g, want) {
 		t.Fatalf("Default().Global =\n%+v\nwant\n%+v", g, want)
 	}
 	if Default().Databases != nil {
@@ -57,7 +59,7 @@ func TestParseMinimalGetsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Global != Default().Global {
+	if !reflect.DeepEqual(c.Global, Default().Global) {
 		t.Fatalf("Global = %+v, want defaults", c.Global)
 	}
 	if c.Path != "min.toml" {
@@ -103,12 +105,12 @@ func TestValidateCodeBuilt(t *testing.T) {
 	c.Global.MaxPoolSize = 10
 	c.Databases = map[string]Route{
 		"orders": {ConnectionString: "mongodb://h1/", Overrides: Overrides{MinPoolSize: new(20)}},
-		CatchAll: {ConnectionString: "mongodb://h2/?maxConnecting=0"},
+		CatchAll: {ConnectionString: "mongodb://h2/?heartbeatFrequencyMS=100"},
 	}
 	err := c.Validate()
 	want := []string{
 		`min_pool_size = 20 in [databases.orders] is greater than max_pool_size = 10 (from [mongobouncer])`,
-		`maxConnecting=0 in the connection_string of [databases."*"]: must be at least 1`,
+		`heartbeatFrequencyMS=100 in the connection_string of [databases."*"]: must be at least 500ms`,
 	}
 	ps := Problems(err)
 	if len(ps) != len(want) {
@@ -138,13 +140,43 @@ func examplePath(t *testing.T) string {
 	return p
 }
 
+// Connection-string warnings reach the caller with the file and line of the
+// connection_string, and without its secrets.
+func TestConfigWarnings(t *testing.T) {
+	doc := "[databases.a]\nconnection_string = \"mongodb://u:Hunter2Zz@h/?maxConnecting=0&journal=maybe\"\n" +
+		"\n[databases.b]\nconnection_string = \"mongodb://h/?authMechanismProperties=A:Hunter2Zz,B&authSource=x\"\n" +
+		"[databases.c]\nconnection_string = \"mongodb://h/\"\n"
+	c, err := Parse([]byte(doc), "w.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := c.Warnings()
+	want := []string{
+		`w.toml:2: connection_string in [databases.a]: maxConnecting="0" ignored: must be a whole number from 1 to 2147483647`,
+		`w.toml:2: connection_string in [databases.a]: journal="maybe" ignored: must be true or false`,
+		`w.toml:5: connection_string in [databases.b]: authMechanismProperties ignored: must be comma-separated KEY:value pairs`,
+	}
+	if len(ws) != len(want) {
+		t.Fatalf("got %d warnings, want %d: %v", len(ws), len(want), ws)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(ws[i].Error(), w) || !errors.Is(ws[i], ErrConnStringWarning) || strings.Contains(ws[i].Error(), "Hunter2Zz") {
+			t.Errorf("warning %d = %q, want prefix %q", i, ws[i], w)
+		}
+	}
+	rs, err := c.Routes()
+	if err != nil || rs[0].MaxConnecting != Default().Global.MaxConnecting {
+		t.Errorf("the ignored maxConnecting changed the route: %v %+v", err, rs)
+	}
+}
+
 // The shipped example must load and mean what its comments say.
 func TestExampleFile(t *testing.T) {
 	c, err := Load(examplePath(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Global != Default().Global {
+	if !reflect.DeepEqual(c.Global, Default().Global) {
 		t.Errorf("the example's [mongobouncer] should show the defaults; got %+v", c.Global)
 	}
 	rs, err := c.Routes()
@@ -171,6 +203,15 @@ func TestExampleFile(t *testing.T) {
 		reporting.Origins["wait_queue_timeout"] != FromConnString || !reporting.Conn.TLS ||
 		reporting.Conn.Hosts[1] != (Host{NetworkTCP, "[fd00::12]:27017"}) {
 		t.Errorf("reporting = %+v", reporting)
+	}
+	if reporting.ReadPreference != ReadSecondaryPreferred || reporting.MaxStaleness != 2*time.Minute ||
+		!reflect.DeepEqual(reporting.ReadPreferenceTags, []map[string]string{{"dc": "east"}, {}}) ||
+		reporting.ServerSelectionTimeout != 10*time.Second || reporting.LocalThreshold != 15*time.Millisecond ||
+		orders.ReadPreference != ReadPrimary || orders.ServerSelectionTimeout != 30*time.Second {
+		t.Errorf("read preference: reporting %+v, orders %+v", reporting.Pool, orders.Pool)
+	}
+	if w := c.Warnings(); len(w) != 0 {
+		t.Errorf("the example warns: %v", w)
 	}
 	if all.Conn.Hosts[0] != (Host{NetworkUnix, "/tmp/mongodb-27019.sock"}) || all.AppName != "mongobouncer-main" ||
 		all.PoolMode != PoolModeTransaction {

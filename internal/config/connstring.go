@@ -1,10 +1,10 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -38,12 +38,8 @@ var secretOptions = []string{
 	"authmechanismproperties",
 	"sslclientcertificatekeypassword",
 	"tlscertificatekeyfilepassword",
+	"proxypassword",
 }
-
-// ignoredOptions are options other drivers define that only matter inside
-// the client that sends them; they are accepted so a connection string can
-// be copied from an application, and ignored (lowercase).
-var ignoredOptions = []string{"uuidrepresentation", "waitqueuemultiple"}
 
 // supportedCompressors are the wire compressors mongobouncer implements.
 var supportedCompressors = []string{"snappy", "zlib", "zstd"}
@@ -60,21 +56,36 @@ type Host struct {
 // String returns the address.
 func (h Host) String() string { return h.Address }
 
-// ConnString is a parsed mongodb:// connection string: what mongobouncer
-// needs to reach and authenticate to an upstream deployment. Its String,
-// GoString and LogValue methods print the redacted form, never the
-// password.
+// ConnString is a parsed mongodb:// or mongodb+srv:// connection string:
+// what mongobouncer needs to reach and authenticate to an upstream
+// deployment and to select its servers. Its String, GoString and LogValue
+// methods print the redacted form, never the password.
 //
-// The pointer fields are the pool options a connection string may set; nil
+// The pointer fields are the settings a connection string may set; nil
 // means the string does not set them (see the package documentation for
 // how they rank against the configuration's keys). Standard options that
-// only matter to the client sending them (readPreference, w, retryWrites,
-// ...) are accepted and not kept.
+// only matter to the application sending them (w, retryWrites, journal,
+// readConcernLevel, ...) are accepted and kept in AppOptions only.
 type ConnString struct {
-	// Scheme is SchemeMongoDB (SchemeMongoDBSRV strings are refused).
+	// Scheme is SchemeMongoDB or SchemeMongoDBSRV.
 	Scheme string
-	// Hosts are the seed list, in the order given.
+	// Hosts are the seed list, in the order given. Empty when SRV is set:
+	// the seed list then comes from DNS.
 	Hosts []Host
+	// SRV is set for a mongodb+srv:// string. SRVHost is then the name
+	// whose _<SRVServiceName>._tcp SRV records list the hosts (and whose
+	// TXT record may add authSource, replicaSet and loadBalanced). The
+	// records are resolved when the route starts and polled while it runs
+	// (the initial DNS seedlist discovery and SRV polling specs); config
+	// itself does no DNS.
+	SRV     bool
+	SRVHost string
+	// SRVServiceName is srvServiceName: "mongodb" unless the string names
+	// another. Only set for SRV strings.
+	SRVServiceName string
+	// SRVMaxHosts is srvMaxHosts: how many of the SRV hosts to use, 0 for
+	// all. Only SRV strings may set it.
+	SRVMaxHosts int
 	// Username and Password are the percent-decoded credentials; Password
 	// is a secret.
 	Username string
@@ -110,8 +121,30 @@ type ConnString struct {
 	Compressors []string
 	// LoadBalanced is loadBalanced.
 	LoadBalanced bool
-	// DirectConnection is directConnection.
+	// DirectConnection is directConnection: talk to the one host given as
+	// a standalone, without discovering the rest of its replica set.
 	DirectConnection bool
+	// TLSDisableOCSPEndpointCheck and TLSDisableCertificateRevocationCheck
+	// are the options of those names. Go's TLS stack checks neither OCSP
+	// responders nor revocation lists, so they change nothing yet.
+	TLSDisableOCSPEndpointCheck          bool
+	TLSDisableCertificateRevocationCheck bool
+	// ReadPreference is readPreference in the spec's spelling; "" when
+	// not set.
+	ReadPreference ReadPreferenceMode
+	// ReadPreferenceTags are the readPreferenceTags tag sets in the order
+	// given; an empty set matches any server. Nil when not set.
+	ReadPreferenceTags []map[string]string
+	// Warnings are the problems the connection-string spec says to warn
+	// about rather than refuse: a value of the wrong type (ignored), a
+	// repeated option (the last one wins), a deprecated spelling. They
+	// never quote secrets; the application logs them at startup.
+	Warnings []string
+	// AppOptions are the options accepted only so that a string can be
+	// copied from an application (w, journal, retryWrites, ...), by
+	// lowercase name, with their last valid value. mongobouncer does not
+	// act on them.
+	AppOptions map[string]string
 	// AppName is appName; "" when not set.
 	AppName string
 
@@ -123,6 +156,10 @@ type ConnString struct {
 	ConnectTimeout         *time.Duration // connectTimeoutMS
 	HeartbeatInterval      *time.Duration // heartbeatFrequencyMS
 	ServerSelectionTimeout *time.Duration // serverSelectionTimeoutMS
+	LocalThreshold         *time.Duration // localThresholdMS
+	// MaxStaleness is maxStalenessSeconds; 0 when the string says -1 (no
+	// maximum).
+	MaxStaleness *time.Duration
 
 	redacted string
 }
@@ -146,43 +183,54 @@ func connStringError(category error, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", category, fmt.Sprintf(format, args...))
 }
 
-// ParseConnString parses a mongodb:// connection string with the official
-// driver's parser (so its validation rules apply) and extracts what
-// mongobouncer uses. Errors wrap ErrConnString, or ErrSRVUnsupported for a
-// mongodb+srv:// string (no DNS lookup is made), and never contain the
-// password or other secrets.
+// ParseConnString parses a mongodb:// or mongodb+srv:// connection string
+// by the connection-string and URI-options specs and extracts what
+// mongobouncer uses. The official driver's parser then checks the
+// authentication options and the conflicts between options, so its rules
+// apply too. Errors wrap ErrConnString and never contain the password or
+// other secrets.
 //
 // Hosts default to port 27017; IPv6 hosts go in brackets; a unix socket is
 // its percent-encoded path ending in .sock, as in
 // mongodb://%2Ftmp%2Fmongodb-27017.sock. Credentials are percent-decoded.
-// Unknown options are refused, since a misspelt maxPoolSize would otherwise
-// be silently ignored.
+// A mongodb+srv:// string names exactly one host without a port, whose DNS
+// records are resolved later (see ConnString.SRV); no DNS lookup is made
+// here.
+//
+// An option value of the wrong type is ignored with a warning
+// (ConnString.Warnings), as the spec says. Unknown options are refused,
+// since a misspelt maxPoolSize would otherwise be silently ignored, and so
+// are options of features mongobouncer lacks (proxyHost, ...), naming the
+// option.
 func ParseConnString(s string) (ConnString, error) {
 	if len(s) > maxConnStringLen {
 		return ConnString{}, connStringError(ErrConnString, "longer than %d bytes", maxConnStringLen)
 	}
-	var rest string
+	var rest, scheme string
 	switch {
 	case strings.HasPrefix(s, SchemeMongoDBSRV+"://"):
-		// Resolving the SRV and TXT records means DNS at load time and
-		// re-resolving while running (SRV polling); until that exists, an
-		// explicit host list is the honest answer.
-		return ConnString{}, fmt.Errorf("%w: list the hosts instead, as in mongodb://host1:27017,host2:27017/?replicaSet=name&tls=true", ErrSRVUnsupported)
+		scheme, rest = SchemeMongoDBSRV, s[len(SchemeMongoDBSRV)+3:]
 	case strings.HasPrefix(s, SchemeMongoDB+"://"):
-		rest = s[len(SchemeMongoDB)+3:]
+		scheme, rest = SchemeMongoDB, s[len(SchemeMongoDB)+3:]
 	case s == "":
 		return ConnString{}, connStringError(ErrConnString, "empty")
 	default:
-		return ConnString{}, connStringError(ErrConnString, "must start with mongodb://")
+		return ConnString{}, connStringError(ErrConnString, "must start with mongodb:// or mongodb+srv://")
 	}
+	srv := scheme == SchemeMongoDBSRV
 
 	// Take the credentials out before the driver sees the string: its
 	// errors quote what they reject, and a password must never reach a
 	// message. The placeholders keep what the driver's auth checks look at:
-	// whether each part is present and empty.
+	// whether each part is present and empty. The userinfo ends at the
+	// first @ before the options, which may contain @ themselves.
 	var user, pass, userinfo string
 	var hasUser, hasPass bool
-	if i := strings.IndexByte(rest, '@'); i >= 0 {
+	authority := rest
+	if q := strings.IndexByte(rest, '?'); q >= 0 {
+		authority = rest[:q]
+	}
+	if i := strings.IndexByte(authority, '@'); i >= 0 {
 		rawUser, rawPass, colon := strings.Cut(rest[:i], ":")
 		rest = rest[i+1:]
 		var err error
@@ -210,14 +258,59 @@ func ParseConnString(s string) (ConnString, error) {
 		}
 		userinfo += "@"
 	}
-	if err := checkOptionEncoding(rest); err != nil {
+
+	// Split hosts, database and options. The spec accepts a string without
+	// the / before the options (mongodb://host?tls=true).
+	hostList, rawDB, query := rest, "", ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		hostList = rest[:i]
+		tail := rest[i:]
+		if tail[0] == '/' {
+			rawDB, query, _ = strings.Cut(tail[1:], "?")
+		} else {
+			query = tail[1:]
+		}
+	}
+	if err := checkHosts(hostList); err != nil {
 		return ConnString{}, err
 	}
-	if err := checkHosts(rest); err != nil {
+	db, err := url.QueryUnescape(rawDB)
+	if err != nil {
+		return ConnString{}, connStringError(ErrConnString, "the database is not valid percent-encoding")
+	}
+	if strings.ContainsAny(db, "/\\ \"$") {
+		return ConnString{}, connStringError(ErrConnString, "database %q: database names cannot contain / \\ space \" or $", db)
+	}
+	if srv {
+		if strings.Contains(hostList, ",") {
+			return ConnString{}, connStringError(ErrConnString, "mongodb+srv:// takes exactly one host name, whose SRV records list the servers")
+		}
+		if h, _ := url.QueryUnescape(hostList); strings.ContainsAny(h, ":/[]") {
+			return ConnString{}, connStringError(ErrConnString, "mongodb+srv:// takes a host name without a port (the SRV records give the ports)")
+		}
+	}
+
+	po, err := parseOptions(query)
+	if err != nil {
+		return ConnString{}, err
+	}
+	cs := ConnString{Scheme: scheme, Warnings: po.warnings, redacted: redactURI(s)}
+	if err := cs.setOptions(po, srv, strings.Count(hostList, ",")+1); err != nil {
 		return ConnString{}, err
 	}
 
-	dcs, err := connstring.ParseAndValidate(SchemeMongoDB + "://" + userinfo + rest)
+	// The driver checks what it knows best: the authentication options and
+	// the conflicts between topology, TLS and write-concern options. It
+	// gets only those options, already checked, and never the host as an
+	// SRV name (it would resolve it).
+	var driverQuery []string
+	for _, k := range sortedKeys(po.values) {
+		if !slices.Contains(driverChecked, k) {
+			continue
+		}
+		driverQuery = append(driverQuery, url.QueryEscape(k)+"="+url.QueryEscape(po.values[k]))
+	}
+	dcs, err := connstring.ParseAndValidate(SchemeMongoDB + "://" + userinfo + hostList + "/" + rawDB + "?" + strings.Join(driverQuery, "&"))
 	if err != nil {
 		msg := err.Error()
 		for _, prefix := range []string{"error parsing uri: ", "error validating uri: "} {
@@ -225,30 +318,22 @@ func ParseConnString(s string) (ConnString, error) {
 		}
 		return ConnString{}, connStringError(ErrConnString, "%s", msg)
 	}
-
-	cs := ConnString{
-		Scheme:                  SchemeMongoDB,
-		Database:                dcs.Database,
-		AuthSource:              dcs.AuthSource,
-		AuthMechanism:           dcs.AuthMechanism,
-		AuthMechanismProperties: dcs.AuthMechanismProperties,
-		ReplicaSet:              dcs.ReplicaSet,
-		TLS:                     dcs.SSL,
-		TLSInsecure:             dcs.SSLInsecure,
-		TLSCAFile:               dcs.SSLCaFile,
-		TLSCertificateKeyFile:   dcs.SSLClientCertificateKeyFile,
-		LoadBalanced:            dcs.LoadBalanced,
-		DirectConnection:        dcs.DirectConnection,
-		AppName:                 dcs.AppName,
-		redacted:                redactURI(s),
+	cs.Database = dcs.Database
+	cs.AuthSource = dcs.AuthSource
+	cs.AuthMechanism = dcs.AuthMechanism
+	cs.AuthMechanismProperties = dcs.AuthMechanismProperties
+	cs.TLS = dcs.SSL
+	if _, set := po.values["tls"]; srv && !set {
+		// SRV implies TLS unless the string says otherwise.
+		cs.TLS = true
 	}
 	if hasUser {
 		cs.Username, cs.Password = user, pass
 	}
-	if dcs.SSLClientCertificateKeyPasswordSet && dcs.SSLClientCertificateKeyPassword != nil {
-		cs.TLSCertificateKeyFilePassword = dcs.SSLClientCertificateKeyPassword()
+	if srv {
+		cs.SRVHost = strings.ToLower(dcs.Hosts[0])
+		return cs, nil
 	}
-
 	for _, h := range dcs.Hosts {
 		host, err := normalizeHost(h)
 		if err != nil {
@@ -256,96 +341,164 @@ func ParseConnString(s string) (ConnString, error) {
 		}
 		cs.Hosts = append(cs.Hosts, host)
 	}
-
-	for _, c := range dcs.Compressors {
-		if !slices.Contains(supportedCompressors, c) {
-			return ConnString{}, connStringError(ErrConnString, "compressors: %q is not supported; use any of %s", c, strings.Join(supportedCompressors, ", "))
-		}
-	}
-	cs.Compressors = dcs.Compressors
-
-	if cs.MaxPoolSize, err = countOption(dcs.MaxPoolSizeSet, dcs.MaxPoolSize, "maxPoolSize"); err != nil {
-		return ConnString{}, err
-	}
-	if cs.MinPoolSize, err = countOption(dcs.MinPoolSizeSet, dcs.MinPoolSize, "minPoolSize"); err != nil {
-		return ConnString{}, err
-	}
-	if cs.MaxConnecting, err = countOption(dcs.MaxConnectingSet, dcs.MaxConnecting, "maxConnecting"); err != nil {
-		return ConnString{}, err
-	}
-	// The driver multiplies milliseconds without checking for overflow, so
-	// the durations are read again from the option text.
-	durations := []struct {
-		name string
-		set  bool
-		dst  **time.Duration
-	}{
-		{"maxIdleTimeMS", dcs.MaxConnIdleTimeSet, &cs.MaxIdleTime},
-		{"connectTimeoutMS", dcs.ConnectTimeoutSet, &cs.ConnectTimeout},
-		{"heartbeatFrequencyMS", dcs.HeartbeatIntervalSet, &cs.HeartbeatInterval},
-		{"serverSelectionTimeoutMS", dcs.ServerSelectionTimeoutSet, &cs.ServerSelectionTimeout},
-		// Not a driver option: the Go driver leaves it in UnknownOptions.
-		{"waitQueueTimeoutMS", true, &cs.WaitQueueTimeout},
-	}
-	for _, d := range durations {
-		if !d.set {
-			continue
-		}
-		if *d.dst, err = millisOption(dcs.Options, d.name); err != nil {
-			return ConnString{}, err
-		}
-	}
-	// heartbeatIntervalMS is the driver's legacy spelling of
-	// heartbeatFrequencyMS; honour whichever was given.
-	if cs.HeartbeatInterval == nil && dcs.HeartbeatIntervalSet {
-		if cs.HeartbeatInterval, err = millisOption(dcs.Options, "heartbeatIntervalMS"); err != nil {
-			return ConnString{}, err
-		}
-	}
-
-	var unknown []string
-	for k := range dcs.UnknownOptions {
-		if k != "waitqueuetimeoutms" && !slices.Contains(ignoredOptions, k) {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		slices.Sort(unknown)
-		msg := fmt.Sprintf("unknown option %q", optionAsWritten(rest, unknown[0]))
-		if s := suggest(unknown[0], knownOptions); s != "" {
-			msg += fmt.Sprintf("; did you mean %q?", s)
-		}
-		if len(unknown) > 1 {
-			msg += fmt.Sprintf(" (and %d more unknown options)", len(unknown)-1)
-		}
-		return ConnString{}, connStringError(ErrConnString, "%s", msg)
-	}
 	return cs, nil
 }
 
-// optionAsWritten finds how the connection string spells an option the
-// driver reports in lowercase, so the message shows what the user typed.
-func optionAsWritten(rest, lower string) string {
-	if i := strings.IndexByte(rest, '?'); i >= 0 {
-		for _, pair := range strings.FieldsFunc(rest[i+1:], func(r rune) bool { return r == '&' || r == ';' }) {
-			k, _, _ := strings.Cut(pair, "=")
-			if key, err := url.QueryUnescape(k); err == nil && strings.ToLower(key) == lower {
-				return key
-			}
-		}
-	}
-	return lower
+// driverChecked are the options handed to the driver's parser for its
+// checks (lowercase).
+var driverChecked = []string{
+	"authmechanism", "authmechanismproperties", "authsource", "directconnection", "loadbalanced",
+	"replicaset", "tls", "tlscafile", "tlscertificatekeyfile", "tlscertificatekeyfilepassword",
+	"tlsinsecure", "tlsdisableocspendpointcheck", "tlsdisablecertificaterevocationcheck", "w", "journal",
 }
 
-// knownOptions are the option names suggested for misspelt ones.
-var knownOptions = []string{
-	"appName", "authMechanism", "authMechanismProperties", "authSource", "compressors",
-	"connectTimeoutMS", "directConnection", "heartbeatFrequencyMS", "loadBalanced",
-	"maxConnecting", "maxIdleTimeMS", "maxPoolSize", "minPoolSize", "readPreference",
-	"replicaSet", "retryReads", "retryWrites", "serverSelectionTimeoutMS", "socketTimeoutMS",
-	"timeoutMS", "tls", "tlsCAFile", "tlsCertificateKeyFile", "tlsCertificateKeyFilePassword",
-	"tlsInsecure", "w", "waitQueueTimeoutMS", "zlibCompressionLevel",
+// setOptions fills the fields of cs from checked options and checks the
+// rules between them that the driver does not know or cannot see.
+func (cs *ConnString) setOptions(po parsedOptions, srv bool, nhosts int) error {
+	v := po.values
+	cs.ReplicaSet = v["replicaset"]
+	cs.AppName = v["appname"]
+	cs.TLSInsecure = v["tlsinsecure"] == "true"
+	cs.TLSCAFile = v["tlscafile"]
+	cs.TLSCertificateKeyFile = v["tlscertificatekeyfile"]
+	cs.TLSCertificateKeyFilePassword = v["tlscertificatekeyfilepassword"]
+	cs.TLSDisableOCSPEndpointCheck = v["tlsdisableocspendpointcheck"] == "true"
+	cs.TLSDisableCertificateRevocationCheck = v["tlsdisablecertificaterevocationcheck"] == "true"
+	cs.LoadBalanced = v["loadbalanced"] == "true"
+	cs.DirectConnection = v["directconnection"] == "true"
+	if c, ok := v["compressors"]; ok {
+		for name := range strings.SplitSeq(c, ",") {
+			if !slices.Contains(supportedCompressors, name) {
+				return connStringError(ErrConnString, "compressors: %q is not supported; use any of %s", name, strings.Join(supportedCompressors, ", "))
+			}
+			cs.Compressors = append(cs.Compressors, name)
+		}
+	}
+	count := func(name string) *int {
+		if s, ok := v[name]; ok {
+			n, _ := strconv.Atoi(s) // checked by parseOptions
+			return &n
+		}
+		return nil
+	}
+	millis := func(name string, unit time.Duration) *time.Duration {
+		if s, ok := v[name]; ok {
+			n, _ := strconv.ParseInt(s, 10, 64) // checked by parseOptions
+			d := time.Duration(n) * unit
+			return &d
+		}
+		return nil
+	}
+	cs.MaxPoolSize = count("maxpoolsize")
+	cs.MinPoolSize = count("minpoolsize")
+	cs.MaxConnecting = count("maxconnecting")
+	cs.MaxIdleTime = millis("maxidletimems", time.Millisecond)
+	cs.WaitQueueTimeout = millis("waitqueuetimeoutms", time.Millisecond)
+	cs.ConnectTimeout = millis("connecttimeoutms", time.Millisecond)
+	cs.HeartbeatInterval = millis("heartbeatfrequencyms", time.Millisecond)
+	cs.ServerSelectionTimeout = millis("serverselectiontimeoutms", time.Millisecond)
+	cs.LocalThreshold = millis("localthresholdms", time.Millisecond)
+	if s, ok := v["maxstalenessseconds"]; ok {
+		n, _ := strconv.ParseInt(s, 10, 64)
+		if n >= 0 && time.Duration(n)*time.Second < SmallestMaxStaleness {
+			return connStringError(ErrConnString, "maxStalenessSeconds=%d: must be -1 (no maximum) or at least 90", n)
+		}
+		d := max(time.Duration(n)*time.Second, 0)
+		cs.MaxStaleness = &d
+	}
+	cs.ReadPreference = ReadPreferenceMode(v["readpreference"])
+	if po.tagsSet {
+		cs.ReadPreferenceTags = po.tags
+	}
+	// Only an explicit primary is checked here. The max staleness spec
+	// also refuses maxStalenessSeconds in a string with no mode at all,
+	// but a route's read_preference key may give the mode; the resolved
+	// settings are checked together by Validate.
+	if cs.ReadPreference == ReadPrimary {
+		if hasTags(cs.ReadPreferenceTags) {
+			return connStringError(ErrConnString, "readPreferenceTags cannot be used with readPreference=primary")
+		}
+		if cs.MaxStaleness != nil && *cs.MaxStaleness > 0 {
+			return connStringError(ErrConnString, "maxStalenessSeconds cannot be used with readPreference=primary")
+		}
+	}
+
+	_, hasMax := v["srvmaxhosts"]
+	_, hasName := v["srvservicename"]
+	if !srv {
+		if hasMax {
+			return connStringError(ErrConnString, "srvMaxHosts is only for mongodb+srv:// strings")
+		}
+		if hasName {
+			return connStringError(ErrConnString, "srvServiceName is only for mongodb+srv:// strings")
+		}
+	} else {
+		cs.SRV = true
+		cs.SRVServiceName = "mongodb"
+		if hasName {
+			cs.SRVServiceName = v["srvservicename"]
+			if !validServiceName(cs.SRVServiceName) {
+				return connStringError(ErrConnString, "srvServiceName=%q: must be 1 to 62 letters, digits or hyphens", truncateOpt(cs.SRVServiceName))
+			}
+		}
+		cs.SRVMaxHosts = *cmp.Or(count("srvmaxhosts"), new(0))
+		if cs.DirectConnection {
+			return connStringError(ErrConnString, "directConnection=true cannot be used with mongodb+srv://, which names several servers")
+		}
+		if cs.SRVMaxHosts > 0 && cs.ReplicaSet != "" {
+			return connStringError(ErrConnString, "srvMaxHosts cannot be used with replicaSet: a subset of the hosts cannot be checked against the set")
+		}
+		if cs.SRVMaxHosts > 0 && cs.LoadBalanced {
+			return connStringError(ErrConnString, "srvMaxHosts cannot be used with loadBalanced=true")
+		}
+	}
+	if cs.DirectConnection && nhosts > 1 {
+		return connStringError(ErrConnString, "directConnection=true needs exactly one host")
+	}
+	if w, ok := v["w"]; ok {
+		if n, err := strconv.Atoi(w); err == nil && n < 0 {
+			// Let the driver not see it: it refuses what the spec ignores.
+			delete(v, "w")
+			cs.Warnings = append(cs.Warnings, fmt.Sprintf("w=%d ignored: must be 0 or more, or a tag set name", n))
+		}
+	}
+	for k, val := range v {
+		if uriOptions[k].use == useApp {
+			if cs.AppOptions == nil {
+				cs.AppOptions = map[string]string{}
+			}
+			cs.AppOptions[k] = val
+		}
+	}
+	return nil
 }
+
+// validServiceName reports whether s can be the service name of an SRV
+// query: one DNS label (with the leading underscore, at most 63 bytes).
+func validServiceName(s string) bool {
+	if s == "" || len(s) > 62 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// knownOptions are the option names suggested for misspelt ones: the
+// standard spellings of the options mongobouncer accepts.
+var knownOptions = func() []string {
+	var names []string
+	for _, o := range uriOptions {
+		if o.alias == "" && o.use != useRefused {
+			names = append(names, o.name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}()
 
 // decodeUserinfo percent-decodes a username or password, with errors that
 // say which part is wrong but never quote it.
@@ -360,37 +513,12 @@ func decodeUserinfo(raw, what string) (string, error) {
 	return s, nil
 }
 
-// checkOptionEncoding rejects an option whose name or value is not valid
-// percent-encoding before the driver does, because the driver's message
-// quotes the value, which may be a secret.
-func checkOptionEncoding(rest string) error {
-	i := strings.IndexByte(rest, '?')
-	if i < 0 {
-		return nil
-	}
-	for _, pair := range strings.FieldsFunc(rest[i+1:], func(r rune) bool { return r == '&' || r == ';' }) {
-		k, v, _ := strings.Cut(pair, "=")
-		key, err := url.QueryUnescape(k)
-		if err != nil {
-			return connStringError(ErrConnString, "an option name is not valid percent-encoding")
-		}
-		if _, err := url.QueryUnescape(v); err != nil {
-			return connStringError(ErrConnString, "the value of option %q is not valid percent-encoding: write %% as %%25", key)
-		}
-	}
-	return nil
-}
-
 // checkHosts checks the host list before the driver does. The driver's
 // messages quote a rejected host, and a host list can hold a secret when the
 // credentials are malformed (a password with an unescaped @, or a forgotten
 // @ that makes user:password look like host:port), so these messages name a
 // host by its position only.
-func checkHosts(rest string) error {
-	hosts := rest
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		hosts = rest[:i]
-	}
+func checkHosts(hosts string) error {
 	if strings.Contains(hosts, "@") {
 		return connStringError(ErrConnString, "unescaped @ in the credentials: percent-encode it as %%40")
 	}
@@ -407,7 +535,7 @@ func checkHosts(rest string) error {
 		if host == "" {
 			return connStringError(ErrConnString, "%s is empty", which)
 		}
-		if strings.HasSuffix(host, ".sock") {
+		if isUnixSocket(host) {
 			continue
 		}
 		_, port, err := net.SplitHostPort(host)
@@ -425,44 +553,17 @@ func checkHosts(rest string) error {
 	return nil
 }
 
-// countOption converts a pool-size option, which the driver has already
-// checked is a non-negative integer, refusing values that do not fit.
-func countOption(set bool, v uint64, name string) (*int, error) {
-	if !set {
-		return nil, nil
-	}
-	if v > math.MaxInt32 {
-		return nil, connStringError(ErrConnString, "%s=%d is too large", name, v)
-	}
-	n := int(v)
-	return &n, nil
-}
-
-// millisOption reads a milliseconds option (the last one given, as the
-// driver does) as a duration, refusing values that overflow.
-func millisOption(options map[string][]string, name string) (*time.Duration, error) {
-	vals := options[strings.ToLower(name)]
-	if len(vals) == 0 {
-		return nil, nil
-	}
-	n, err := strconv.ParseInt(vals[len(vals)-1], 10, 64)
-	if err != nil || n < 0 {
-		return nil, connStringError(ErrConnString, "%s=%q must be a whole number of milliseconds, 0 or more", name, vals[len(vals)-1])
-	}
-	if n > int64(math.MaxInt64/time.Millisecond) {
-		return nil, connStringError(ErrConnString, "%s=%d is too large", name, n)
-	}
-	d := time.Duration(n) * time.Millisecond
-	return &d, nil
+// isUnixSocket reports whether a decoded host is a unix socket path: it has
+// a slash (so mongodb-27017.sock alone is a host name) and ends in .sock.
+// A relative path is relative to mongobouncer's working directory.
+func isUnixSocket(host string) bool {
+	return strings.Contains(host, "/") && strings.HasSuffix(host, ".sock")
 }
 
 // normalizeHost turns a host from the driver (already percent-decoded, port
 // optional) into a dialable Host.
 func normalizeHost(h string) (Host, error) {
-	if strings.HasSuffix(h, ".sock") {
-		if !strings.HasPrefix(h, "/") {
-			return Host{}, connStringError(ErrConnString, "unix socket %q must be an absolute path", h)
-		}
+	if isUnixSocket(h) {
 		if len(h) > maxUnixPath {
 			return Host{}, connStringError(ErrConnString, "unix socket path is %d bytes, the limit is %d", len(h), maxUnixPath)
 		}

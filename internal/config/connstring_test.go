@@ -123,7 +123,9 @@ func TestParseConnStringOptions(t *testing.T) {
 		MaxPoolSize: new(50), MinPoolSize: new(5), MaxIdleTime: new(time.Minute), MaxConnecting: new(3),
 		WaitQueueTimeout: new(1500 * time.Millisecond), ConnectTimeout: new(2 * time.Second),
 		HeartbeatInterval: new(15 * time.Second), ServerSelectionTimeout: new(9 * time.Second),
-		redacted: cs.redacted,
+		ReadPreference: ReadSecondary,
+		AppOptions:     map[string]string{"w": "majority", "uuidrepresentation": "standard"},
+		redacted:       cs.redacted,
 	}
 	if !reflect.DeepEqual(cs, want) {
 		t.Fatalf("got  %#v\nwant %#v", fields(cs), fields(want))
@@ -167,7 +169,13 @@ func TestParseConnStringErrors(t *testing.T) {
 	}{
 		{"", "empty", ErrConnString},
 		{"localhost:27017", "must start with mongodb://", ErrConnString},
-		{"mongodb+srv://cluster0.example.net/", "mongodb+srv is not supported yet: list the hosts", ErrSRVUnsupported},
+		{"mongodb+srv://a.example.net,b.example.net/", "mongodb+srv:// takes exactly one host", ErrConnString},
+		{"mongodb+srv://a.example.net:27017/", "without a port", ErrConnString},
+		{"mongodb+srv://a.example.net/?directConnection=true", "directConnection=true cannot be used with mongodb+srv://", ErrConnString},
+		{"mongodb+srv://a.example.net/?srvMaxHosts=2&replicaSet=rs", "srvMaxHosts cannot be used with replicaSet", ErrConnString},
+		{"mongodb+srv://a.example.net/?srvServiceName=a_b", "srvServiceName=", ErrConnString},
+		{"mongodb://h/?srvMaxHosts=1", "srvMaxHosts is only for mongodb+srv://", ErrConnString},
+		{"mongodb://h/?srvServiceName=x", "srvServiceName is only for mongodb+srv://", ErrConnString},
 		{"mongodb://", "no host", ErrConnString},
 		{"mongodb:///db", "no host", ErrConnString},
 		{"mongodb://h:0/", "host 1 of 1: the port must be a number from 1 to 65535", ErrConnString},
@@ -176,27 +184,31 @@ func TestParseConnStringErrors(t *testing.T) {
 		{"mongodb://::1/", "host 1 of 1 is not host or host:port", ErrConnString},
 		{"mongodb://[::1/", "", ErrConnString},
 		{"mongodb://h%zz/", "host 1 of 1 is not valid percent-encoding", ErrConnString},
-		{"mongodb://relative.sock/", "must be an absolute path", ErrConnString},
+		{"mongodb://h/?proxyHost=p&proxyPort=1", "option proxyHost is not supported", ErrConnString},
+		{"mongodb://h/?tlsAllowInvalidHostnames=true", "option tlsAllowInvalidHostnames is not supported", ErrConnString},
+		{"mongodb://h/?w", `option "w" has no value`, ErrConnString},
+		{"mongodb://h/?tls=true&ssl=false", "tls=true and ssl=false disagree", ErrConnString},
+		{"mongodb://h/?tls=true&tls=false", "tls=true and tls=false disagree", ErrConnString},
+		{"mongodb://h/?readPreference=primary&readPreferenceTags=dc:a", "readPreferenceTags cannot be used with readPreference=primary", ErrConnString},
+		{"mongodb://h/?readPreference=primary&maxStalenessSeconds=120", "maxStalenessSeconds cannot be used with readPreference=primary", ErrConnString},
+		{"mongodb://h/?readPreference=nearest&maxStalenessSeconds=30", "maxStalenessSeconds=30: must be -1 (no maximum) or at least 90", ErrConnString},
+		{"mongodb://h/a$b", "database names cannot contain", ErrConnString},
 		{"mongodb://u:p:q@h/", "unescaped : in the password", ErrConnString},
 		{"mongodb://u/x:p@h/", "unescaped / in the username", ErrConnString},
 		{"mongodb://u:p/x@h/", "unescaped / in the password", ErrConnString},
 		{"mongodb://u:p@x@h/", "unescaped @ in the credentials", ErrConnString},
 		{"mongodb://u:%zz@h/", "invalid percent-encoding in the password", ErrConnString},
 		{"mongodb://%zz:p@h/", "invalid percent-encoding in the username", ErrConnString},
-		{"mongodb://h?x=1", "must have a / before the query ?", ErrConnString},
-		{"mongodb://h/?maxPoolSize=-1", `invalid value for "maxPoolSize"`, ErrConnString},
-		{"mongodb://h/?maxPoolSize=99999999999", "maxPoolSize=99999999999 is too large", ErrConnString},
-		{"mongodb://h/?maxIdleTimeMS=9223372036854775807", "maxIdleTimeMS=9223372036854775807 is too large", ErrConnString},
-		{"mongodb://h/?waitQueueTimeoutMS=-5", `waitQueueTimeoutMS="-5" must be a whole number of milliseconds`, ErrConnString},
-		{"mongodb://h/?waitQueueTimeoutMS=abc", `waitQueueTimeoutMS="abc"`, ErrConnString},
+		{"mongodb://h?x=1", `unknown option "x"`, ErrConnString},
 		{"mongodb://h/?maxPoolSise=5", `unknown option "maxPoolSise"; did you mean "maxPoolSize"?`, ErrConnString},
-		{"mongodb://h/?foo=1&Bar=2", `unknown option "Bar" (and 1 more unknown options)`, ErrConnString},
+		{"mongodb://h/?foo=1&Bar=2", `unknown option "foo" (and 1 more unknown options)`, ErrConnString},
 		{"mongodb://h/?compressors=lz4", `compressors: "lz4" is not supported; use any of snappy, zlib, zstd`, ErrConnString},
-		{"mongodb://h/?tls=maybe", `invalid value for "tls"`, ErrConnString},
+		{"mongodb://h/?tls=maybe", `tls="maybe": must be true or false`, ErrConnString},
 		{"mongodb://h/?authMechanism=BOGUS", "invalid auth mechanism", ErrConnString},
 		{"mongodb://h/?authMechanism=PLAIN", "username required for PLAIN", ErrConnString},
 		{"mongodb://u@h/?authMechanism=SCRAM-SHA-256", "password required for SCRAM-SHA-256", ErrConnString},
-		{"mongodb://a,b/?directConnection=true", "multiple hosts", ErrConnString},
+		{"mongodb://a,b/?directConnection=true", "directConnection=true needs exactly one host", ErrConnString},
+		{"mongodb://h/?directConnection=true&loadBalanced=true", "loadBalanced", ErrConnString},
 		{"mongodb://a,b/?loadBalanced=true", "loadBalanced", ErrConnString},
 		{"mongodb://h/?appName=x%zz", `the value of option "appName" is not valid percent-encoding`, ErrConnString},
 		{"mongodb://h/?" + strings.Repeat("a", maxConnStringLen), "longer than", ErrConnString},
@@ -231,7 +243,8 @@ func TestParseConnStringErrorsHideSecrets(t *testing.T) {
 		"mongodb://h/?tlsCertificateKeyFilePassword=" + secret + "%zz",
 		"mongodb://h/?authMechanismProperties=AWS_SESSION_TOKEN:" + secret + "%zz",
 		"mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:" + secret,
-		"mongodb+srv://u:" + secret + "@cluster/",
+		"mongodb+srv://u:" + secret + "@cluster:1/",
+		"mongodb://u:" + secret + "@h/?proxyPassword=" + secret,
 		"mongodb://" + secret + "@h/?authMechanism=PLAIN",
 	}
 	for _, in := range inputs {
@@ -243,5 +256,65 @@ func TestParseConnStringErrorsHideSecrets(t *testing.T) {
 		if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), strings.ToLower(secret)) {
 			t.Errorf("%q: secret in error: %v", in, err)
 		}
+	}
+}
+
+// Values of the wrong type are ignored with a warning, as the spec says,
+// and the warnings never quote a secret.
+func TestParseConnStringWarnings(t *testing.T) {
+	cases := []struct {
+		in, want string
+		check    func(ConnString) bool
+	}{
+		{"mongodb://h/?maxPoolSize=-1", `maxPoolSize="-1" ignored`, func(c ConnString) bool { return c.MaxPoolSize == nil }},
+		{"mongodb://h/?maxPoolSize=99999999999", `must be a whole number from 0 to 2147483647`, func(c ConnString) bool { return c.MaxPoolSize == nil }},
+		{"mongodb://h/?maxIdleTimeMS=9223372036854775807", `maxIdleTimeMS="9223372036854775807" ignored`, func(c ConnString) bool { return c.MaxIdleTime == nil }},
+		{"mongodb://h/?waitQueueTimeoutMS=abc&waitQueueTimeoutMS=5", `waitQueueTimeoutMS="abc" ignored`, func(c ConnString) bool { return *c.WaitQueueTimeout == 5*time.Millisecond }},
+		{"mongodb://h/?maxConnecting=0", `maxConnecting="0" ignored: must be a whole number from 1`, func(c ConnString) bool { return c.MaxConnecting == nil }},
+		{"mongodb://h/?replicaSet=a&replicaSet=b", "replicaSet is given more than once", func(c ConnString) bool { return c.ReplicaSet == "b" }},
+		{"mongodb://h/?heartbeatIntervalMS=600", "heartbeatIntervalMS is deprecated: write heartbeatFrequencyMS", func(c ConnString) bool { return *c.HeartbeatInterval == 600*time.Millisecond }},
+		{"mongodb://h/?heartbeatFrequencyMS=900&heartbeatIntervalMS=600", "deprecated option heartbeatIntervalMS ignored", func(c ConnString) bool { return *c.HeartbeatInterval == 900*time.Millisecond }},
+		{"mongodb://h/?heartbeatIntervalMS=600&heartbeatFrequencyMS=900", "deprecated option heartbeatIntervalMS ignored", func(c ConnString) bool { return *c.HeartbeatInterval == 900*time.Millisecond }},
+		{"mongodb://h/?journal=", `journal="" ignored: empty value`, nil},
+		{"mongodb://h/?w=-1", "w=-1 ignored", func(c ConnString) bool { return c.AppOptions["w"] == "" }},
+		{"mongodb://h/?readPreferenceTags=bad", `readPreferenceTags="bad" ignored`, func(c ConnString) bool { return c.ReadPreferenceTags == nil }},
+		{"mongodb://h/?readPreference=NEAREST&localThresholdMS=x", `localThresholdMS="x" ignored`, func(c ConnString) bool { return c.ReadPreference == ReadNearest && c.LocalThreshold == nil }},
+		{"mongodb://h/?authMechanismProperties=TOKEN:a%2Cb_Hunter2Zz", "authMechanismProperties ignored", func(c ConnString) bool { return c.AuthMechanismProperties == nil }},
+	}
+	for _, c := range cases {
+		cs, err := ParseConnString(c.in)
+		if err != nil {
+			t.Errorf("%s: %v", c.in, err)
+			continue
+		}
+		got := strings.Join(cs.Warnings, "\n")
+		if !strings.Contains(got, c.want) || strings.Contains(got, "Hunter2Zz") {
+			t.Errorf("%s: warnings %q, want one containing %q", c.in, cs.Warnings, c.want)
+		}
+		if c.check != nil && !c.check(cs) {
+			t.Errorf("%s: wrong value kept: %s", c.in, fields(cs))
+		}
+	}
+	if cs, err := ParseConnString("mongodb://h/?tls=true&ssl=true&replicaSet=rs"); err != nil || len(cs.Warnings) != 0 {
+		t.Errorf("clean string: %v %q", err, cs.Warnings)
+	}
+}
+
+func TestParseConnStringSRV(t *testing.T) {
+	cs, err := ParseConnString("mongodb+srv://u:pw@Cluster0.Example.net/db?srvServiceName=custom&srvMaxHosts=2&readPreference=secondaryPreferred&readPreferenceTags=dc:east,rack:1&readPreferenceTags=&maxStalenessSeconds=120&localThresholdMS=30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cs.SRV || cs.SRVHost != "cluster0.example.net" || cs.SRVServiceName != "custom" || cs.SRVMaxHosts != 2 ||
+		len(cs.Hosts) != 0 || !cs.TLS || cs.Scheme != SchemeMongoDBSRV || cs.Password != "pw" || cs.Database != "db" {
+		t.Errorf("SRV: %s", fields(cs))
+	}
+	if cs.ReadPreference != ReadSecondaryPreferred || *cs.MaxStaleness != 120*time.Second || *cs.LocalThreshold != 30*time.Millisecond ||
+		!reflect.DeepEqual(cs.ReadPreferenceTags, []map[string]string{{"dc": "east", "rack": "1"}, {}}) {
+		t.Errorf("read preference: %s", fields(cs))
+	}
+	cs, err = ParseConnString("mongodb+srv://c.example.net/?tls=false&maxStalenessSeconds=-1")
+	if err != nil || cs.TLS || cs.SRVServiceName != "mongodb" || cs.MaxStaleness == nil || *cs.MaxStaleness != 0 {
+		t.Errorf("tls=false: %v %s", err, fields(cs))
 	}
 }

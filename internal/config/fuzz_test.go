@@ -20,6 +20,9 @@ func FuzzParse(f *testing.F) {
 		"[[databases]]\nx = 1\n",
 		"a = [1, {b = 2}]\n[databases.\"\\u0000\"]\nconnection_string = \"mongodb://%2Ftmp%2Fa.sock\"\n",
 		"[mongobouncer]\nlisten = \"[::1]:0\"\nadmin_listen = \"/tmp/a.sock\"\n" + route + "listen = \":0\"\n",
+		"[mongobouncer]\nread_preference = \"nearest\"\nmax_staleness = \"90s\"\n" + route +
+			"read_preference_tags = [{dc = \"east\"}, {}]\nlocal_threshold = \"5ms\"\nserver_selection_timeout = \"1s\"\n",
+		"[databases.a]\nconnection_string = \"mongodb+srv://c.example.net/?readPreference=secondary&maxStalenessSeconds=120\"\nread_preference_tags = [1, {a = 2}]\n",
 	} {
 		f.Add(s)
 	}
@@ -52,6 +55,12 @@ func FuzzParseConnString(f *testing.F) {
 		"mongodb://[::1]:1/?waitQueueTimeoutMS=5",
 		"mongodb+srv://u:pw@c/",
 		"mongodb://u:p@x@h/",
+		"mongodb+srv://u:pw@c.example.net/db?srvServiceName=s&srvMaxHosts=2&tls=false",
+		"mongodb+srv://c.example.net:1/?directConnection=true",
+		"mongodb://h?readPreference=nearest&readPreferenceTags=dc:a,rack:1&readPreferenceTags=&maxStalenessSeconds=-1&localThresholdMS=20",
+		"mongodb://h/?maxPoolSize=x&maxPoolSize=5&journal=&heartbeatIntervalMS=600&heartbeatFrequencyMS=700",
+		"mongodb://h/?authMechanism=MONGODB-OIDC&authMechanismProperties=TOKEN_RESOURCE:mongodb://a%2Cb,ENVIRONMENT:azure",
+		"mongodb://rel%2Fm.sock,m.sock,[::1]:1/a.b?tls=true&ssl=true&proxyHost=p&wtimeout=5&wTimeoutMS=1",
 	} {
 		f.Add(s, "Secret9")
 	}
@@ -80,6 +89,15 @@ func FuzzParseConnString(f *testing.F) {
 		}
 		if err == nil && err2 == nil && strings.Count(cs.Redacted(), pw) > strings.Count(cs2.Redacted(), pw) {
 			t.Fatalf("password in Redacted for %q: %s", with(pw), cs.Redacted())
+		}
+		if err == nil && err2 == nil {
+			w, w2 := strings.Join(cs.Warnings, "\n"), strings.Join(cs2.Warnings, "\n")
+			if strings.Count(w, pw) > strings.Count(w2, pw) {
+				t.Fatalf("password in a warning for %q: %q", with(pw), cs.Warnings)
+			}
+		}
+		if err == nil && (cs.SRV != (len(cs.Hosts) == 0) || cs.SRV != (cs.SRVHost != "")) {
+			t.Fatalf("%q: SRV %v with hosts %v and SRV host %q", with(pw), cs.SRV, cs.Hosts, cs.SRVHost)
 		}
 	})
 }

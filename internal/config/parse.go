@@ -43,6 +43,10 @@ type rawPool struct {
 	ClientIdleTimeout      any `toml:"client_idle_timeout"`
 	MaxMessageSize         any `toml:"max_message_size"`
 	AppName                any `toml:"app_name"`
+	ReadPreference         any `toml:"read_preference"`
+	ReadPreferenceTags     any `toml:"read_preference_tags"`
+	MaxStaleness           any `toml:"max_staleness"`
+	LocalThreshold         any `toml:"local_threshold"`
 }
 
 type rawGlobal struct {
@@ -77,6 +81,7 @@ var (
 		"pool_mode", "max_pool_size", "min_pool_size", "max_idle_time", "max_connecting",
 		"wait_queue_timeout", "heartbeat_interval", "connect_timeout",
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
+		"read_preference", "read_preference_tags", "max_staleness", "local_threshold",
 	}
 	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io"}
 	globalKeys     = append(slices.Clone(globalOnlyKeys), poolKeys...)
@@ -321,6 +326,40 @@ func (d *converter) duration(path []string, v any, dst *time.Duration) bool {
 	return false
 }
 
+// tags reads read_preference_tags: an array of tables of strings, each
+// table one tag set, as in [{dc = "east", rack = "1"}, {dc = "east"}, {}].
+func (d *converter) tags(path []string, v any, dst *[]map[string]string) bool {
+	if v == nil {
+		return false
+	}
+	const want = `must be an array of tables of strings, as in [{dc = "east"}, {}]`
+	list, ok := v.([]any)
+	if !ok {
+		d.fail(path, "%s, not %s", want, kindOf(v))
+		return false
+	}
+	sets := make([]map[string]string, 0, len(list))
+	for _, item := range list {
+		table, ok := item.(map[string]any)
+		if !ok {
+			d.fail(path, "%s: an element is %s", want, kindOf(item))
+			return false
+		}
+		set := make(map[string]string, len(table))
+		for k, tv := range table {
+			sv, ok := tv.(string)
+			if !ok {
+				d.fail(path, "%s: tag %s is %s; quote it", want, dotted([]string{k}), kindOf(tv))
+				return false
+			}
+			set[k] = sv
+		}
+		sets = append(sets, set)
+	}
+	*dst = sets
+	return true
+}
+
 func optInt(d *converter, path []string, v any) *int {
 	var n int
 	if d.integer(path, v, &n) {
@@ -372,6 +411,12 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.duration(at("client_idle_timeout"), rp.ClientIdleTimeout, &p.ClientIdleTimeout)
 	d.integer(at("max_message_size"), rp.MaxMessageSize, &p.MaxMessageSize)
 	d.str(at("app_name"), rp.AppName, &p.AppName)
+	if d.str(at("read_preference"), rp.ReadPreference, &s) {
+		p.ReadPreference = ReadPreferenceMode(s)
+	}
+	d.tags(at("read_preference_tags"), rp.ReadPreferenceTags, &p.ReadPreferenceTags)
+	d.duration(at("max_staleness"), rp.MaxStaleness, &p.MaxStaleness)
+	d.duration(at("local_threshold"), rp.LocalThreshold, &p.LocalThreshold)
 }
 
 func (d *converter) route(name string, r *rawRoute) Route {
@@ -400,6 +445,15 @@ func (d *converter) route(name string, r *rawRoute) Route {
 	if d.str(at("app_name"), rp.AppName, &s) {
 		o.AppName = new(s)
 	}
+	if d.str(at("read_preference"), rp.ReadPreference, &s) {
+		o.ReadPreference = new(ReadPreferenceMode(s))
+	}
+	var tags []map[string]string
+	if d.tags(at("read_preference_tags"), rp.ReadPreferenceTags, &tags) {
+		o.ReadPreferenceTags = &tags
+	}
+	o.MaxStaleness = optDuration(d, at("max_staleness"), rp.MaxStaleness)
+	o.LocalThreshold = optDuration(d, at("local_threshold"), rp.LocalThreshold)
 	return rt
 }
 

@@ -141,8 +141,30 @@ func TestParseErrors(t *testing.T) {
 			`t.toml:3: [databases.orders] has no connection_string: add connection_string = "mongodb://host:27017/"`, ErrInvalidValue},
 		{"bad connection string", "[databases.orders]\n\nconnection_string = \"postgres://h/\"\n",
 			`t.toml:3: connection_string in [databases.orders]: must start with mongodb://`, ErrConnString},
-		{"srv connection string", "[databases.orders]\nconnection_string = \"mongodb+srv://u:pw@cluster0.example.net/\"\n",
-			`t.toml:2: connection_string in [databases.orders]: mongodb+srv is not supported yet`, ErrSRVUnsupported},
+		{"unsupported option", "[databases.orders]\nconnection_string = \"mongodb://u:pw@h/?proxyHost=p\"\n",
+			`t.toml:2: connection_string in [databases.orders]: option proxyHost is not supported`, ErrConnString},
+		{"srv with port", "[databases.orders]\nconnection_string = \"mongodb+srv://u:pw@cluster0.example.net:27017/\"\n",
+			`t.toml:2: connection_string in [databases.orders]: mongodb+srv:// takes a host name without a port`, ErrConnString},
+		{"read_preference", "[mongobouncer]\nread_preference = \"secundary\"\n" + route,
+			`t.toml:2: read_preference = "secundary": must be one of primary, primaryPreferred, secondary, secondaryPreferred, nearest (did you mean "secondary"?)`, ErrInvalidValue},
+		{"tags with primary", route + "read_preference_tags = [{dc = \"east\"}]\n",
+			`t.toml:3: read_preference_tags = [{dc = "east"}] in [databases."*"] with read_preference = "primary" (from [mongobouncer]): tags select secondaries`, ErrInvalidValue},
+		{"tags not strings", route + "read_preference = \"nearest\"\nread_preference_tags = [{rack = 1}]\n",
+			`t.toml:4: read_preference_tags = [...] in [databases."*"]: must be an array of tables of strings, as in [{dc = "east"}, {}]: tag rack is an integer; quote it`, ErrInvalidValue},
+		{"tags not an array", "[mongobouncer]\nread_preference_tags = {dc = \"east\"}\n" + route,
+			`t.toml:2: read_preference_tags: must be an array of tables of strings, as in [{dc = "east"}, {}], not a table`, ErrInvalidValue},
+		{"max staleness with primary", "[mongobouncer]\nmax_staleness = \"120s\"\n" + route,
+			`t.toml:2: max_staleness = "2m0s" with read_preference = "primary": max staleness applies to secondaries`, ErrInvalidValue},
+		{"max staleness too small", "[mongobouncer]\nread_preference = \"nearest\"\n" + route + "max_staleness = \"30s\"\n",
+			`t.toml:5: max_staleness = "30s" in [databases."*"]: must be at least 90s`, ErrInvalidValue},
+		{"max staleness below heartbeat", "[mongobouncer]\nread_preference = \"nearest\"\nheartbeat_interval = \"100s\"\n" + route + "max_staleness = \"100s\"\n",
+			`t.toml:6: max_staleness = "1m40s" in [databases."*"] is less than heartbeat_interval = "1m40s" (from [mongobouncer]) plus the 10s idle write period`, ErrInvalidValue},
+		{"max staleness from the string", "[mongobouncer]\nread_preference = \"nearest\"\n[databases.a]\nconnection_string = \"mongodb://h/?maxStalenessSeconds=90&heartbeatFrequencyMS=90000\"\n",
+			`t.toml:4: maxStalenessSeconds=90 in the connection_string of [databases.a] is less than heartbeatFrequencyMS=90000`, ErrInvalidValue},
+		{"max staleness from the string, no mode", "[databases.a]\nconnection_string = \"mongodb://h/?maxStalenessSeconds=120\"\n",
+			`t.toml:2: maxStalenessSeconds=120 in the connection_string of [databases.a] with read_preference = "primary" (from [mongobouncer]): max staleness applies to secondaries`, ErrInvalidValue},
+		{"negative local_threshold", "[mongobouncer]\nlocal_threshold = \"-1ms\"\n" + route,
+			`t.toml:2: local_threshold = "-1ms": must not be negative`, ErrInvalidValue},
 		{"connection string option out of range", "[databases.orders]\nconnection_string = \"mongodb://h/?heartbeatFrequencyMS=10\"\n",
 			`t.toml:2: heartbeatFrequencyMS=10 in the connection_string of [databases.orders]: must be at least 500ms`, ErrInvalidValue},
 		{"connection string min over route max", "[databases.orders]\nconnection_string = \"mongodb://h/?minPoolSize=10\"\nmax_pool_size = 5\n",
@@ -202,12 +224,12 @@ connect_timeout = 30
 log_level = "loud"
 
 [databases.orders]
-connection_string = "mongodb://h/?maxConnecting=0"
+connection_string = "mongodb://h/?tls=maybe"
 max_pool_size = -2
 log_format = "json"
 
 [databases."*"]
-connection_string = "mongodb+srv://cluster.example.net/"
+connection_string = "mongodb+srv://cluster.example.net:1/"
 `
 	_, err := Parse([]byte(doc), "mongobouncer.toml")
 	ps := Problems(err)
@@ -223,7 +245,7 @@ connection_string = "mongodb+srv://cluster.example.net/"
 			t.Errorf("problem without file: %v", p)
 		}
 	}
-	if !errors.Is(err, ErrUnknownKey) || !errors.Is(err, ErrInvalidValue) || !errors.Is(err, ErrSRVUnsupported) {
+	if !errors.Is(err, ErrUnknownKey) || !errors.Is(err, ErrInvalidValue) || !errors.Is(err, ErrConnString) {
 		t.Errorf("categories not all reachable with errors.Is: %v", err)
 	}
 	// The bad connect_timeout stays at its default, and Validate has
@@ -255,9 +277,9 @@ func TestValidateAfterParseKeepsPositions(t *testing.T) {
 func TestParseErrorsHideConnectionString(t *testing.T) {
 	docs := []string{
 		"[databases.a]\nconnection_string = \"mongodb://user:hunter2@h:0/\"\n",
-		"[databases.a]\nconnection_string = \"mongodb://user:hunter2@h/?maxPoolSize=x\"\n",
+		"[databases.a]\nconnection_string = \"mongodb://user:hunter2@h/?proxyHost=x\"\n",
 		"[databases.a]\nconnection_string = \"mongodb://user:hunter2@h/?tlsCertificateKeyFilePassword=hunter2%zz\"\n",
-		"[databases.a]\nconnection_string = \"mongodb+srv://user:hunter2@h/\"\n",
+		"[databases.a]\nconnection_string = \"mongodb+srv://user:hunter2@h:1/\"\n",
 		"[databases.a]\nconnection_string = \"mysql://user:hunter2@h/\"\n",
 		"[databases.a]\nconnection_string = \"mongodb://user:hunter2@h/\"\nbogus = 1\nmax_pool_size = -1\n",
 		"[databases.a]\nconnection_string = \"mongodb://user:hunter2@h/\"\nconnection_string = \"mongodb://user:hunter2@h/\"\n",

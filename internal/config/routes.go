@@ -120,6 +120,18 @@ func resolve(g Pool, cs ConnString, o Overrides) (Pool, map[string]Origin) {
 	pick(&p.ConnectTimeout, cs.ConnectTimeout, "connect_timeout", FromConnString, origins)
 	pick(&p.ServerSelectionTimeout, cs.ServerSelectionTimeout, "server_selection_timeout", FromConnString, origins)
 	pick(&p.AppName, appName, "app_name", FromConnString, origins)
+	var mode *ReadPreferenceMode
+	if cs.ReadPreference != "" {
+		mode = &cs.ReadPreference
+	}
+	var tags *[]map[string]string
+	if cs.ReadPreferenceTags != nil {
+		tags = &cs.ReadPreferenceTags
+	}
+	pick(&p.ReadPreference, mode, "read_preference", FromConnString, origins)
+	pick(&p.ReadPreferenceTags, tags, "read_preference_tags", FromConnString, origins)
+	pick(&p.MaxStaleness, cs.MaxStaleness, "max_staleness", FromConnString, origins)
+	pick(&p.LocalThreshold, cs.LocalThreshold, "local_threshold", FromConnString, origins)
 
 	pick(&p.PoolMode, o.PoolMode, "pool_mode", FromRoute, origins)
 	pick(&p.MaxPoolSize, o.MaxPoolSize, "max_pool_size", FromRoute, origins)
@@ -133,6 +145,10 @@ func resolve(g Pool, cs ConnString, o Overrides) (Pool, map[string]Origin) {
 	pick(&p.ClientIdleTimeout, o.ClientIdleTimeout, "client_idle_timeout", FromRoute, origins)
 	pick(&p.MaxMessageSize, o.MaxMessageSize, "max_message_size", FromRoute, origins)
 	pick(&p.AppName, o.AppName, "app_name", FromRoute, origins)
+	pick(&p.ReadPreference, o.ReadPreference, "read_preference", FromRoute, origins)
+	pick(&p.ReadPreferenceTags, o.ReadPreferenceTags, "read_preference_tags", FromRoute, origins)
+	pick(&p.MaxStaleness, o.MaxStaleness, "max_staleness", FromRoute, origins)
+	pick(&p.LocalThreshold, o.LocalThreshold, "local_threshold", FromRoute, origins)
 	return p, origins
 }
 
@@ -158,6 +174,14 @@ func connStringOption(key string) string {
 		return "serverSelectionTimeoutMS"
 	case "app_name":
 		return "appName"
+	case "read_preference":
+		return "readPreference"
+	case "read_preference_tags":
+		return "readPreferenceTags"
+	case "max_staleness":
+		return "maxStalenessSeconds"
+	case "local_threshold":
+		return "localThresholdMS"
 	}
 	return ""
 }
@@ -189,6 +213,14 @@ func poolValue(p Pool, key string) string {
 		return itoa(p.MaxMessageSize)
 	case "app_name":
 		return quote(p.AppName)
+	case "read_preference":
+		return quote(string(p.ReadPreference))
+	case "read_preference_tags":
+		return tagsTOML(p.ReadPreferenceTags)
+	case "max_staleness":
+		return quote(p.MaxStaleness.String())
+	case "local_threshold":
+		return quote(p.LocalThreshold.String())
 	}
 	return ""
 }
@@ -208,8 +240,16 @@ func optionValue(p Pool, key string) string {
 		d = p.ConnectTimeout
 	case "server_selection_timeout":
 		d = p.ServerSelectionTimeout
+	case "local_threshold":
+		d = p.LocalThreshold
+	case "max_staleness":
+		return itoa(int(p.MaxStaleness / time.Second))
 	case "app_name":
 		return p.AppName
+	case "read_preference":
+		return string(p.ReadPreference)
+	case "read_preference_tags":
+		return strings.TrimPrefix(tagsOption(p.ReadPreferenceTags), "readPreferenceTags=")
 	default:
 		return poolValue(p, key)
 	}

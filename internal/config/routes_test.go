@@ -18,28 +18,40 @@ func TestPrecedence(t *testing.T) {
 		get    func(Pool) any
 		// expected values for default, global, option and route
 		def, g, o, r any
+		// base is always written in [mongobouncer], for keys that need
+		// another setting to be valid at all.
+		base string
 	}
 	keys := []key{
 		{"pool_mode", `"session"`, "", `"statement"`, func(p Pool) any { return p.PoolMode },
-			PoolModeTransaction, PoolModeSession, nil, PoolModeStatement},
-		{"max_pool_size", "40", "maxPoolSize=30", "20", func(p Pool) any { return p.MaxPoolSize }, 100, 40, 30, 20},
-		{"min_pool_size", "3", "minPoolSize=2", "1", func(p Pool) any { return p.MinPoolSize }, 0, 3, 2, 1},
+			PoolModeTransaction, PoolModeSession, nil, PoolModeStatement, ""},
+		{"max_pool_size", "40", "maxPoolSize=30", "20", func(p Pool) any { return p.MaxPoolSize }, 100, 40, 30, 20, ""},
+		{"min_pool_size", "3", "minPoolSize=2", "1", func(p Pool) any { return p.MinPoolSize }, 0, 3, 2, 1, ""},
 		{"max_idle_time", `"3m"`, "maxIdleTimeMS=120000", `"1m"`, func(p Pool) any { return p.MaxIdleTime },
-			time.Duration(0), 3 * time.Minute, 2 * time.Minute, time.Minute},
-		{"max_connecting", "5", "maxConnecting=4", "3", func(p Pool) any { return p.MaxConnecting }, 2, 5, 4, 3},
+			time.Duration(0), 3 * time.Minute, 2 * time.Minute, time.Minute, ""},
+		{"max_connecting", "5", "maxConnecting=4", "3", func(p Pool) any { return p.MaxConnecting }, 2, 5, 4, 3, ""},
 		{"wait_queue_timeout", `"3s"`, "waitQueueTimeoutMS=2000", `"1s"`, func(p Pool) any { return p.WaitQueueTimeout },
-			30 * time.Second, 3 * time.Second, 2 * time.Second, time.Second},
+			30 * time.Second, 3 * time.Second, 2 * time.Second, time.Second, ""},
 		{"heartbeat_interval", `"3s"`, "heartbeatFrequencyMS=2000", `"1s"`, func(p Pool) any { return p.HeartbeatInterval },
-			10 * time.Second, 3 * time.Second, 2 * time.Second, time.Second},
+			10 * time.Second, 3 * time.Second, 2 * time.Second, time.Second, ""},
 		{"connect_timeout", `"3s"`, "connectTimeoutMS=2000", `"1s"`, func(p Pool) any { return p.ConnectTimeout },
-			10 * time.Second, 3 * time.Second, 2 * time.Second, time.Second},
+			10 * time.Second, 3 * time.Second, 2 * time.Second, time.Second, ""},
 		{"server_selection_timeout", `"3s"`, "serverSelectionTimeoutMS=2000", `"1s"`, func(p Pool) any { return p.ServerSelectionTimeout },
-			30 * time.Second, 3 * time.Second, 2 * time.Second, time.Second},
+			30 * time.Second, 3 * time.Second, 2 * time.Second, time.Second, ""},
 		{"client_idle_timeout", `"3s"`, "", `"1s"`, func(p Pool) any { return p.ClientIdleTimeout },
-			time.Duration(0), 3 * time.Second, nil, time.Second},
+			time.Duration(0), 3 * time.Second, nil, time.Second, ""},
 		{"max_message_size", "3000000", "", "1000000", func(p Pool) any { return p.MaxMessageSize },
-			48_000_000, 3_000_000, nil, 1_000_000},
-		{"app_name", `"g"`, "appName=o", `"r"`, func(p Pool) any { return p.AppName }, "mongobouncer", "g", "o", "r"},
+			48_000_000, 3_000_000, nil, 1_000_000, ""},
+		{"app_name", `"g"`, "appName=o", `"r"`, func(p Pool) any { return p.AppName }, "mongobouncer", "g", "o", "r", ""},
+		{"read_preference", `"secondary"`, "readPreference=nearest", `"primaryPreferred"`, func(p Pool) any { return p.ReadPreference },
+			ReadPrimary, ReadSecondary, ReadNearest, ReadPrimaryPreferred, ""},
+		{"read_preference_tags", `[{dc = "g"}]`, "readPreferenceTags=dc:o,rack:1&readPreferenceTags=", `[{dc = "r"}, {}]`,
+			func(p Pool) any { return fmt.Sprint(p.ReadPreferenceTags) },
+			"[]", "[map[dc:g]]", "[map[dc:o rack:1] map[]]", "[map[dc:r] map[]]", `read_preference = "nearest"`},
+		{"max_staleness", `"3m"`, "maxStalenessSeconds=120", `"100s"`, func(p Pool) any { return p.MaxStaleness },
+			time.Duration(0), 3 * time.Minute, 2 * time.Minute, 100 * time.Second, `read_preference = "secondary"`},
+		{"local_threshold", `"30ms"`, "localThresholdMS=20", `"10ms"`, func(p Pool) any { return p.LocalThreshold },
+			15 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond, 10 * time.Millisecond, ""},
 	}
 	if len(keys) != len(poolKeys) {
 		t.Fatalf("test covers %d keys, there are %d", len(keys), len(poolKeys))
@@ -51,8 +63,9 @@ func TestPrecedence(t *testing.T) {
 				continue
 			}
 			var doc strings.Builder
+			fmt.Fprintf(&doc, "[mongobouncer]\n%s\n", k.base)
 			if inGlobal {
-				fmt.Fprintf(&doc, "[mongobouncer]\n%s = %s\n", k.name, k.global)
+				fmt.Fprintf(&doc, "%s = %s\n", k.name, k.global)
 			}
 			uri := "mongodb://h/"
 			if inOption {

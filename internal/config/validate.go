@@ -19,6 +19,34 @@ func (c Config) Validate() error {
 	return joinProblems(v.problems)
 }
 
+// Warnings lists what the routes' connection strings warn about (see
+// ConnString.Warnings), each naming the file and line of the
+// connection_string, in route order. The configuration is valid despite
+// them: the application logs them when it starts and when it reloads.
+// Strings that do not parse are Validate's business and are skipped here.
+func (c Config) Warnings() []*Error {
+	var out []*Error
+	file := c.Path
+	if c.src != nil {
+		file = c.src.file
+	}
+	for _, name := range routeNames(c.Databases) {
+		cs, err := c.Databases[name].ConnectionString.Parse()
+		if err != nil {
+			continue
+		}
+		path := []string{tableDatabases, name, "connection_string"}
+		e, _ := c.src.lookup(path)
+		for _, w := range cs.Warnings {
+			out = append(out, &Error{
+				File: file, Line: e.pos.line, Column: e.pos.column, Key: dotted(path),
+				Msg: describe(path, "") + ": " + w, Err: ErrConnStringWarning,
+			})
+		}
+	}
+	return out
+}
+
 // validator collects the problems of one Config.
 type validator struct {
 	c        *Config
@@ -240,7 +268,7 @@ func poolIssues(p Pool) []poolIssue {
 	if len(p.AppName) > MaxAppNameBytes {
 		one("app_name", fmt.Sprintf("%d bytes long: the handshake allows at most %d", len(p.AppName), MaxAppNameBytes))
 	}
-	return out
+	return append(out, readPrefIssues(p)...)
 }
 
 // listeners checks that no two listeners take the same address.
