@@ -362,7 +362,6 @@ const monitorConnID = 0
 // supports it; the legacy isMaster is never needed.
 var helloCmd = bsoncore.NewDocumentBuilder().AppendInt32("hello", 1).Build()
 
-
 func (s *Server) closeMonitorConn() {
 	if s.mconn != nil {
 		_ = s.mconn.Close()
