@@ -55,6 +55,7 @@ type IncompatibleServerError struct {
 	MaxWireVersion int32
 }
 
+// Error implements error.
 func (e *IncompatibleServerError) Error() string {
 	if e.MinWireVersion > MaxSupportedWireVersion {
 		return fmt.Sprintf("Server at %s requires wire version %d, but this version of mongobouncer only supports up to %d.",
@@ -71,6 +72,7 @@ type SetNameMismatchError struct {
 	Want, Got string
 }
 
+// Error implements error.
 func (e *SetNameMismatchError) Error() string {
 	if e.Got == "" {
 		return fmt.Sprintf("server is not a member of replica set %q", e.Want)
@@ -112,7 +114,13 @@ func NewTopology(cfg Config) TopologyDescription {
 //
 // A server absent from the result was removed: the caller stops its
 // monitor and closes its pool. A server present in the result but not in td
-// was added: the caller starts monitoring it. Servers are sorted by address.
+// was added: the caller starts monitoring it (Diff lists both). A former
+// primary that a newer one displaced is now Unknown with a
+// *StalePrimaryError whose NewerPrimary is true: the caller requests an
+// immediate check of it and must not clear its pool. Servers are sorted by
+// address.
+//
+// In a LoadBalanced topology only a LoadBalancer description applies.
 func Apply(td TopologyDescription, cfg Config, sd ServerDescription) TopologyDescription {
 	cur, ok := td.Server(sd.Address)
 	if !ok {
@@ -134,6 +142,11 @@ func Apply(td TopologyDescription, cfg Config, sd ServerDescription) TopologyDes
 		}
 		next.replace(sd)
 	case LoadBalanced:
+		// The load balancer is never checked nor marked Unknown (the load
+		// balancer spec): only its LoadBalancer description applies.
+		if sd.Type != LoadBalancer {
+			return td
+		}
 		next.replace(sd)
 	default:
 		next.replace(sd)
@@ -196,7 +209,7 @@ func (td *TopologyDescription) update(cfg Config, sd ServerDescription) {
 // user more likely listed a replica set with a member taken out for
 // maintenance.
 func (td *TopologyDescription) updateUnknownWithStandalone(cfg Config, sd ServerDescription) {
-	if len(cfg.Seeds) == 1 {
+	if len(slices.Compact(slices.Sorted(slices.Values(cfg.Seeds)))) == 1 {
 		td.Type = Single
 		return
 	}

@@ -165,3 +165,27 @@ func TestCompareTopologyVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadBalancedKeepsItsServer(t *testing.T) {
+	cfg := Config{Seeds: []string{"a:1"}, LoadBalanced: true}
+	td := Apply(NewTopology(cfg), cfg, LoadBalancerServer("a:1"))
+	for _, sd := range []ServerDescription{
+		UnknownServer("a:1", errors.New("x"), nil),
+		{Address: "a:1", Type: Mongos, MaxWireVersion: 21},
+	} {
+		if next := Apply(td, cfg, sd); !next.Equal(td) {
+			t.Errorf("%s applied to a load balancer: %+v", sd.Type, next.Servers)
+		}
+	}
+	if s, _ := td.Server("a:1"); s.Type != LoadBalancer || td.CompatibilityError != nil || td.LogicalSessionTimeoutMinutes != nil {
+		t.Errorf("%+v", td)
+	}
+}
+
+func TestStandaloneWithDuplicateSeed(t *testing.T) {
+	cfg := Config{Seeds: []string{"a:1", "a:1"}}
+	td := Apply(NewTopology(cfg), cfg, ServerDescription{Address: "a:1", Type: Standalone, MaxWireVersion: 21})
+	if td.Type != Single || len(td.Servers) != 1 {
+		t.Errorf("one seed given twice: %s with %d servers", td.Type, len(td.Servers))
+	}
+}
