@@ -65,6 +65,8 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 	// the CMAP log messages appear whenever the (reloadable) level allows.
 	t, err := topology.New(er.Name, topology.Options{
 		Hosts:                  hosts,
+		ReplicaSet:             er.Conn.ReplicaSet,
+		DirectConnection:       er.Conn.DirectConnection,
 		Pool:                   po,
 		Dialer:                 upstream.NewDialer(uo),
 		MonitorDialer:          upstream.NewDialer(mo),

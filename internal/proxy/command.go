@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
 
 // cmdKind classifies the commands the proxy treats specially. Everything
@@ -33,6 +35,9 @@ type cmdInfo struct {
 	// known is set for the commands of the table below; others are
 	// reported to metrics as "other".
 	known bool
+	// primary marks the commands that always run on a primary, whatever
+	// read preference they carry: writes and changes to the catalog.
+	primary bool
 }
 
 // commands maps a command name to what the proxy knows about it. Lookups
@@ -42,7 +47,7 @@ var commands = func() map[string]cmdInfo {
 	m := map[string]cmdInfo{}
 	add := func(kind cmdKind, write bool, names ...string) {
 		for _, n := range names {
-			m[n] = cmdInfo{name: n, kind: kind, write: write, known: true}
+			m[n] = cmdInfo{name: n, kind: kind, write: write, known: true, primary: write}
 		}
 	}
 	add(kindHello, false, "hello", "isMaster", "ismaster")
@@ -59,6 +64,13 @@ var commands = func() map[string]cmdInfo {
 		"createIndexes", "dropIndexes", "serverStatus", "getParameter", "getLog", "explain",
 		"collStats", "dbStats", "connectionStatus", "whatsmyuri", "startSession", "refreshSessions",
 		"getCmdLineOpts", "atlasVersion", "hostInfo", "renameCollection", "collMod", "validate")
+	// Changes to the catalog, and the other writes drivers do not retry.
+	for _, n := range []string{"create", "drop", "dropDatabase", "createIndexes", "dropIndexes",
+		"renameCollection", "collMod", "validate"} {
+		ci := m[n]
+		ci.primary = true
+		m[n] = ci
+	}
 	return m
 }()
 
@@ -84,6 +96,8 @@ type request struct {
 	cursorID int64
 	exhaust  bool // the request allowed an exhaust reply stream
 	more     bool // the request carried moreToCome: no reply is expected
+	// rp is the $readPreference document, nil when the command has none.
+	rp []byte
 }
 
 // name returns the command name for logs and error messages.
@@ -133,6 +147,12 @@ func (r *request) inspect(body bsoncore.Document) {
 		case '$':
 			if bytes.Equal(key, []byte("$db")) {
 				r.db, _ = stringBytes(el.Value())
+			} else if bytes.Equal(key, []byte("$readPreference")) {
+				if v := el.Value(); v.Type == bsoncore.TypeEmbeddedDocument {
+					r.rp = v.Data
+				} else {
+					r.rp = badReadPref
+				}
 			}
 		case 'l':
 			if bytes.Equal(key, []byte("lsid")) {
@@ -155,6 +175,10 @@ func (r *request) inspect(body bsoncore.Document) {
 		}
 	}
 }
+
+// badReadPref stands for a $readPreference that is not a document, so
+// that it is refused rather than ignored.
+var badReadPref = []byte{0}
 
 // stringBytes returns the bytes of a BSON string value without copying.
 func stringBytes(v bsoncore.Value) ([]byte, bool) {
@@ -214,6 +238,21 @@ type replyInfo struct {
 	ok       bool
 	cursorID int64 // cursor.id, 0 when absent or exhausted
 	code     int32
+	// wcCode is writeConcernError.code, 0 when absent.
+	wcCode int32
+}
+
+// stateChange returns the state-change error code (NotWritablePrimary,
+// NodeIsRecovering, shutdown...) the reply carries, as its code or its
+// writeConcernError's, or 0: SDAM's application error rules apply to both.
+func (ri *replyInfo) stateChange() int32 {
+	switch {
+	case !ri.ok && topology.IsStateChangeCode(ri.code):
+		return ri.code
+	case topology.IsStateChangeCode(ri.wcCode):
+		return ri.wcCode
+	}
+	return 0
 }
 
 // inspectReply reads ok, code and cursor.id from a reply body.
@@ -243,6 +282,12 @@ func inspectReply(body bsoncore.Document) replyInfo {
 			if d, ok := el.Value().DocumentOK(); ok {
 				if idv, err := d.LookupErr("id"); err == nil {
 					ri.cursorID, _ = idv.AsInt64OK()
+				}
+			}
+		case bytes.Equal(key, []byte("writeConcernError")):
+			if d, ok := el.Value().DocumentOK(); ok {
+				if cv, err := d.LookupErr("code"); err == nil {
+					ri.wcCode, _ = cv.AsInt32OK()
 				}
 			}
 		}

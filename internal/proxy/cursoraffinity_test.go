@@ -118,7 +118,7 @@ func affProxy(t *testing.T, loop bool) (*Route, *affConn, [2]*fakemongo.Server) 
 		}
 		return true
 	})
-	if !route.multi {
+	if !route.multi() {
 		t.Fatal("a route over two mongos is not multi-server: affinity is off")
 	}
 	nc, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)

@@ -21,6 +21,9 @@ const (
 	codeHostUnreachable = 6
 	codeNetworkTimeout  = 89
 	codeSocketException = 9001
+	// codeFailedToParse answers a request the proxy cannot read (a bad
+	// $readPreference); it is not retryable.
+	codeFailedToParse = 9
 )
 
 // errUpstreamProtocol marks a reply that breaks the wire protocol on one
@@ -39,7 +42,12 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 	var cleared *pool.PoolClearedError
 	var closed *pool.PoolClosedError
 	var ne net.Error
+	var rpe *ReadPrefError
 	switch {
+	case errors.As(err, &rpe):
+		// The client's mistake: not retryable, and nothing upstream.
+		msg := fmt.Sprintf("mongobouncer: %v (route %q, command %s)", rpe, route.Name, req.name())
+		return errorReply(codeFailedToParse, "FailedToParse", msg)
 	case errors.Is(err, errShuttingDown):
 		code, codeName = 91, "ShutdownInProgress"
 		what = "shutting down"
@@ -93,4 +101,21 @@ func isConnectError(err error) bool {
 	var pe *pool.ConnectionError
 	var ue *upstream.ConnectError
 	return errors.As(err, &pe) || errors.As(err, &ue)
+}
+
+// stateChangeError describes an upstream reply with a state-change code for
+// the topology's error handling, with the reply's topologyVersion when it
+// has one (an error older than the server's current description is
+// ignored).
+func stateChangeError(code int32, body bsoncore.Document) error {
+	e := &upstream.CommandError{Code: code}
+	if v, err := body.LookupErr("errmsg"); err == nil {
+		e.Message, _ = v.StringValueOK()
+	}
+	if v, err := body.LookupErr("topologyVersion"); err == nil {
+		if d, ok := v.DocumentOK(); ok {
+			e.TopologyVersion = upstream.ParseTopologyVersion(d)
+		}
+	}
+	return e
 }

@@ -56,6 +56,9 @@ type exchange struct {
 	inTxn  bool
 	// killIDs are the cursors of a killCursors on a multi-server route.
 	killIDs []int64
+	// addRP says to add the route's default $readPreference to the
+	// command (see criteria).
+	addRP bool
 	// reqID is the client's requestID; replies counts upstream replies
 	// relayed; retried is set once a cleared pool's checkout was retried.
 	reqID   int32
@@ -102,7 +105,7 @@ func (c *client) loopMay(flags wire.MsgFlags, req *request, route *Route) bool {
 		return false
 	}
 	return route != nil && !route.noLoop.Load() && route.PoolMode() != ModeSession && !route.Paused() &&
-		(!route.multi || req.info.kind == kindOther)
+		(!route.multi() || req.info.kind == kindOther)
 }
 
 // begin starts forwarding the parsed request (x.req) of msgLen bytes to
@@ -111,8 +114,8 @@ func (x *exchange) begin(route *Route, msgLen int, reqID int32) {
 	c := x.c
 	x.route, x.srv, x.need, x.pc, x.pinned = route, nil, nil, nil, false
 	x.key, x.inTxn = x.req.key()
-	x.killIDs = nil
-	if x.req.info.kind == kindKillCursors && route.multi {
+	x.killIDs, x.addRP = nil, false
+	if x.req.info.kind == kindKillCursors && route.multi() {
 		x.killIDs = cursorIDs(c.msg.Body)
 	}
 	x.reqID, x.replies, x.retried = reqID, 0, false
@@ -128,7 +131,7 @@ func (x *exchange) begin(route *Route, msgLen int, reqID int32) {
 // servers keeps affinity: with one, everything goes to it anyway.
 func (x *exchange) affinity() *topology.Server {
 	route, req := x.route, &x.req
-	if !route.multi {
+	if !route.multi() {
 		return nil
 	}
 	now := time.Now()
@@ -194,7 +197,7 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	x.pc = pc
 	mode := route.PoolMode()
 	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && c.hasOpen(route))))
-	if pinNow && (x.need == nil || !route.multi || c.pinServer(route) == nil || c.pinServer(route) == srv) {
+	if pinNow && (x.need == nil || !route.multi() || c.pinServer(route) == nil || c.pinServer(route) == srv) {
 		c.sessMu.Lock()
 		c.setPinLocked(route, srv, pc)
 		c.sessMu.Unlock()
@@ -256,6 +259,13 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 	if !ri.ok && ri.code != 0 {
 		x.c.s.opts.Observer.UpstreamError(x.route.Name, ri.code)
 	}
+	if code := ri.stateChange(); code != 0 {
+		// The server is stepping down, recovering or shutting down: SDAM's
+		// application error rules (mark it Unknown, check it now, clear its
+		// pool when they say so). The reply itself goes to the client,
+		// whose driver retries it; the retry waits for a new primary.
+		x.srv.HandleError(stateChangeError(code, body), x.pc)
+	}
 	x.track(ri)
 	return stream, nil
 }
@@ -263,7 +273,7 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 // track updates cursor and transaction affinity from one reply.
 func (x *exchange) track(ri replyInfo) {
 	c, route, req := x.c, x.route, &x.req
-	if route.multi {
+	if route.multi() {
 		switch {
 		case req.info.kind == kindGetMore && ri.cursorID == 0:
 			route.cursors.delete(req.cursorID)
@@ -280,7 +290,7 @@ func (x *exchange) track(ri replyInfo) {
 	}
 	switch {
 	case req.info.kind == kindCommit || req.info.kind == kindAbort:
-		if route.multi {
+		if route.multi() {
 			route.txns.delete(x.key)
 		}
 		c.s.endTxn(x.key, c)

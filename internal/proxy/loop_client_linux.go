@@ -197,7 +197,12 @@ func (c *client) loopRequest(th loopThread, msg []byte) bool {
 	if !c.loopMay(c.msg.Flags, req, route) {
 		return false
 	}
-	srv := route.Topology.TrySelectServer()
+	crit, addRP, err := criteria(route, req, c.msg.Body)
+	if err != nil || addRP {
+		// An error reply, or a command to rewrite: the goroutine's.
+		return false
+	}
+	srv := route.Topology.TrySelectServer(crit)
 	if srv == nil {
 		return false
 	}

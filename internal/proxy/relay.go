@@ -34,6 +34,17 @@ func (c *client) relay(msg []byte, compressed bool, compID wire.CompressorID) er
 		return c.replyError(x.reqID, compressed, compID, req, x.fail(err))
 	}
 	up := x.pc.Upstream()
+	if x.addRP {
+		// The route's default read preference sent the read to a
+		// secondary, which refuses a command that does not carry one.
+		buf := getBuffer(len(msg) + len(x.route.rpElem))
+		defer putBuffer(buf)
+		out, err := wire.AppendToMsgBody(buf.b[:0], msg, x.route.rpElem)
+		if err != nil {
+			return c.replyError(x.reqID, compressed, compID, req, x.fail(err))
+		}
+		msg = out
+	}
 	if err := up.WriteMessage(msg); err != nil {
 		return c.replyError(x.reqID, compressed, compID, req, x.fail(err))
 	}
@@ -90,13 +101,25 @@ func (c *client) acquire() error {
 	x := &c.x
 	route := x.route
 	need := x.affinity()
+	crit, addRP, err := criteria(route, &x.req, c.msg.Body)
+	if err != nil {
+		return err
+	}
+	x.addRP = addRP
+	if need == nil && crit.ReadPref != nil {
+		// The server the read preference chose is needed as affinity's
+		// would be: a pin elsewhere (session mode) is not used for it.
+		if need, err = route.Topology.SelectServer(context.Background(), crit); err != nil {
+			return err
+		}
+	}
 	if x.usePin(need) {
 		return nil
 	}
 	srv := need
 	if srv == nil {
 		// SelectServer bounds its own wait by server_selection_timeout.
-		s, err := route.Topology.SelectServer(context.Background())
+		s, err := route.Topology.SelectServer(context.Background(), crit)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
 
@@ -28,7 +29,13 @@ type Route struct {
 	// one server: with one, every command goes to it anyway.
 	cursors *affinity[int64, *topology.Server]
 	txns    *affinity[txnKey, *topology.Server]
-	multi   bool
+
+	// ReadPref is the route's default read preference (read_preference,
+	// read_preference_tags, max_staleness): used for reads whose command
+	// carries none. nil means primary. rpElem is it as the $readPreference
+	// element added to those commands.
+	ReadPref *sdam.ReadPref
+	rpElem   []byte
 
 	// IdleTimeout and MaxMessageSize are the client limits the route
 	// starts with; SetClientLimits changes them live. IdleTimeout closes a
@@ -64,11 +71,23 @@ func (r *Route) init(maxCursors, maxTxns int) {
 	}
 	r.cursors = newAffinity[int64, *topology.Server](maxCursors, 30*time.Minute)
 	r.txns = newAffinity[txnKey, *topology.Server](maxTxns, 30*time.Minute)
-	r.multi = len(r.Topology.Servers()) > 1
+	if r.ReadPref != nil && r.ReadPref.Mode == sdam.Primary {
+		r.ReadPref = nil
+	}
+	if elem, err := readPrefDocument(r.ReadPref); err == nil {
+		r.rpElem = elem
+	} else {
+		// Validated with the configuration; never here.
+		r.ReadPref = nil
+	}
 	r.mode.Store(uint32(r.Mode))
 	r.idle.Store(int64(r.IdleTimeout))
 	r.maxMsg.Store(int64(r.MaxMessageSize))
 }
+
+// multi reports whether the route's deployment has, or may have, several
+// servers: only then do cursors and transactions keep affinity.
+func (r *Route) multi() bool { return r.Topology.Multi() }
 
 // PoolMode returns the route's current pool mode.
 func (r *Route) PoolMode() PoolMode { return PoolMode(r.mode.Load()) }

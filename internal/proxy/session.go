@@ -86,7 +86,7 @@ func (c *client) beginTxn(route *Route, srv *topology.Server, key txnKey) {
 	}
 	c.open[key] = route
 	c.sessMu.Unlock()
-	if route.multi {
+	if route.multi() {
 		route.txns.put(key, srv, time.Now())
 	}
 	c.s.setTxnOwner(key, c)
@@ -168,7 +168,7 @@ func (c *client) cleanup() {
 			delete(c.s.txnOwners, key)
 		}
 		c.s.txnMu.Unlock()
-		if route.multi {
+		if route.multi() {
 			route.txns.delete(key)
 		}
 	}
@@ -198,11 +198,11 @@ func (c *client) abort(route *Route, key txnKey) {
 	}
 	c.sessMu.Unlock()
 	if pc == nil {
-		if route.multi {
+		if route.multi() {
 			srv, _ = route.txns.get(key, time.Now())
 		}
 		if srv == nil {
-			s, err := route.Topology.SelectServer(ctx)
+			s, err := route.Topology.SelectServer(ctx, topology.Criteria{})
 			if err != nil {
 				c.log.Warn("cannot abort transaction of disconnected client", "route", route.Name, "error", err)
 				return

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
 )
 
 // ErrClosed is returned (wrapped in a *SelectionError) by SelectServer and
@@ -35,6 +37,8 @@ type ServerStatus struct {
 // Clients should get it as a retryable HostUnreachable error (see Code).
 type SelectionError struct {
 	Topology string
+	// Type is the topology's type when selection gave up.
+	Type sdam.TopologyType
 	// Waited is how long selection waited.
 	Waited  time.Duration
 	Servers []ServerStatus
@@ -45,6 +49,9 @@ type SelectionError struct {
 func (e *SelectionError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "no usable server for %q after %v: %v", e.Topology, e.Waited.Round(time.Millisecond), e.Err)
+	if e.Type != sdam.TopologyUnknown {
+		fmt.Fprintf(&b, " (topology %s)", e.Type)
+	}
 	for i, s := range e.Servers {
 		if i == 0 {
 			b.WriteString(": ")

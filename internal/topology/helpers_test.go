@@ -133,7 +133,7 @@ func deadAddr(t testing.TB) string {
 
 func mustSelect(t testing.TB, topo *Topology) *Server {
 	t.Helper()
-	s, err := topo.SelectServer(ctxTimeout(t, 10*time.Second))
+	s, err := topo.SelectServer(ctxTimeout(t, 10*time.Second), Criteria{})
 	if err != nil {
 		t.Fatalf("SelectServer: %v", err)
 	}

@@ -1,3 +1,29 @@
+// The server monitor: one goroutine per server checks it with hello over a
+// dedicated connection and reports each outcome to the Server (markUsable,
+// markUnknown, addRTTSample, events). It speaks the two protocols of the
+// server monitoring specification:
+//
+//   - Polling (this file): hello every HeartbeatInterval, or sooner when a
+//     check is requested, at most every MinHeartbeatInterval. Used with
+//     servers whose hello has no topologyVersion (FerretDB, MongoDB before
+//     4.4), with MonitoringMode "poll", and behind a load balancer.
+//   - Streaming (monitor_stream.go): an awaitable hello with exhaustAllowed,
+//     after which the server pushes a reply whenever its topology changes
+//     and at least every HeartbeatInterval. A second connection then
+//     measures round-trip times (rtt.go), since streamed replies wait on
+//     the server and say nothing about the network.
+//
+// Failures follow the specification with one deliberate difference: a
+// network error (not a timeout) on a server that was Usable is checked again
+// at once on a new connection *before* the server is marked Unknown, and
+// only a second failure marks it Unknown and clears its pool. A monitoring
+// connection dropped by a restarted load balancer, a NAT or a firewall
+// says little about the server, and clearing a pooler's pool costs every
+// client connection a reconnect; a server that is really down fails the
+// retry at once (refused) or within HeartbeatTimeout, and application
+// errors mark it Unknown independently (HandleError). Timeouts and command
+// errors mark the server Unknown at once, as the specification says, and a
+// timeout on a known server is then retried at once.
 package topology
 
 import (
@@ -5,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
@@ -46,8 +73,14 @@ type Event struct {
 	Type     EventType
 	Topology string
 	Address  string
-	// Duration of the check (heartbeat succeeded or failed).
+	// Duration of the check (heartbeat succeeded or failed). For an awaited
+	// check it includes the time the server waited before replying, so it
+	// is no round-trip time.
 	Duration time.Duration
+	// Awaited is set on the heartbeat events of the streaming protocol,
+	// whose replies the server holds back until its topology changes or
+	// HeartbeatInterval passes (the SDAM events' "awaited" field).
+	Awaited bool
 	// Err is the check's error (HeartbeatFailed) or the new description's
 	// LastError (ServerChanged).
 	Err error
@@ -63,118 +96,276 @@ func (s *Server) emit(e Event) {
 	}
 }
 
+// errCheckCancelled is the HeartbeatFailed error of a streaming check that
+// an application error cancelled (see cancelsCheck).
+var errCheckCancelled = errors.New("topology: check cancelled after an application network error")
+
+// monitor is the state of one server's monitor goroutine. Only that
+// goroutine touches it, apart from rttMu, which the RTT goroutine shares.
+// The monitoring connection itself stays in Server.mconn.
+type monitor struct {
+	s *Server
+	// stream allows the streaming protocol (MonitoringMode, and not behind
+	// a load balancer).
+	stream bool
+	// tv is the topologyVersion of the latest successful check, nil when
+	// the server sent none: then the server is polled.
+	tv *upstream.TopologyVersion
+
+	// exhaust is set while the monitoring connection carries an exhaust
+	// stream: the next check reads the next reply rather than sending.
+	exhaust bool
+	// reqID numbers the awaitable hellos; respTo is the request ID the
+	// next streamed reply must answer (each streamed reply answers the
+	// previous one's ID).
+	reqID, respTo int32
+	// lastAwait is when the latest awaitable hello was sent.
+	lastAwait time.Time
+	// buf is the streaming read and write scratch.
+	buf []byte
+
+	// rtt runs while the server is streamed; nil otherwise.
+	rtt *rttMonitor
+	// rttMu serializes addRTTSample (a read-modify-write) between this
+	// goroutine and the RTT goroutine.
+	rttMu sync.Mutex
+}
+
+// checkResult is the outcome of one check.
+type checkResult struct {
+	hello *upstream.Hello
+	err   error
+	// dur is the check's duration; for a new connection, the whole dial.
+	dur time.Duration
+	// awaited: a streaming check.
+	awaited bool
+	// timeout: the check timed out (network timeout or heartbeat timeout).
+	timeout bool
+	// cancelled: an application error cancelled a streaming check.
+	cancelled bool
+}
+
 // monitor runs the server's check loop until ctx is cancelled.
 func (s *Server) monitor(ctx context.Context) {
-	defer s.closeMonitorConn()
 	o := &s.topo.opts
+	m := &monitor{s: s, stream: o.MonitoringMode != MonitoringPoll && !o.Pool.LoadBalanced}
+	defer m.stop()
 	timer := time.NewTimer(o.HeartbeatInterval)
 	timer.Stop()
 	defer timer.Stop()
+	// retried is set while the immediate re-check after a failure on a
+	// known server is under way, so that it happens once.
+	retried := false
 	for {
-		wasUsable := s.State() == Usable
 		start := time.Now()
-		err := s.check(ctx)
+		r := m.check(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		// After check has published its outcome: whoever sees Checked
-		// sees the hello or the error too.
-		s.checked.Store(true)
-		// SDAM: a network error on a server that was known is retried at
-		// once, so one dropped monitoring connection (a restarted mongos, an
-		// idle timeout on a firewall) does not cost a heartbeat interval.
-		if err != nil && wasUsable && (upstream.IsNetworkError(err) || isTimeout(err)) {
-			continue
-		}
-		timer.Reset(time.Until(start.Add(o.HeartbeatInterval)))
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-			continue
-		case <-s.checkNow:
-		}
-		// A requested check: honour the rate limit counted from the last
-		// check's start. (Since Go 1.23, Reset discards a pending expiry.)
-		if wait := time.Until(start.Add(o.MinHeartbeatInterval)); wait > 0 {
-			timer.Reset(wait)
+		switch {
+		case r.err == nil:
+			retried = false
+			m.succeeded(r)
+			// After check has published its outcome: whoever sees
+			// Checked sees the hello too.
+			s.checked.Store(true)
+			if m.streaming() {
+				// The streaming protocol: no sleep, the next check
+				// waits on the server.
+				m.startRTT(ctx)
+				continue
+			}
+			m.stopRTT()
+		case r.cancelled:
+			// HandleError marked the server Unknown and cleared its pool,
+			// and asked for the check that will find it again: after
+			// MinHeartbeatInterval, on a new connection.
+			m.closeConn()
+			s.emit(Event{Type: HeartbeatFailed, Duration: r.dur, Awaited: true, Err: errCheckCancelled})
+			timer.Reset(o.MinHeartbeatInterval)
 			select {
 			case <-ctx.Done():
 				return
 			case <-timer.C:
 			}
+			continue
+		default:
+			known := s.State() == Usable
+			network := upstream.IsNetworkError(r.err) || r.timeout
+			m.closeConn()
+			if known && network && !r.timeout && !retried {
+				retried = true
+				m.failed(r, false)
+				continue
+			}
+			m.failed(r, true)
+			s.checked.Store(true)
+			if known && network && !retried {
+				retried = true
+				continue
+			}
+			m.stopRTT()
+		}
+		if !m.wait(ctx, timer, start) {
+			return
 		}
 	}
 }
 
-// check runs one hello on the monitoring connection (dialling it first if
-// needed) and updates the server from the outcome. It returns the check's
-// error; nothing is changed if ctx was cancelled (the topology is closing).
-func (s *Server) check(ctx context.Context) error {
+// wait sleeps until HeartbeatInterval after start, or until a check is
+// requested and MinHeartbeatInterval after start has passed. It returns
+// false when ctx ends.
+func (m *monitor) wait(ctx context.Context, timer *time.Timer, start time.Time) bool {
+	o := &m.s.topo.opts
+	timer.Reset(time.Until(start.Add(o.HeartbeatInterval)))
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	case <-m.s.checkNow:
+	}
+	// A requested check: honour the rate limit counted from the last
+	// check's start. (Since Go 1.23, Reset discards a pending expiry.)
+	if d := time.Until(start.Add(o.MinHeartbeatInterval)); d > 0 {
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+		}
+	}
+	return true
+}
+
+// check runs the next check of whichever protocol applies.
+func (m *monitor) check(ctx context.Context) checkResult {
+	switch {
+	case m.s.mconn == nil:
+		return m.dial(ctx)
+	case m.exhaust:
+		return m.streamCheck(ctx, false)
+	case m.stream && m.tv != nil:
+		return m.streamCheck(ctx, true)
+	}
+	return m.poll(ctx)
+}
+
+// streaming reports whether the next check continues the streaming
+// protocol.
+func (m *monitor) streaming() bool {
+	return m.exhaust || (m.stream && m.tv != nil)
+}
+
+// dial establishes the monitoring connection. Its handshake reply is the
+// check's result and its duration an RTT sample.
+func (m *monitor) dial(ctx context.Context) checkResult {
+	s := m.s
 	o := &s.topo.opts
 	s.emit(Event{Type: HeartbeatStarted})
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, o.HeartbeatTimeout)
-	h, dialled, err := s.hello(cctx)
+	c, err := o.MonitorDialer.Dial(cctx, s.addr, monitorConnID)
 	cancel()
-	d := time.Since(start)
-	if ctx.Err() != nil {
-		if err == nil && dialled {
-			// Nothing else will close it if the loop stops now.
-			s.closeMonitorConn()
-		}
-		return ctx.Err()
-	}
+	r := checkResult{dur: time.Since(start)}
 	if err != nil {
-		s.closeMonitorConn()
-		if cctx.Err() == context.DeadlineExceeded && !isTimeout(err) {
-			err = fmt.Errorf("%w (heartbeat timeout %v)", err, o.HeartbeatTimeout)
-		}
-		timeout := isTimeout(err) || cctx.Err() == context.DeadlineExceeded
-		s.emit(Event{Type: HeartbeatFailed, Duration: d, Err: err})
-		if prev := s.Description(); prev.State == Usable || prev.LastError == nil || prev.LastError.Error() != err.Error() {
-			s.topo.log.Warn("server check failed",
-				slog.String("topology", s.topo.name), slog.String("address", s.addr),
-				slog.Duration("duration", d), slog.Bool("timeout", timeout), slog.Any("error", err))
-		}
-		if o.Pool.LoadBalanced {
-			// No SDAM behind a load balancer: a failed check says nothing
-			// about the backend the next connection will reach.
-			return err
-		}
-		// SDAM: clear on network and command errors alike, and interrupt
-		// in-use connections after a timeout: operations on them are most
-		// likely stuck behind the same problem.
-		s.markUnknown(err, true, timeout)
-		return err
+		r.timeout, r.err = heartbeatError(cctx, err, o.HeartbeatTimeout)
+		return r
 	}
-	s.addRTTSample(d)
-	s.emit(Event{Type: HeartbeatSucceeded, Duration: d})
-	s.markUsable(h)
-	return nil
+	s.mconn = c
+	m.exhaust = false
+	if r.hello = c.Hello(); r.hello == nil {
+		r.err = errors.New("topology: monitoring connection has no hello reply")
+		return r
+	}
+	m.addRTT(r.dur)
+	return r
 }
 
-// hello returns a hello reply from the server, dialling a monitoring
-// connection if there is none (its handshake reply is the check's result).
-func (s *Server) hello(ctx context.Context) (h *upstream.Hello, dialled bool, err error) {
-	if s.mconn == nil {
-		c, err := s.topo.opts.MonitorDialer.Dial(ctx, s.addr, monitorConnID)
-		if err != nil {
-			return nil, false, err
-		}
-		s.mconn = c
-		h = c.Hello()
-		if h == nil {
-			return nil, true, errors.New("topology: monitoring connection has no hello reply")
-		}
-		return h, true, nil
+// poll runs one hello on the monitoring connection.
+func (m *monitor) poll(ctx context.Context) checkResult {
+	s := m.s
+	o := &s.topo.opts
+	s.emit(Event{Type: HeartbeatStarted})
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, o.HeartbeatTimeout)
+	reply, err := s.mconn.RoundTrip(cctx, "admin", helloCmd)
+	cancel()
+	r := checkResult{dur: time.Since(start)}
+	if err == nil {
+		r.hello, err = parseHello(reply, s.mconn.Hello())
 	}
-	reply, err := s.mconn.RoundTrip(ctx, "admin", helloCmd)
 	if err != nil {
-		return nil, false, err
+		r.timeout, r.err = heartbeatError(cctx, err, o.HeartbeatTimeout)
+		return r
 	}
-	h, err = parseHello(reply, s.mconn.Hello())
-	return h, false, err
+	m.addRTT(r.dur)
+	return r
+}
+
+// heartbeatError names the heartbeat timeout in err when it is what ended
+// the check, and reports whether the check timed out.
+func heartbeatError(cctx context.Context, err error, limit time.Duration) (timeout bool, _ error) {
+	expired := cctx.Err() == context.DeadlineExceeded
+	if expired && !isTimeout(err) {
+		err = fmt.Errorf("%w (heartbeat timeout %v)", err, limit)
+	}
+	return expired || isTimeout(err), err
+}
+
+// succeeded publishes a successful check.
+func (m *monitor) succeeded(r checkResult) {
+	m.s.emit(Event{Type: HeartbeatSucceeded, Duration: r.dur, Awaited: r.awaited})
+	m.s.markUsable(r.hello)
+	m.tv = r.hello.TopologyVersion
+}
+
+// failed publishes a failed check. With mark, the server is marked Unknown
+// and its pool cleared (interrupting in-use connections after a timeout);
+// without, a re-check follows at once and decides.
+func (m *monitor) failed(r checkResult, mark bool) {
+	s := m.s
+	o := &s.topo.opts
+	m.tv = nil
+	s.emit(Event{Type: HeartbeatFailed, Duration: r.dur, Awaited: r.awaited, Err: r.err})
+	attrs := []any{slog.String("topology", s.topo.name), slog.String("address", s.addr),
+		slog.Duration("duration", r.dur), slog.Bool("awaited", r.awaited), slog.Bool("timeout", r.timeout),
+		slog.Any("error", r.err)}
+	if !mark {
+		s.topo.log.Info("server check failed; checking again at once on a new connection", attrs...)
+		return
+	}
+	if prev := s.Description(); prev.State == Usable || prev.LastError == nil || prev.LastError.Error() != r.err.Error() {
+		s.topo.log.Warn("server check failed", attrs...)
+	}
+	if o.Pool.LoadBalanced {
+		// No SDAM behind a load balancer: a failed check says nothing
+		// about the backend the next connection will reach.
+		return
+	}
+	// SDAM: clear on network and command errors alike, and interrupt
+	// in-use connections after a timeout: operations on them are most
+	// likely stuck behind the same problem.
+	s.markUnknown(r.err, true, r.timeout)
+}
+
+// stop releases everything when the monitor exits.
+func (m *monitor) stop() {
+	m.stopRTT()
+	m.closeConn()
+}
+
+// closeConn closes the monitoring connection; the next check dials anew.
+func (m *monitor) closeConn() {
+	m.exhaust = false
+	m.s.closeMonitorConn()
+}
+
+// addRTT records an RTT sample.
+func (m *monitor) addRTT(d time.Duration) {
+	m.rttMu.Lock()
+	m.s.addRTTSample(d)
+	m.rttMu.Unlock()
 }
 
 // monitorConnID is the connection ID given to the monitor dialer. Pools
@@ -205,3 +396,9 @@ func (s *Server) closeMonitorConn() {
 		s.mconn = nil
 	}
 }
+
+// cancelCheck interrupts the monitor's check in progress, if any, after an
+// application error said the server's connections are likely dead (SDAM).
+// The polling monitor has nothing to cancel: its next check, requested at
+// once, dials anew if the connection broke.
+func (s *Server) cancelCheck() {}

@@ -27,6 +27,14 @@ const (
 	SelectRoundRobin = "round-robin"
 )
 
+// Server monitoring modes accepted in Options.MonitoringMode, as in the
+// serverMonitoringMode connection-string option.
+const (
+	MonitoringAuto   = "auto"
+	MonitoringStream = "stream"
+	MonitoringPoll   = "poll"
+)
+
 // Options configures a Topology.
 type Options struct {
 	// Hosts are the addresses from the route's connection string: a single
@@ -35,6 +43,15 @@ type Options struct {
 	// means "host:27017", host names are lowered, and a path is a Unix
 	// socket. Server.Address returns the normalized form.
 	Hosts []string
+
+	// ReplicaSet is the replica set's name (the connection string's
+	// replicaSet): the topology starts as ReplicaSetNoPrimary and only
+	// members of that set are kept.
+	ReplicaSet string
+
+	// DirectConnection talks to exactly the one host (directConnection):
+	// a Single topology, with no discovery.
+	DirectConnection bool
 
 	// Pool is the template for every server's pool. The topology replaces
 	// OnBackgroundError (errors establishing connections in the background are
@@ -62,6 +79,17 @@ type Options struct {
 	// HeartbeatTimeout bounds connecting the monitoring connection and each
 	// hello on it. Default 10s.
 	HeartbeatTimeout time.Duration
+
+	// MonitoringMode chooses the server monitoring protocol. "stream" uses
+	// the streaming protocol with servers whose hello carries a
+	// topologyVersion (MongoDB 4.4 and later): the server pushes its state
+	// as it changes over an awaitable hello, and a second connection
+	// measures RTT; other servers are polled. "poll" always polls: one
+	// connection per server, one hello per HeartbeatInterval. "auto", the
+	// default, is "stream": drivers poll in auto mode only on FaaS
+	// platforms, where a proxy does not run. Behind a load balancer the
+	// monitor always polls.
+	MonitoringMode string
 
 	// ServerSelectionTimeout bounds how long SelectServer and WaitHello wait
 	// for a usable server. Default 30s.
@@ -149,6 +177,13 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LocalThreshold == 0 {
 		o.LocalThreshold = DefaultLocalThreshold
+	}
+	switch o.MonitoringMode {
+	case "":
+		o.MonitoringMode = MonitoringAuto
+	case MonitoringAuto, MonitoringStream, MonitoringPoll:
+	default:
+		return o, fmt.Errorf("topology: unknown monitoring mode %q (want %q, %q or %q)", o.MonitoringMode, MonitoringAuto, MonitoringStream, MonitoringPoll)
 	}
 	switch o.Selection {
 	case "":

@@ -2,31 +2,47 @@ package topology
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
 )
 
-// SelectServer returns a server for the next operation. When no server is
-// selectable it requests immediate checks and waits, bounded by ctx and
-// ServerSelectionTimeout, then fails with a *SelectionError naming every host
-// and its last error.
+// Criteria says what a request needs of a server. The zero value asks for
+// a server that takes writes: the primary of a replica set, any mongos, the
+// load balancer, or the server of a Single topology.
+type Criteria struct {
+	// ReadPref, when not nil, is the read preference of a read: in a
+	// replica set it selects among the members it allows (server-selection
+	// spec); elsewhere the server takes writes and reads alike, and a mongos
+	// applies the read preference itself (the request carries it). The
+	// caller has validated it (sdam.ReadPref.Validate).
+	ReadPref *sdam.ReadPref
+}
+
+// SelectServer returns a server meeting c. When there is none it requests
+// immediate checks and waits, bounded by ctx and ServerSelectionTimeout, for
+// the topology to change (a new primary after an election, a member coming
+// back), then fails with a *SelectionError naming every server and its last
+// error.
 //
-// The common case (servers are up) reads one atomic snapshot and allocates
-// nothing.
-func (t *Topology) SelectServer(ctx context.Context) (*Server, error) {
-	if s := t.pick(t.sel.Load().servers); s != nil {
+// The common case (a write, or a read without a read preference, with the
+// servers up) reads one atomic snapshot and allocates nothing.
+func (t *Topology) SelectServer(ctx context.Context, c Criteria) (*Server, error) {
+	if s := t.pickFor(t.sel.Load(), c); s != nil {
 		return s, nil
 	}
-	return t.selectSlow(ctx)
+	return t.selectSlow(ctx, c)
 }
 
 // TrySelectServer is SelectServer for callers that must never wait (the
 // proxy's event loop): it returns nil, having requested nothing, when no
-// server is selectable now, and the caller uses SelectServer.
-func (t *Topology) TrySelectServer() *Server {
-	return t.pick(t.sel.Load().servers)
+// server meets c now, and the caller uses SelectServer.
+func (t *Topology) TrySelectServer(c Criteria) *Server {
+	return t.pickFor(t.sel.Load(), c)
 }
 
-func (t *Topology) selectSlow(ctx context.Context) (*Server, error) {
+func (t *Topology) selectSlow(ctx context.Context, c Criteria) (*Server, error) {
 	start := time.Now()
 	timer := time.NewTimer(t.opts.ServerSelectionTimeout)
 	defer timer.Stop()
@@ -35,12 +51,12 @@ func (t *Topology) selectSlow(ctx context.Context) (*Server, error) {
 		if sel.closed {
 			return nil, t.selectionError(start, ErrClosed)
 		}
-		if s := t.pick(sel.servers); s != nil {
+		if s := t.pickFor(sel, c); s != nil {
 			return s, nil
 		}
 		// SDAM server selection: with nothing suitable, ask every monitor to
 		// check now rather than at its next heartbeat.
-		for _, s := range t.servers {
+		for _, s := range sel.all {
 			s.RequestCheck()
 		}
 		select {
@@ -51,6 +67,45 @@ func (t *Topology) selectSlow(ctx context.Context) (*Server, error) {
 			return nil, t.selectionError(start, ErrSelectionTimeout)
 		}
 	}
+}
+
+// pickFor chooses a server meeting c in snapshot sel, or returns nil.
+func (t *Topology) pickFor(sel *selection, c Criteria) *Server {
+	rp := c.ReadPref
+	if rp == nil || sel.td == nil || rp.Mode == sdam.Primary ||
+		(sel.td.Type != sdam.ReplicaSetWithPrimary && sel.td.Type != sdam.ReplicaSetNoPrimary) {
+		return t.pick(sel.writable)
+	}
+	if sel.td.CompatibilityError != nil {
+		return nil
+	}
+	// A replica set read with a read preference: the specification's
+	// suitable servers, its latency window, and of two random servers in
+	// the window the one with fewer operations in flight.
+	cands, err := sdam.SuitableServers(sel.td, false, *rp, t.opts.HeartbeatInterval, time.Now())
+	if err != nil {
+		return nil
+	}
+	ready := cands[:0:0]
+	for _, sd := range cands {
+		if srv := sel.byAddr[sd.Address]; srv != nil && srv.State() == Usable {
+			ready = append(ready, sd)
+		}
+	}
+	window := ready
+	if t.opts.LocalThreshold >= 0 {
+		window = sdam.InLatencyWindow(ready, t.opts.LocalThreshold)
+	}
+	if len(window) == 0 {
+		return nil
+	}
+	sd := sdam.PickInWindow(window, func(addr string) int {
+		if srv := sel.byAddr[addr]; srv != nil {
+			return srv.load()
+		}
+		return 0
+	}, rand.IntN)
+	return sel.byAddr[sd.Address]
 }
 
 // pick chooses among the selectable servers: first the latency window

@@ -3,15 +3,14 @@ package topology
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
@@ -37,41 +36,23 @@ func (s ServerState) String() string {
 	return "ServerState(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Kind is the SDAM server type, derived from the server's hello reply.
-type Kind int32
+// Kind is the SDAM server type (a replica-set member's role), derived from
+// the server's hello reply.
+type Kind = sdam.ServerType
 
 // Server kinds, as in the SDAM specification's ServerType.
 const (
-	KindUnknown Kind = iota
-	KindStandalone
-	KindMongos
-	KindRSPrimary
-	KindRSSecondary
-	KindRSArbiter
-	KindRSOther
-	KindRSGhost
-	KindLoadBalancer
+	KindUnknown         = sdam.Unknown
+	KindStandalone      = sdam.Standalone
+	KindMongos          = sdam.Mongos
+	KindPossiblePrimary = sdam.PossiblePrimary
+	KindRSPrimary       = sdam.RSPrimary
+	KindRSSecondary     = sdam.RSSecondary
+	KindRSArbiter       = sdam.RSArbiter
+	KindRSOther         = sdam.RSOther
+	KindRSGhost         = sdam.RSGhost
+	KindLoadBalancer    = sdam.LoadBalancer
 )
-
-var kindNames = [...]string{
-	KindUnknown:      "Unknown",
-	KindStandalone:   "Standalone",
-	KindMongos:       "Mongos",
-	KindRSPrimary:    "RSPrimary",
-	KindRSSecondary:  "RSSecondary",
-	KindRSArbiter:    "RSArbiter",
-	KindRSOther:      "RSOther",
-	KindRSGhost:      "RSGhost",
-	KindLoadBalancer: "LoadBalancer",
-}
-
-// String returns the SDAM name of the kind.
-func (k Kind) String() string {
-	if k >= 0 && int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "Kind(" + strconv.Itoa(int(k)) + ")"
-}
 
 // Description is an immutable snapshot of what the topology knows about one
 // server. A new Description replaces the old one on every change.
@@ -88,6 +69,9 @@ type Description struct {
 	LastError error
 	// Updated is when this description was made.
 	Updated time.Time
+	// SDAM is the server's description in the SDAM topology: its role,
+	// round-trip time, tags, set name and versions.
+	SDAM sdam.ServerDescription
 }
 
 // Server is one upstream host of a topology with its pool and monitor.
@@ -96,13 +80,20 @@ type Server struct {
 	addr string
 	pool *pool.Pool
 
-	// mu serializes description changes together with the pool.Ready or
-	// pool.Clear that must accompany them, so that a Usable server never ends
-	// up with a paused pool because a clear and a successful check
-	// interleaved. It guards no field: desc is atomic so that selection reads
-	// it without locking.
-	mu   sync.Mutex
+	// desc is written under the topology's mu, together with the pool.Ready
+	// or pool.Clear that must accompany it, so that a Usable server never
+	// ends up with a paused pool because a clear and a successful check
+	// interleaved; it is atomic so that selection reads it without locking.
 	desc atomic.Pointer[Description]
+
+	// stop stops the server's monitor; set under the topology's mu when
+	// the monitor starts.
+	stop func()
+	// removed is set when the server leaves the topology.
+	removed atomic.Bool
+	// loadBalancer is set, before the monitor starts, for a load
+	// balancer: there is no SDAM behind one.
+	loadBalancer bool
 
 	// rtt is the moving average round-trip time of hello, in nanoseconds;
 	// 0 before the first sample. Written only by the monitor goroutine.
@@ -176,35 +167,17 @@ func (s *Server) addRTTSample(d time.Duration) {
 	s.rtt.Store(int64(rttAlpha*float64(d) + (1-rttAlpha)*float64(old)))
 }
 
-// markUsable records a successful check. The pool is marked ready before the
-// description says Usable, so selection never sees a Usable server whose pool
-// is still paused.
+// markUsable records a successful check: the hello becomes the server's
+// new SDAM description, applied to the topology.
 func (s *Server) markUsable(h *upstream.Hello) {
-	s.mu.Lock()
-	prev := s.desc.Load()
-	if err := s.pool.Ready(); err != nil {
-		// Only a closed pool refuses; the topology is closing.
-		s.mu.Unlock()
-		return
+	now := time.Now()
+	var sd sdam.ServerDescription
+	if s.loadBalancer {
+		sd = sdam.ServerDescription{Address: s.addr, Type: sdam.LoadBalancer, LastUpdateTime: now}
+	} else {
+		sd = sdam.ParseServerDescription(s.addr, h.Raw, s.RTT(), now)
 	}
-	d := &Description{Address: s.addr, State: Usable, Kind: kindOf(h, s.topo.opts.Pool.LoadBalanced), Hello: h, Updated: time.Now()}
-	s.desc.Store(d)
-	s.topo.serverChanged(s, prev, d)
-	s.mu.Unlock()
-}
-
-// markLoadBalancer makes a load-balanced server Usable before any check:
-// there is no SDAM for a load balancer, so its pool is ready from the start.
-func (s *Server) markLoadBalancer() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	prev := s.desc.Load()
-	if err := s.pool.Ready(); err != nil {
-		return
-	}
-	d := &Description{Address: s.addr, State: Usable, Kind: KindLoadBalancer, Hello: prev.Hello, Updated: time.Now()}
-	s.desc.Store(d)
-	s.topo.serverChanged(s, prev, d)
+	s.topo.update(s, sd, h, false, false)
 }
 
 // markUnknown marks the server Unknown with cause err and, if clear is set,
@@ -212,179 +185,7 @@ func (s *Server) markLoadBalancer() {
 // The description changes first, as SDAM requires, so that no new selection
 // picks the server while its pool is being cleared.
 func (s *Server) markUnknown(err error, clear, interrupt bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.markUnknownLocked(err, clear, interrupt)
-}
-
-// markUnknownIfCurrent is markUnknown for application errors: it does
-// nothing, and returns false, when haveGen is set and gen is older than the
-// pool's generation (the error comes from before the last clear). The check
-// and the clear happen under s.mu so that two racing errors from the same
-// generation clear once.
-func (s *Server) markUnknownIfCurrent(err error, clear bool, gen uint64, haveGen bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if haveGen && gen < s.pool.Stats().Generation {
-		return false
-	}
-	s.markUnknownLocked(err, clear, false)
-	return true
-}
-
-func (s *Server) markUnknownLocked(err error, clear, interrupt bool) {
-	prev := s.desc.Load()
-	d := &Description{Address: s.addr, State: Unknown, Kind: prev.Kind, Hello: prev.Hello, LastError: err, Updated: time.Now()}
-	s.desc.Store(d)
-	// Publish (drop from selection) before clearing, as SDAM requires.
-	s.topo.serverChanged(s, prev, d)
-	if clear {
-		s.pool.ClearWithError(err, interrupt)
-	}
-}
-
-// State-change error codes (SDAM "not writable primary" and "node is
-// recovering" errors).
-const (
-	codeShutdownInProgress          = 91
-	codePrimarySteppedDown          = 189
-	codeNotWritablePrimary          = 10107
-	codeInterruptedAtShutdown       = 11600
-	codeInterruptedDueToReplChange  = 11602
-	codeNotPrimaryNoSecondaryOk     = 13435
-	codeNotPrimaryOrSecondary       = 13436
-	minWireVersionKeepingPoolOnStep = 8 // 4.2: stepdown no longer closes connections
-)
-
-// IsStateChangeCode reports whether a server error code means the server is
-// changing state (stepping down, recovering, shutting down).
-func IsStateChangeCode(code int32) bool {
-	switch code {
-	case codeShutdownInProgress, codePrimarySteppedDown, codeNotWritablePrimary,
-		codeInterruptedAtShutdown, codeInterruptedDueToReplChange,
-		codeNotPrimaryNoSecondaryOk, codeNotPrimaryOrSecondary:
-		return true
-	}
-	return false
-}
-
-func isShutdownCode(code int32) bool {
-	return code == codeShutdownInProgress || code == codeInterruptedAtShutdown
-}
-
-// HandleError applies SDAM's application error handling to err, seen on c
-// while running an operation against this server. c may be nil when the
-// error came from CheckOut, or from the pool's background connection
-// establishment (Options.Pool.OnBackgroundError is wired here).
-//
-//   - An error from before the pool's last clear (the connection's, or the
-//     failed establishment's, generation is older than the pool's) is stale
-//     and ignored: the clear it asks for has happened.
-//   - A failure to establish a connection (*pool.ConnectionError or
-//     *upstream.ConnectError: network error, timeout, failed hello or
-//     authentication) marks the server Unknown and clears the pool. The
-//     pool's own CheckOut errors (wait-queue timeout, pool cleared, pool
-//     closed) change nothing, and neither does a cancelled context.
-//   - A network error that is not a timeout marks the server Unknown and
-//     clears the pool. A timeout is the operation's own problem and changes
-//     nothing.
-//   - A state-change error (codes 10107, 13435, 11600, 11602, 13436, 189,
-//     91) marks the server Unknown. The pool is cleared only for shutdown
-//     errors (11600, 91) or servers older than 4.2: newer servers keep their
-//     connections open across a stepdown, so clearing would only cost
-//     reconnects.
-//   - Anything else (command errors, pool-cleared or wait-queue errors) is
-//     left alone.
-//
-// Whenever the server is marked Unknown an immediate check is requested, so
-// that a healthy server returns to rotation after MinHeartbeatInterval
-// rather than a full heartbeat interval.
-//
-// In load-balanced mode the server never becomes Unknown (there is no SDAM
-// for a load balancer); instead the failing backend's connections are
-// cleared by serviceId.
-func (s *Server) HandleError(err error, c *pool.Conn) {
-	if err == nil || s.topo.isClosed() {
-		return
-	}
-	if errors.Is(err, context.Canceled) {
-		// Our own cancellation (a clear or close interrupting a pending
-		// connection, a client going away) says nothing about the server.
-		return
-	}
-	var connErr *pool.ConnectionError
-	var upErr *upstream.ConnectError
-	connectFailed := errors.As(err, &connErr) || errors.As(err, &upErr)
-	code, isCmd := commandCode(err)
-	network := upstream.IsNetworkError(err)
-	timeout := isTimeout(err)
-
-	var clear bool
-	switch {
-	case connectFailed:
-		// SDAM: any failure before the handshake completes, timeouts and
-		// authentication failures included.
-		clear = true
-	case isCmd && IsStateChangeCode(code):
-		clear = isShutdownCode(code) || s.maxWireVersion() < minWireVersionKeepingPoolOnStep
-	case network && !timeout && c != nil:
-		clear = true
-	default:
-		// Timeouts, other command errors, and the pool's own errors from
-		// CheckOut (wait-queue timeout, pool cleared or closed).
-		return
-	}
-
-	if s.topo.opts.Pool.LoadBalanced {
-		// The load-balancer specification: never mark the server Unknown;
-		// clear only the backend (serviceId) the connection was talking to.
-		// A failed handshake has no serviceId yet, so nothing to clear.
-		if c == nil {
-			return
-		}
-		if id, ok := c.ServiceID(); ok {
-			s.pool.ClearService(id)
-		}
-		return
-	}
-
-	// The generation the failing connection belonged to: errors from before
-	// the last clear are stale and must not clear again.
-	var gen uint64
-	haveGen := true
-	switch {
-	case c != nil:
-		gen = c.Generation()
-	case connErr != nil:
-		gen = connErr.Generation
-	default:
-		haveGen = false
-	}
-	if !s.markUnknownIfCurrent(err, clear, gen, haveGen) {
-		s.topo.log.Debug("ignoring error from a connection of an older pool generation",
-			slog.String("topology", s.topo.name), slog.String("address", s.addr), slog.Any("error", err))
-		return
-	}
-	s.topo.log.Info("marked server Unknown after an operation error",
-		slog.String("topology", s.topo.name), slog.String("address", s.addr),
-		slog.Bool("poolCleared", clear), slog.Any("error", err))
-	s.RequestCheck()
-}
-
-func (s *Server) maxWireVersion() int32 {
-	if h := s.Hello(); h != nil {
-		return h.MaxWireVersion
-	}
-	return 0
-}
-
-// commandCode returns the server error code carried by err, if any.
-func commandCode(err error) (int32, bool) {
-	var ce *upstream.CommandError
-	if errors.As(err, &ce) {
-		return ce.Code, true
-	}
-	return 0, false
+	s.topo.update(s, sdam.UnknownServer(s.addr, err, nil), nil, clear, interrupt)
 }
 
 // isTimeout reports whether err is a network or context timeout.
@@ -394,29 +195,4 @@ func isTimeout(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// kindOf derives the SDAM server type from a hello reply.
-func kindOf(h *upstream.Hello, loadBalanced bool) Kind {
-	switch {
-	case loadBalanced:
-		return KindLoadBalancer
-	case h == nil:
-		return KindUnknown
-	case h.Msg == "isdbgrid":
-		return KindMongos
-	case h.SetName != "":
-		switch {
-		case h.IsWritablePrimary:
-			return KindRSPrimary
-		case h.Secondary:
-			return KindRSSecondary
-		case h.ArbiterOnly:
-			return KindRSArbiter
-		}
-		return KindRSOther
-	case helloBool(h, "isreplicaset"):
-		return KindRSGhost
-	}
-	return KindStandalone
 }

@@ -10,19 +10,26 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
-// Topology is the set of upstream servers of one route.
+// Topology is the deployment behind one route: its servers, discovered
+// from the seed list as SDAM says, each with a pool and a monitor.
+//
+// Lock order: Topology.mu, then a server's pool (Ready, Clear), then the
+// pool's event callbacks (metrics). mu is never held across a network
+// round trip, a pool checkout or Close of a pool (which may run callbacks
+// that call back into the topology).
 type Topology struct {
-	name    string
-	opts    Options
-	log     *slog.Logger
-	servers []*Server          // fixed at New
-	byAddr  map[string]*Server // fixed at New
+	name string
+	opts Options
+	log  *slog.Logger
+	cfg  sdam.Config
 
 	// sel is the current selection snapshot; SelectServer reads it without
-	// locking. It is replaced (under mu) whenever the selectable set changes.
+	// locking. It is replaced (under mu) after every change of the
+	// topology description.
 	sel atomic.Pointer[selection]
 	// rr rotates the starting point of least-busy scans and picks for
 	// round-robin.
@@ -31,31 +38,32 @@ type Topology struct {
 	lastHello atomic.Pointer[upstream.Hello]
 	// closedFlag mirrors closed for lock-free checks on error paths.
 	closedFlag atomic.Bool
+	// multi is set once the topology has, or may have, more than one
+	// server; it is never cleared (see Multi).
+	multi atomic.Bool
 
 	mu sync.Mutex
-	// closed is set once by Close.
+	// desc is the SDAM topology description; guarded by mu.
+	desc sdam.TopologyDescription
+	// servers holds a Server for every server of desc; guarded by mu.
+	servers map[string]*Server
+	// closed is set once by Close; guarded by mu.
 	closed bool
 	// helloSeen records that helloReady was closed; guarded by mu.
 	helloSeen bool
 
-	helloReady chan struct{}      // closed at the first successful hello
-	done       chan struct{}      // closed by Close
-	cancel     context.CancelFunc // stops the monitors
-	wg         sync.WaitGroup     // monitor goroutines
+	helloReady chan struct{}   // closed at the first successful hello
+	done       chan struct{}   // closed by Close
+	ctx        context.Context // cancelled by Close: stops the monitors
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup // monitor goroutines
 }
 
-// selection is an immutable snapshot of the selectable servers.
-type selection struct {
-	servers []*Server
-	// changed is closed when this snapshot is replaced, waking waiters.
-	changed chan struct{}
-	closed  bool
-}
-
-// New builds a topology named name (the route, for logs and errors) with one
-// Server and one pool per host, and starts a monitor goroutine per server.
-// The pools stay paused until their server's first successful check. Close
-// releases everything.
+// New builds a topology named name (the route, for logs and errors) from
+// the seed list o.Hosts, with one Server, pool and monitor per seed. Servers
+// that discovery finds are added with their own pool and monitor, and
+// servers that leave are closed. The pools stay paused until their server's
+// first successful check. Close releases everything.
 func New(name string, o Options) (*Topology, error) {
 	o, err := o.withDefaults()
 	if err != nil {
@@ -65,50 +73,84 @@ func New(name string, o Options) (*Topology, error) {
 		name:       name,
 		opts:       o,
 		log:        o.Logger,
-		byAddr:     make(map[string]*Server, len(o.Hosts)),
+		servers:    make(map[string]*Server, len(o.Hosts)),
 		helloReady: make(chan struct{}),
 		done:       make(chan struct{}),
 	}
-	t.sel.Store(&selection{changed: make(chan struct{})})
-	for _, h := range o.Hosts {
-		s := newServer(t, h)
-		po := o.Pool
-		// The pool calls this without its lock held, so clearing from it
-		// is safe. Errors are *pool.ConnectionError: handled like a failed
-		// checkout, with the generation check.
-		po.OnBackgroundError = func(err error) { s.HandleError(err, nil) }
-		if po.Logger == nil {
-			po.Logger = o.Logger
-		}
-		p, err := pool.New(h, o.Dialer, po)
+	t.cfg = sdam.Config{Seeds: o.Hosts, SetName: o.ReplicaSet, DirectConnection: o.DirectConnection,
+		LoadBalanced: o.Pool.LoadBalanced}
+	t.desc = sdam.NewTopology(t.cfg)
+	t.multi.Store(len(o.Hosts) > 1 || o.ReplicaSet != "")
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.sel.Store(&selection{changed: make(chan struct{}), byAddr: map[string]*Server{}})
+	t.mu.Lock()
+	for _, sd := range t.desc.Servers {
+		s, err := t.addServerLocked(sd.Address)
 		if err != nil {
+			t.mu.Unlock()
+			t.cancel()
 			for _, prev := range t.servers {
 				prev.pool.Close()
 			}
-			return nil, fmt.Errorf("topology %q: pool for %s: %w", name, h, err)
+			return nil, fmt.Errorf("topology %q: %w", name, err)
 		}
-		s.pool = p
-		t.servers = append(t.servers, s)
-		t.byAddr[h] = s
+		if o.Pool.LoadBalanced {
+			// The load-balancer specification: no SDAM for a load
+			// balancer; its pool is ready at once and it is always
+			// selectable. The monitor still runs, only to keep a hello for
+			// WaitHello.
+			s.loadBalancer = true
+		}
 	}
 	if o.Pool.LoadBalanced {
-		// The load-balancer specification: no SDAM for a load balancer; its
-		// pool is ready at once and it is always selectable. The monitor
-		// still runs, only to keep a hello for WaitHello.
 		for _, s := range t.servers {
-			s.markLoadBalancer()
+			t.applyLocked(s, sdam.ServerDescription{Address: s.addr, Type: sdam.LoadBalancer, LastUpdateTime: time.Now()}, nil)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.cancel = cancel
+	t.publishLocked()
 	for _, s := range t.servers {
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			s.monitor(ctx)
-		}()
+		if s.stop == nil {
+			t.startMonitorLocked(s)
+		}
 	}
+	t.mu.Unlock()
 	return t, nil
+}
+
+// addServerLocked creates the Server and the pool of a new member; its
+// monitor is started by startMonitorLocked. Called with mu held.
+func (t *Topology) addServerLocked(addr string) (*Server, error) {
+	s := newServer(t, addr)
+	po := t.opts.Pool
+	// The pool calls this without its lock held, so clearing from it is
+	// safe. Errors are *pool.ConnectionError: handled like a failed
+	// checkout, with the generation check.
+	po.OnBackgroundError = func(err error) { s.HandleError(err, nil) }
+	if po.Logger == nil {
+		po.Logger = t.opts.Logger
+	}
+	p, err := pool.New(addr, t.opts.Dialer, po)
+	if err != nil {
+		return nil, fmt.Errorf("pool for %s: %w", addr, err)
+	}
+	s.pool = p
+	t.servers[addr] = s
+	if len(t.servers) > 1 {
+		t.multi.Store(true)
+	}
+	return s, nil
+}
+
+// startMonitorLocked starts the monitor goroutine of s. Called with mu
+// held, so Close cannot miss it.
+func (t *Topology) startMonitorLocked(s *Server) {
+	ctx, cancel := context.WithCancel(t.ctx)
+	s.stop = cancel
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		s.monitor(ctx)
+	}()
 }
 
 // Name returns the topology's name.
@@ -118,13 +160,31 @@ func (t *Topology) Name() string { return t.name }
 // defaults), for callers that bound their own selection context.
 func (t *Topology) SelectionTimeout() time.Duration { return t.opts.ServerSelectionTimeout }
 
-// Servers returns the topology's servers in configuration order.
-func (t *Topology) Servers() []*Server { return slices.Clone(t.servers) }
+// HeartbeatInterval returns the configured HeartbeatInterval (after
+// defaults): max staleness is validated against it.
+func (t *Topology) HeartbeatInterval() time.Duration { return t.opts.HeartbeatInterval }
 
-// ServerByAddress returns the server whose (normalized, see Options.Hosts)
-// address is addr, or nil. Cursors and transactions use it to return to the
-// server that holds their state.
-func (t *Topology) ServerByAddress(addr string) *Server { return t.byAddr[addr] }
+// Multi reports whether the topology has, or may come to have, more than one
+// server: several seeds, a replica set, or a member discovered since. Cursor
+// and transaction affinity matter only then. Once true it stays true, so a
+// cursor opened while the set had two members is still followed after one
+// leaves.
+func (t *Topology) Multi() bool { return t.multi.Load() }
+
+// Servers returns the topology's current servers, sorted by address.
+func (t *Topology) Servers() []*Server { return slices.Clone(t.sel.Load().all) }
+
+// ServerByAddress returns the current server whose (normalized, see
+// Options.Hosts) address is addr, or nil. Cursors and transactions use it to
+// return to the server that holds their state.
+func (t *Topology) ServerByAddress(addr string) *Server { return t.sel.Load().byAddr[addr] }
+
+// Description returns the current SDAM topology description.
+func (t *Topology) Description() sdam.TopologyDescription {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.desc
+}
 
 // Close stops the monitors, fails pending selections with ErrClosed and
 // closes every pool. It waits for the monitors to exit.
@@ -137,94 +197,28 @@ func (t *Topology) Close() {
 	t.closed = true
 	t.closedFlag.Store(true)
 	old := t.sel.Load()
-	t.sel.Store(&selection{changed: make(chan struct{}), closed: true})
+	t.sel.Store(&selection{td: old.td, changed: make(chan struct{}), closed: true, all: old.all, byAddr: old.byAddr})
 	close(old.changed)
 	close(t.done)
+	servers := make([]*Server, 0, len(t.servers))
+	for _, s := range t.servers {
+		servers = append(servers, s)
+	}
 	t.mu.Unlock()
 
 	t.cancel()
 	t.wg.Wait()
-	for _, s := range t.servers {
+	for _, s := range servers {
 		s.pool.Close()
 	}
 }
 
 func (t *Topology) isClosed() bool { return t.closedFlag.Load() }
 
-// serverChanged publishes a server's new description. It is called with
-// s.mu held, so the snapshot and events of one server follow its changes in
-// order.
-func (t *Topology) serverChanged(s *Server, prev, d *Description) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return
-	}
-	if d.Hello != nil && d.Hello != prev.Hello {
-		t.lastHello.Store(d.Hello)
-		if !t.helloSeen {
-			t.helloSeen = true
-			close(t.helloReady)
-		}
-	}
-	// Selectability depends only on State and Kind, which most heartbeats
-	// leave unchanged.
-	if prev.State != d.State || prev.Kind != d.Kind {
-		old := t.sel.Load()
-		var list []*Server
-		for _, srv := range t.servers {
-			if t.selectable(srv.desc.Load()) {
-				list = append(list, srv)
-			}
-		}
-		if !slices.Equal(list, old.servers) {
-			t.sel.Store(&selection{servers: list, changed: make(chan struct{})})
-			close(old.changed)
-		}
-	}
-	t.mu.Unlock()
-
-	if prev.State == d.State && prev.Kind == d.Kind {
-		return
-	}
-	attrs := []any{slog.String("topology", t.name), slog.String("address", s.addr),
-		slog.String("from", prev.State.String()), slog.String("to", d.State.String()),
-		slog.String("kind", d.Kind.String())}
-	if d.LastError != nil {
-		attrs = append(attrs, slog.Any("error", d.LastError))
-	}
-	t.log.Info("server state changed", attrs...)
-	if d.State == Usable && !t.selectable(d) {
-		t.log.Warn("server is reachable but will not be selected: a route serves writes, which need a standalone, a primary or mongos routers",
-			slog.String("topology", t.name), slog.String("address", s.addr), slog.String("kind", d.Kind.String()),
-			slog.Int("hosts", len(t.servers)))
-	}
-	s.emit(Event{Type: ServerChanged, Err: d.LastError, Previous: prev, New: d})
-}
-
-// selectable is the selection policy as a function of one server's
-// description. Writes go through every route, so only servers that accept
-// writes qualify: a mongos or a load balancer, a replica-set primary, or a
-// standalone when it is the route's only host (a standalone among several
-// hosts is a misconfiguration, and mixing it with others would split data).
-// A replica-set policy (reads from secondaries, discovery) plugs in here.
-func (t *Topology) selectable(d *Description) bool {
-	if d.State != Usable {
-		return false
-	}
-	switch d.Kind {
-	case KindMongos, KindLoadBalancer, KindRSPrimary:
-		return true
-	case KindStandalone:
-		return len(t.servers) == 1
-	}
-	return false
-}
-
 // WaitHello returns a hello reply to describe the upstream to clients: the
-// latest hello of a selectable server, else the latest of any server. Before
-// the first successful check it waits for one, bounded by ctx and
-// ServerSelectionTimeout, and fails with a *SelectionError.
+// latest hello of a server that can take writes, else the latest of any
+// server. Before the first successful check it waits for one, bounded by ctx
+// and ServerSelectionTimeout, and fails with a *SelectionError.
 func (t *Topology) WaitHello(ctx context.Context) (*upstream.Hello, error) {
 	if h := t.currentHello(); h != nil {
 		return h, nil
@@ -251,8 +245,8 @@ func (t *Topology) currentHello() *upstream.Hello {
 	if t.isClosed() {
 		return nil
 	}
-	if sel := t.sel.Load(); len(sel.servers) > 0 {
-		if h := sel.servers[0].Hello(); h != nil {
+	if sel := t.sel.Load(); len(sel.writable) > 0 {
+		if h := sel.writable[0].Hello(); h != nil {
 			return h
 		}
 	}
@@ -260,8 +254,15 @@ func (t *Topology) currentHello() *upstream.Hello {
 }
 
 func (t *Topology) selectionError(start time.Time, cause error) *SelectionError {
+	sel := t.sel.Load()
 	e := &SelectionError{Topology: t.name, Waited: time.Since(start), Err: cause}
-	for _, s := range t.servers {
+	if sel.td != nil {
+		e.Type = sel.td.Type
+		if sel.td.CompatibilityError != nil {
+			e.Err = fmt.Errorf("%w (%v)", cause, sel.td.CompatibilityError)
+		}
+	}
+	for _, s := range sel.all {
 		d := s.desc.Load()
 		e.Servers = append(e.Servers, ServerStatus{Address: s.addr, State: d.State, Kind: d.Kind, Err: d.LastError})
 	}

@@ -91,7 +91,7 @@ func TestServerDeathClearsPoolAndReturn(t *testing.T) {
 		t.Errorf("CheckOut on the cleared pool = %v, want PoolClearedError", err)
 	}
 
-	_, err = topo.SelectServer(context.Background())
+	_, err = topo.SelectServer(context.Background(), Criteria{})
 	var se *SelectionError
 	if !errors.As(err, &se) || !errors.Is(err, ErrSelectionTimeout) {
 		t.Fatalf("SelectServer = %v, want a SelectionError timing out", err)
@@ -108,7 +108,7 @@ func TestServerDeathClearsPoolAndReturn(t *testing.T) {
 	// The context's own end is reported as such.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := topo.SelectServer(ctx); !errors.Is(err, context.Canceled) || !errors.As(err, &se) {
+	if _, err := topo.SelectServer(ctx, Criteria{}); !errors.Is(err, context.Canceled) || !errors.As(err, &se) {
 		t.Errorf("SelectServer(cancelled) = %v", err)
 	}
 
@@ -419,7 +419,7 @@ func TestTwoMongosLeastBusy(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 50 {
-				s, err := topo.SelectServer(context.Background())
+				s, err := topo.SelectServer(context.Background(), Criteria{})
 				if err != nil {
 					t.Error(err)
 					return
@@ -451,7 +451,7 @@ func waitAllUsable(t *testing.T, topo *Topology) {
 				return false
 			}
 		}
-		return len(topo.sel.Load().servers) == len(topo.Servers())
+		return len(topo.sel.Load().writable) == len(topo.Servers())
 	})
 }
 
@@ -466,10 +466,10 @@ func TestSecondaryNotSelected(t *testing.T) {
 	if s.Kind() != KindRSSecondary {
 		t.Fatalf("kind %v", s.Kind())
 	}
-	if s := topo.TrySelectServer(); s != nil {
+	if s := topo.TrySelectServer(Criteria{}); s != nil {
 		t.Fatalf("TrySelectServer = %v, want nil for a secondary", s.Address())
 	}
-	_, err := topo.SelectServer(context.Background())
+	_, err := topo.SelectServer(context.Background(), Criteria{})
 	if !errors.Is(err, ErrSelectionTimeout) || !strings.Contains(err.Error(), "not selectable") {
 		t.Fatalf("SelectServer = %v, want a timeout naming the unselectable secondary", err)
 	}
@@ -486,7 +486,7 @@ func TestPrimarySelected(t *testing.T) {
 	if s.Kind() != KindRSPrimary {
 		t.Fatalf("kind %v", s.Kind())
 	}
-	if got := topo.TrySelectServer(); got != s {
+	if got := topo.TrySelectServer(Criteria{}); got != s {
 		t.Fatalf("TrySelectServer = %v, want the primary", got)
 	}
 }
@@ -501,7 +501,7 @@ func TestLoadBalanced(t *testing.T) {
 	topo := newTopology(t, o)
 
 	// Selectable before any check: there is no SDAM behind a load balancer.
-	s, err := topo.SelectServer(ctxTimeout(t, time.Millisecond))
+	s, err := topo.SelectServer(ctxTimeout(t, time.Millisecond), Criteria{})
 	if err != nil || s.Kind() != KindLoadBalancer {
 		t.Fatalf("SelectServer = %v, %v", s, err)
 	}
@@ -544,7 +544,7 @@ func TestSelectionTimeoutNamesEveryHost(t *testing.T) {
 		}
 		return true
 	})
-	_, err := topo.SelectServer(context.Background())
+	_, err := topo.SelectServer(context.Background(), Criteria{})
 	var se *SelectionError
 	if !errors.As(err, &se) || !errors.Is(err, ErrSelectionTimeout) {
 		t.Fatalf("SelectServer = %v", err)
@@ -591,7 +591,7 @@ func TestCloseWakesWaiters(t *testing.T) {
 	}
 	errs := make(chan error, 2)
 	go func() {
-		_, err := topo.SelectServer(context.Background())
+		_, err := topo.SelectServer(context.Background(), Criteria{})
 		errs <- err
 	}()
 	go func() {
@@ -610,7 +610,7 @@ func TestCloseWakesWaiters(t *testing.T) {
 			t.Fatal("Close did not wake a waiter")
 		}
 	}
-	if _, err := topo.SelectServer(context.Background()); !errors.Is(err, ErrClosed) {
+	if _, err := topo.SelectServer(context.Background(), Criteria{}); !errors.Is(err, ErrClosed) {
 		t.Errorf("SelectServer after Close = %v", err)
 	}
 	topo.Close() // idempotent

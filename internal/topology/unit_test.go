@@ -3,14 +3,15 @@ package topology
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
@@ -68,29 +69,8 @@ func TestOptionsValidation(t *testing.T) {
 	}
 }
 
-func TestKindOf(t *testing.T) {
-	raw := func(k string) bsoncore.Document { return bsoncore.NewDocumentBuilder().AppendBoolean(k, true).Build() }
-	cases := []struct {
-		h    *upstream.Hello
-		lb   bool
-		want Kind
-	}{
-		{nil, false, KindUnknown},
-		{&upstream.Hello{}, true, KindLoadBalancer},
-		{&upstream.Hello{IsWritablePrimary: true}, false, KindStandalone},
-		{&upstream.Hello{IsWritablePrimary: true, Msg: "isdbgrid"}, false, KindMongos},
-		{&upstream.Hello{IsWritablePrimary: true, SetName: "rs"}, false, KindRSPrimary},
-		{&upstream.Hello{Secondary: true, SetName: "rs"}, false, KindRSSecondary},
-		{&upstream.Hello{ArbiterOnly: true, SetName: "rs"}, false, KindRSArbiter},
-		{&upstream.Hello{SetName: "rs"}, false, KindRSOther},
-		{&upstream.Hello{Raw: raw("isreplicaset")}, false, KindRSGhost},
-	}
-	for _, c := range cases {
-		if got := kindOf(c.h, c.lb); got != c.want {
-			t.Errorf("kindOf(%+v, %v) = %v, want %v", c.h, c.lb, got, c.want)
-		}
-	}
-	if KindRSSecondary.String() != "RSSecondary" || Kind(99).String() != "Kind(99)" ||
+func TestNames(t *testing.T) {
+	if KindRSSecondary.String() != "RSSecondary" || Kind(99).String() != "ServerType(99)" ||
 		Usable.String() != "Usable" || Unknown.String() != "Unknown" || ServerState(7).String() != "ServerState(7)" ||
 		ServerChanged.String() != "ServerChanged" || EventType(9).String() != "EventType(9)" {
 		t.Error("String methods")
@@ -110,31 +90,23 @@ func TestStateChangeCodes(t *testing.T) {
 	}
 }
 
-func TestSelectablePolicy(t *testing.T) {
-	one := &Topology{servers: make([]*Server, 1)}
-	many := &Topology{servers: make([]*Server, 3)}
-	cases := []struct {
-		kind      Kind
-		one, many bool
-	}{
-		{KindStandalone, true, false},
-		{KindMongos, true, true},
-		{KindLoadBalancer, true, true},
-		{KindRSPrimary, true, true},
-		{KindRSSecondary, false, false},
-		{KindRSArbiter, false, false},
-		{KindRSOther, false, false},
-		{KindRSGhost, false, false},
-		{KindUnknown, false, false},
+// Which servers take writes, by topology type: the primary of a replica
+// set, every mongos, a load balancer, and any data-bearing server of a
+// Single topology (directConnection).
+func TestWritablePolicy(t *testing.T) {
+	want := map[sdam.TopologyType][]sdam.ServerType{
+		sdam.Single:                {sdam.Standalone, sdam.Mongos, sdam.RSPrimary, sdam.RSSecondary, sdam.LoadBalancer},
+		sdam.ReplicaSetWithPrimary: {sdam.RSPrimary},
+		sdam.ReplicaSetNoPrimary:   nil,
+		sdam.Sharded:               {sdam.Mongos},
+		sdam.LoadBalanced:          {sdam.LoadBalancer},
+		sdam.TopologyUnknown:       nil,
 	}
-	for _, c := range cases {
-		d := &Description{State: Usable, Kind: c.kind}
-		if one.selectable(d) != c.one || many.selectable(d) != c.many {
-			t.Errorf("%v: selectable single=%v many=%v, want %v %v", c.kind, one.selectable(d), many.selectable(d), c.one, c.many)
-		}
-		d.State = Unknown
-		if one.selectable(d) || many.selectable(d) {
-			t.Errorf("%v: an Unknown server is selectable", c.kind)
+	for tt, yes := range want {
+		for st := sdam.Unknown; st <= sdam.LoadBalancer; st++ {
+			if got := writable(tt, st); got != slices.Contains(yes, st) {
+				t.Errorf("writable(%v, %v) = %v", tt, st, got)
+			}
 		}
 	}
 }
@@ -148,9 +120,10 @@ func (nopConnector) Connect(context.Context, string, int64) (pool.Upstream, erro
 
 // manualTopology builds selectable servers with the given RTTs without
 // monitors, for exercising pick.
-func manualTopology(t *testing.T, selection string, threshold time.Duration, rtts ...time.Duration) *Topology {
+func manualTopology(t *testing.T, selection string, threshold time.Duration, rtts ...time.Duration) (*Topology, []*Server) {
 	t.Helper()
 	topo := &Topology{opts: Options{Selection: selection, LocalThreshold: threshold}}
+	var servers []*Server
 	for i, rtt := range rtts {
 		s := newServer(topo, "h"+string(rune('a'+i))+":1")
 		p, err := pool.New(s.addr, nopConnector{}, pool.DefaultOptions())
@@ -160,18 +133,18 @@ func manualTopology(t *testing.T, selection string, threshold time.Duration, rtt
 		t.Cleanup(p.Close)
 		s.pool = p
 		s.rtt.Store(int64(rtt))
-		topo.servers = append(topo.servers, s)
+		servers = append(servers, s)
 	}
-	return topo
+	return topo, servers
 }
 
 func TestPickLatencyWindow(t *testing.T) {
 	ms := time.Millisecond
 	for _, sel := range []string{SelectLeastBusy, SelectRoundRobin} {
-		topo := manualTopology(t, sel, 15*ms, 2*ms, 40*ms, 16*ms, 18*ms)
+		topo, servers := manualTopology(t, sel, 15*ms, 2*ms, 40*ms, 16*ms, 18*ms)
 		counts := map[string]int{}
 		for range 300 {
-			counts[topo.pick(topo.servers).addr]++
+			counts[topo.pick(servers).addr]++
 		}
 		// ha (2ms) and hc (16ms) are within 15ms of the fastest; hb (40ms)
 		// and hd (18ms) are not.
@@ -182,7 +155,7 @@ func TestPickLatencyWindow(t *testing.T) {
 		topo.opts.LocalThreshold = -1
 		clear(counts)
 		for range 400 {
-			counts[topo.pick(topo.servers).addr]++
+			counts[topo.pick(servers).addr]++
 		}
 		for _, a := range []string{"ha:1", "hb:1", "hc:1", "hd:1"} {
 			if counts[a] != 100 {
@@ -226,7 +199,7 @@ func TestSelectServerNoAlloc(t *testing.T) {
 		waitAllUsable(t, topo)
 		ctx := context.Background()
 		allocs := testing.AllocsPerRun(1000, func() {
-			if _, err := topo.SelectServer(ctx); err != nil {
+			if _, err := topo.SelectServer(ctx, Criteria{}); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -260,14 +233,14 @@ func BenchmarkSelectServer(b *testing.B) {
 			b.Fatal(err)
 		}
 		ctx := context.Background()
-		if _, err := topo.SelectServer(ctxTimeout(b, 10*time.Second)); err != nil {
+		if _, err := topo.SelectServer(ctxTimeout(b, 10*time.Second), Criteria{}); err != nil {
 			b.Fatal(err)
 		}
-		eventually(b, "all usable", func() bool { return len(topo.sel.Load().servers) == len(c.hosts) })
+		eventually(b, "all usable", func() bool { return len(topo.sel.Load().writable) == len(c.hosts) })
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := topo.SelectServer(ctx); err != nil {
+				if _, err := topo.SelectServer(ctx, Criteria{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -276,7 +249,7 @@ func BenchmarkSelectServer(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := topo.SelectServer(ctx); err != nil {
+					if _, err := topo.SelectServer(ctx, Criteria{}); err != nil {
 						b.Error(err)
 						return
 					}

@@ -96,6 +96,9 @@ type CommandError struct {
 	Message string
 	// Labels are the errorLabels, e.g. "RetryableWriteError".
 	Labels []string
+	// TopologyVersion is the reply's topologyVersion, nil if it had none:
+	// SDAM ignores a state-change error older than what it knows.
+	TopologyVersion *TopologyVersion
 }
 
 // Error implements error.

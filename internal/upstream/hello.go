@@ -191,6 +191,14 @@ func stringArray(v bsoncore.Value) ([]string, bool) {
 	return out, true
 }
 
+// ParseTopologyVersion reads a topologyVersion document ({processId,
+// counter}), as hello replies and state-change error replies carry it; nil
+// when it is malformed.
+func ParseTopologyVersion(doc bsoncore.Document) *TopologyVersion {
+	tv, _ := topologyVersion(bsoncore.Value{Type: bsoncore.TypeEmbeddedDocument, Data: doc})
+	return tv
+}
+
 func topologyVersion(v bsoncore.Value) (*TopologyVersion, bool) {
 	doc, ok := v.DocumentOK()
 	if !ok {

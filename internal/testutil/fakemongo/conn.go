@@ -22,6 +22,9 @@ import (
 var (
 	errCloseConn = errors.New("fakemongo: connection closed by script")
 	errKilled    = errors.New("fakemongo: server killed")
+	// errInterrupted ends the wait of a write that a replica-set stepdown
+	// killed; the write is answered InterruptedDueToReplStateChange.
+	errInterrupted = errors.New("fakemongo: operation interrupted by a stepdown")
 )
 
 // maxKeptBuffer is the largest read or write buffer a connection keeps
@@ -62,6 +65,11 @@ type conn struct {
 	// BumpTopologyVersion knows whose read deadline it may cut short.
 	// Guarded by mu.
 	awaiting bool
+	// killable is true while the connection runs a write on a replica-set
+	// member, which a stepdown interrupts (interrupted); intr wakes a wait
+	// that is sleeping rather than reading. Guarded by mu.
+	killable, interrupted bool
+	intr                  chan struct{}
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -72,7 +80,48 @@ func newConn(s *Server, nc net.Conn) *conn {
 		br:       bufio.NewReaderSize(nc, 16<<10),
 		closed:   make(chan struct{}),
 		counters: make(map[string]*cmdCounter),
+		intr:     make(chan struct{}, 1),
 	}
+}
+
+// beginOp marks whether the request now starting is a write a stepdown may
+// interrupt, and forgets the previous request's interruption.
+func (c *conn) beginOp(killable bool) {
+	c.mu.Lock()
+	if c.interrupted {
+		// The interruption may have landed outside a wait: lift the
+		// deadline it set, or the next read would fail.
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+	c.killable, c.interrupted = killable, false
+	c.mu.Unlock()
+	select {
+	case <-c.intr:
+	default:
+	}
+}
+
+// interruptWrite kills the write the connection is running, if any, as a
+// stepdown does: its wait ends and it is answered with an error.
+func (c *conn) interruptWrite() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.killable || c.interrupted {
+		return
+	}
+	c.interrupted = true
+	_ = c.nc.SetReadDeadline(time.Now())
+	select {
+	case c.intr <- struct{}{}:
+	default:
+	}
+}
+
+// wasInterrupted reports whether a stepdown killed the current write.
+func (c *conn) wasInterrupted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.interrupted
 }
 
 // close closes the socket; the serving goroutine then exits. Safe from any
@@ -207,10 +256,18 @@ func (c *conn) serveOne() error {
 			fmt.Sprintf("Unsupported OP_QUERY command: %s", req.Command)), compressor, compressed)
 	}
 
+	m := c.s.member
+	var class cmdClass
+	if m != nil {
+		class = classify(req)
+		c.beginOp(class == classWrite)
+		defer c.beginOp(false)
+	}
+
 	if act, fire := c.s.checkFailPoint(req.Command, c.appName); fire {
 		if act.block > 0 {
 			if err := c.wait(act.block, false, 0); err != nil {
-				return err
+				return c.interruptedOr(req, err, compressor, compressed)
 			}
 		}
 		if act.close {
@@ -218,6 +275,19 @@ func (c *conn) serveOne() error {
 		}
 		if act.errorCode != 0 {
 			return c.finish(req, Error(act.errorCode, "", "Failing command via 'failCommand' failpoint", act.labels...), compressor, compressed)
+		}
+	}
+
+	if m != nil {
+		r, act := m.admit(req, class)
+		switch act {
+		case admitRefuse:
+			return c.finish(req, r, compressor, compressed)
+		case admitHangUp:
+			return errCloseConn
+		}
+		if class == classWrite && c.wasInterrupted() {
+			return c.interruptedOr(req, errInterrupted, compressor, compressed)
 		}
 	}
 
@@ -244,7 +314,7 @@ func (c *conn) serveOne() error {
 func (c *conn) finish(req *Request, r Reply, compressor wire.CompressorID, compressed bool) error {
 	if r.Delay > 0 {
 		if err := c.wait(r.Delay, false, 0); err != nil {
-			return err
+			return c.interruptedOr(req, err, compressor, compressed)
 		}
 	}
 	if r.Kill {
@@ -289,6 +359,21 @@ func (c *conn) finish(req *Request, r Reply, compressor wire.CompressorID, compr
 		respTo = id
 	}
 	return nil
+}
+
+// interruptedOr answers a write a stepdown interrupted with
+// InterruptedDueToReplStateChange, keeping the connection open as mongod
+// 4.2+ does; an unacknowledged write has no reply to carry the error, so
+// its connection is closed. Any other error is returned as it is.
+func (c *conn) interruptedOr(req *Request, err error, compressor wire.CompressorID, compressed bool) error {
+	if !errors.Is(err, errInterrupted) || c.s.member == nil {
+		return err
+	}
+	if req.MoreToCome() {
+		return errCloseConn
+	}
+	c.beginOp(false)
+	return c.finish(req, interruptedReply(req), compressor, compressed)
 }
 
 // send writes one reply and returns its requestID.
@@ -380,6 +465,9 @@ func (c *conn) wait(d time.Duration, wakeable bool, since int64) error {
 			return nil
 		}
 		c.awaiting = true
+	} else if c.interrupted {
+		c.mu.Unlock()
+		return errInterrupted
 	}
 	err := c.nc.SetReadDeadline(deadline)
 	c.mu.Unlock()
@@ -389,8 +477,16 @@ func (c *conn) wait(d time.Duration, wakeable bool, since int64) error {
 	_, err = c.br.Peek(1)
 	c.mu.Lock()
 	c.awaiting = false
+	interrupted := !wakeable && c.interrupted
 	derr := c.nc.SetReadDeadline(time.Time{})
 	c.mu.Unlock()
+	if interrupted {
+		return errInterrupted
+	}
+	intr := c.intr // only writes are interrupted; hello waits ignore it
+	if wakeable {
+		intr = nil
+	}
 	var ne net.Error
 	switch {
 	case err == nil:
@@ -398,6 +494,8 @@ func (c *conn) wait(d time.Duration, wakeable bool, since int64) error {
 		defer t.Stop()
 		select {
 		case <-t.C:
+		case <-intr:
+			return errInterrupted
 		case <-c.closed:
 			return net.ErrClosed
 		case <-c.s.killed:
@@ -496,6 +594,9 @@ func (s *Server) builtin(req *Request, c *conn) Reply {
 		case "insert":
 			return st.insert(req)
 		case "find":
+			if s.member != nil {
+				return s.member.stamp(st.find(req))
+			}
 			return st.find(req)
 		case "getMore":
 			return st.getMore(req)

@@ -62,6 +62,11 @@ func (s *Server) appendHello(dst []byte, req *Request, compressors []string, cou
 	o := &s.opts
 	idx, dst := bsoncore.AppendDocumentStart(dst)
 	writable := !(o.Kind == ReplicaSetMember && o.Secondary)
+	var view *memberView
+	if s.member != nil {
+		view = s.member.view()
+		writable = view.state == StatePrimary
+	}
 	if req.Command == "hello" {
 		dst = bsoncore.AppendBooleanElement(dst, "isWritablePrimary", writable)
 	} else {
@@ -81,6 +86,10 @@ func (s *Server) appendHello(dst []byte, req *Request, compressors []string, cou
 	case Mongos:
 		dst = bsoncore.AppendStringElement(dst, "msg", "isdbgrid")
 	case ReplicaSetMember:
+		if view != nil {
+			dst = view.appendHello(dst)
+			break
+		}
 		var aidx int32
 		aidx, dst = bsoncore.AppendArrayElementStart(dst, "hosts")
 		for i, h := range o.Hosts {

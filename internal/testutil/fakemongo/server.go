@@ -108,11 +108,15 @@ type Options struct {
 
 // Server is a running fake server. Its methods are safe for concurrent use.
 type Server struct {
-	opts      Options
-	ln        net.Listener
-	addr      string
-	log       *slog.Logger
-	store     *store // nil unless Options.InMemory
+	opts  Options
+	ln    net.Listener
+	addr  string
+	log   *slog.Logger
+	store *store // nil unless Options.InMemory; shared by a replica set's members
+	// member is the replica-set member this server is one life of (nil for
+	// a lone server); it decides the hello state and refuses writes and
+	// reads the member's state forbids.
+	member    *Member
 	helloTail []byte // HelloExtra's elements, appended to hello replies
 	processID bson.ObjectID
 	serviceID bson.ObjectID
@@ -174,6 +178,12 @@ func Start(t testing.TB, opts Options) *Server {
 // Listen starts a fake server on addr (for tools; tests use Start). The
 // caller must Close it.
 func Listen(addr string, opts Options) (*Server, error) {
+	return listen(addr, opts, nil, nil)
+}
+
+// listen starts a server; a replica-set member passes itself and the set's
+// shared store.
+func listen(addr string, opts Options, member *Member, shared *store) (*Server, error) {
 	if opts.Kind < Standalone || opts.Kind > Mongos {
 		return nil, fmt.Errorf("fakemongo: unknown Kind %d", opts.Kind)
 	}
@@ -220,6 +230,7 @@ func Listen(addr string, opts Options) (*Server, error) {
 		killed:    make(chan struct{}),
 		conns:     make(map[*conn]struct{}),
 		cmdCounts: make(map[string]*cmdCounter),
+		member:    member,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -227,7 +238,10 @@ func Listen(addr string, opts Options) (*Server, error) {
 	if s.serviceID.IsZero() {
 		s.serviceID = bson.NewObjectID()
 	}
-	if opts.InMemory {
+	switch {
+	case shared != nil:
+		s.store = shared
+	case opts.InMemory:
 		s.store = newStore()
 	}
 	if opts.Kind == ReplicaSetMember {
@@ -256,6 +270,10 @@ func (s *Server) Addr() string { return s.addr }
 
 // URI returns a connection string for the server with directConnection.
 func (s *Server) URI() string { return "mongodb://" + s.addr + "/?directConnection=true" }
+
+// ProcessID returns topologyVersion.processId, new for every server (and
+// for every life of a replica-set member).
+func (s *Server) ProcessID() bson.ObjectID { return s.processID }
 
 // ServiceID returns the serviceId sent to load-balanced clients.
 func (s *Server) ServiceID() bson.ObjectID { return s.serviceID }
@@ -310,7 +328,12 @@ func (s *Server) Kill() {
 		if err := s.ln.Close(); err != nil {
 			s.log.Debug("fakemongo: close listener", "err", err)
 		}
-		if s.store != nil {
+		switch {
+		case s.member != nil:
+			// The store outlives this life of the member: only its
+			// cursors die; the set aborts transactions if it was primary.
+			s.store.dropCursorsOf(s)
+		case s.store != nil:
 			s.store.abortAll("killed")
 		}
 	})

@@ -79,6 +79,23 @@ type pendingInsert struct {
 type cursor struct {
 	ns   string
 	docs []bsoncore.Document
+	// owner is the server that opened the cursor: replica-set members
+	// share a store, but cursor ids stay per server (and per process life).
+	owner *Server
+}
+
+// serverOf returns the server a request came in on, nil for a request
+// built without a connection.
+func serverOf(req *Request) *Server {
+	if req.conn == nil {
+		return nil
+	}
+	return req.conn.s
+}
+
+// ownedBy reports whether a getMore or killCursors on srv may use c.
+func (c *cursor) ownedBy(srv *Server) bool {
+	return c.owner == nil || srv == nil || c.owner == srv
 }
 
 // store is the optional in-memory engine (Options.InMemory).
@@ -96,6 +113,12 @@ type store struct {
 	txns   map[txnKey]*txnState
 	order  []*txnState
 	latest map[string]int64
+	// retried maps the (lsid, txnNumber) of each retryable write done
+	// (outside transactions) to its reply, so a retry after a lost reply
+	// or a failover answers the first result instead of writing again,
+	// as the session's transaction table does on a real server. Guarded
+	// by mu.
+	retried map[txnKey]bsoncore.Document
 }
 
 func newStore() *store {
@@ -105,6 +128,18 @@ func newStore() *store {
 		rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		txns:    make(map[txnKey]*txnState),
 		latest:  make(map[string]int64),
+		retried: make(map[txnKey]bsoncore.Document),
+	}
+}
+
+// dropCursorsOf forgets the cursors a server opened (it died).
+func (st *store) dropCursorsOf(srv *Server) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for id, c := range st.cursors {
+		if c.owner == srv {
+			delete(st.cursors, id)
+		}
 	}
 }
 
@@ -339,6 +374,14 @@ func (st *store) insert(req *Request) Reply {
 	ti := parseTxnInfo(req.Body)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	var retryKey txnKey
+	retryable := ti.lsid != nil && ti.hasNumber && !ti.inTxn
+	if retryable {
+		retryKey = txnKey{lsid: string(ti.lsid), n: ti.n}
+		if done, ok := st.retried[retryKey]; ok {
+			return Reply{Docs: []bsoncore.Document{done}}
+		}
+	}
 	t := st.activeTxnLocked(ti)
 	for _, d := range docs {
 		owned := withID(d)
@@ -348,7 +391,11 @@ func (st *store) insert(req *Request) Reply {
 			st.colls[ns] = append(st.colls[ns], owned)
 		}
 	}
-	return OK(bson.E{Key: "n", Value: int32(len(docs))})
+	r := OK(bson.E{Key: "n", Value: int32(len(docs))})
+	if retryable {
+		st.retried[retryKey] = r.Docs[0]
+	}
+	return r
 }
 
 // withID returns an owned copy of d with an _id, adding an ObjectID first
@@ -447,7 +494,7 @@ func (st *store) find(req *Request) Reply {
 	var id int64
 	if n < len(matched) && !single {
 		id = st.newCursorID()
-		st.cursors[id] = &cursor{ns: ns, docs: matched[n:]}
+		st.cursors[id] = &cursor{ns: ns, docs: matched[n:], owner: serverOf(req)}
 	}
 	return Reply{Docs: []bsoncore.Document{cursorReply(id, ns, "firstBatch", matched[:n])}}
 }
@@ -466,7 +513,7 @@ func (st *store) getMore(req *Request) Reply {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	c := st.cursors[id]
-	if c == nil {
+	if c == nil || !c.ownedBy(serverOf(req)) {
 		return Error(codeCursorNotFound, "", fmt.Sprintf("cursor id %d not found", id))
 	}
 	if c.ns != ns {
@@ -511,7 +558,7 @@ func (st *store) killCursors(req *Request) Reply {
 		if !ok {
 			continue
 		}
-		if c := st.cursors[id]; c != nil && c.ns == ns {
+		if c := st.cursors[id]; c != nil && c.ns == ns && c.ownedBy(serverOf(req)) {
 			delete(st.cursors, id)
 			killed = append(killed, id)
 		} else {

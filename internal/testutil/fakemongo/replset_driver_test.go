@@ -1,0 +1,272 @@
+package fakemongo
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+)
+
+// connectURI connects the Go driver to uri and disconnects it when the
+// test ends (before the fixture closes: cleanups run last-in first-out).
+func connectURI(t *testing.T, uri string, tweak func(*options.ClientOptions)) *mongo.Client {
+	t.Helper()
+	o := options.Client().ApplyURI(uri).
+		SetServerSelectionTimeout(15 * time.Second).
+		SetConnectTimeout(5 * time.Second)
+	if tweak != nil {
+		tweak(o)
+	}
+	c, err := mongo.Connect(o)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Disconnect(ctx); err != nil {
+			t.Errorf("disconnect: %v", err)
+		}
+	})
+	return c
+}
+
+// topologyWatcher keeps the driver's latest topology description.
+type topologyWatcher struct {
+	mu   sync.Mutex
+	last event.TopologyDescription
+}
+
+func (w *topologyWatcher) monitor() *event.ServerMonitor {
+	return &event.ServerMonitor{TopologyDescriptionChanged: func(e *event.TopologyDescriptionChangedEvent) {
+		w.mu.Lock()
+		w.last = e.NewDescription
+		w.mu.Unlock()
+	}}
+}
+
+// kinds returns the topology kind and each server's kind by address.
+func (w *topologyWatcher) kinds() (string, map[string]string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := map[string]string{}
+	for _, s := range w.last.Servers {
+		m[s.Addr.String()] = s.Kind
+	}
+	return w.last.Kind, m
+}
+
+// waitTopology waits up to limit for the driver to see primary (an index,
+// -1 for none) and the other members of rs as secondaries.
+func (w *topologyWatcher) waitTopology(t *testing.T, rs *ReplicaSet, primary int, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		kind, servers := w.kinds()
+		ok := len(servers) == len(rs.Members())
+		for i, m := range rs.Members() {
+			want := "RSSecondary"
+			if i == primary {
+				want = "RSPrimary"
+			}
+			ok = ok && servers[m.Addr()] == want
+		}
+		if wantKind := map[bool]string{true: "ReplicaSetWithPrimary", false: "ReplicaSetNoPrimary"}[primary >= 0]; ok && kind == wantKind {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v the driver sees %s %v, want member %d primary", limit, kind, servers, primary)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestReplicaSetDriverDiscoveryAndStreaming(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	var w topologyWatcher
+	// A one-minute heartbeat: only the streamed awaitable hello can tell
+	// the driver of a change within the bounds below.
+	c := connectURI(t, rs.SeedURI(0), func(o *options.ClientOptions) {
+		o.SetServerMonitor(w.monitor()).SetHeartbeatInterval(time.Minute).
+			SetServerMonitoringMode(options.ServerMonitoringModeStream)
+	})
+	if err := c.Ping(testCtx(t), readpref.Primary()); err != nil {
+		t.Fatal(err)
+	}
+	w.waitTopology(t, rs, 0, 10*time.Second)
+	for i := 1; i < 3; i++ {
+		if rs.Member(i).Requests("hello") == 0 {
+			t.Fatalf("the driver never asked member %d", i)
+		}
+	}
+
+	if err := rs.StepDown(0); err != nil {
+		t.Fatal(err)
+	}
+	w.waitTopology(t, rs, -1, 2*time.Second)
+	if err := rs.Elect(2); err != nil {
+		t.Fatal(err)
+	}
+	w.waitTopology(t, rs, 2, 2*time.Second)
+	if err := c.Ping(testCtx(t), readpref.Primary()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReplicaSetDriverReadsFromSecondaries(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	var mu sync.Mutex
+	servedBy := map[string]int{}
+	mon := &event.CommandMonitor{Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+		if e.CommandName == "find" {
+			addr, _ := e.Reply.Lookup(ServedByField).StringValueOK()
+			mu.Lock()
+			servedBy[addr]++
+			mu.Unlock()
+		}
+	}}
+	c := connectURI(t, rs.SeedURI(0)+"&readPreference=secondary", func(o *options.ClientOptions) { o.SetMonitor(mon) })
+	ctx := testCtx(t)
+	coll := c.Database("db").Collection("c")
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatalf("insert with readPreference=secondary: %v", err)
+	}
+	const finds = 20
+	for range finds {
+		var got bson.D
+		if err := coll.FindOne(ctx, bson.D{}).Decode(&got); err != nil {
+			t.Fatalf("find: %v", err)
+		}
+	}
+	m := rs.Members()
+	if n := m[0].Requests("find"); n != 0 {
+		t.Fatalf("the primary served %d finds", n)
+	}
+	if n := m[1].Requests("find") + m[2].Requests("find"); n != finds {
+		t.Fatalf("the secondaries served %d finds, want %d", n, finds)
+	}
+	if m[0].Requests("insert") != 1 || m[1].Requests("insert")+m[2].Requests("insert") != 0 {
+		t.Fatal("the insert did not go to the primary alone")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if servedBy[m[1].Addr()]+servedBy[m[2].Addr()] != finds {
+		t.Fatalf("find replies name %v", servedBy)
+	}
+}
+
+func TestReplicaSetDriverFailoverLosesNoRetryableWrite(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{ElectionDelay: 300 * time.Millisecond})
+	var refused atomic.Int64
+	mon := &event.CommandMonitor{Failed: func(_ context.Context, e *event.CommandFailedEvent) {
+		refused.Add(1)
+		t.Logf("attempt failed: %s on %s: %v", e.CommandName, e.ConnectionID, e.Failure)
+		t.Logf("failed %s on %s: %v", e.CommandName, e.ConnectionID, e.Failure)
+	}}
+	c := connectURI(t, rs.URI(), func(o *options.ClientOptions) { o.SetMonitor(mon) })
+	ctx := testCtx(t)
+	coll := c.Database("db").Collection("c")
+
+	var failedOver atomic.Bool
+	newPrimary := make(chan int, 1)
+	const before, after, maxInserts = 50, 50, 5000
+	var errs []error
+	n := 0
+	deadline := time.Now().Add(15 * time.Second)
+	for afterDone := 0; afterDone < after && n < maxInserts && time.Now().Before(deadline); n++ {
+		if n == before {
+			go func() {
+				p, err := rs.Failover()
+				if err != nil {
+					t.Errorf("failover: %v", err)
+				}
+				newPrimary <- p
+				failedOver.Store(true)
+			}()
+		}
+		if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: n}}); err != nil {
+			errs = append(errs, err)
+		}
+		if failedOver.Load() {
+			afterDone++
+		}
+	}
+	t.Logf("%d inserts, %d attempts failed and were retried", n, refused.Load())
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d inserts failed, first: %v", len(errs), n, errs[0])
+	}
+	if !failedOver.Load() {
+		t.Fatalf("the failover did not finish during %d inserts", n)
+	}
+	p := <-newPrimary
+	if p == 0 || rs.Member(p).Requests("insert") == 0 {
+		t.Fatalf("new primary %d took %d inserts", p, rs.Member(p).Requests("insert"))
+	}
+	docs := rs.Collection("db", "c")
+	ids := make([]int, 0, len(docs))
+	for _, d := range docs {
+		id, _ := d.Lookup("_id").AsInt64OK()
+		ids = append(ids, int(id))
+	}
+	slices.Sort(ids)
+	if len(ids) != n || len(ids) > 0 && (ids[0] != 0 || ids[len(ids)-1] != n-1) || len(slices.Compact(ids)) != n {
+		t.Fatalf("%d acknowledged inserts, %d documents stored", n, len(docs))
+	}
+}
+
+func TestReplicaSetDriverKillReviveSecondary(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	var w topologyWatcher
+	c := connectURI(t, rs.URI()+"&readPreference=secondary", func(o *options.ClientOptions) {
+		o.SetServerMonitor(w.monitor()).SetHeartbeatInterval(500 * time.Millisecond)
+	})
+	ctx := testCtx(t)
+	coll := c.Database("db").Collection("c")
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitTopology(t, rs, 0, 10*time.Second)
+	find := func(phase string) {
+		t.Helper()
+		var got bson.D
+		if err := coll.FindOne(ctx, bson.D{}).Decode(&got); err != nil {
+			t.Fatalf("%s: find: %v", phase, err)
+		}
+	}
+
+	if err := rs.Kill(1); err != nil {
+		t.Fatal(err)
+	}
+	// Reads keep working on the other secondary (a read that picked the
+	// dead one is retried elsewhere).
+	for range 20 {
+		find("member 1 down")
+	}
+	first := rs.Member(1).Server()
+	if err := rs.Revive(1); err != nil {
+		t.Fatal(err)
+	}
+	if rs.Member(1).Server() == first {
+		t.Fatal("Revive kept the old server")
+	}
+	// The driver rediscovers the revived member and reads from it again.
+	deadline := time.Now().Add(15 * time.Second)
+	for rs.Member(1).Server().Requests("find") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no find reached the revived member; the driver sees %v", func() map[string]string { _, k := w.kinds(); return k }())
+		}
+		find("member 1 revived")
+		time.Sleep(5 * time.Millisecond)
+	}
+	if rs.Member(0).Requests("find") != 0 {
+		t.Fatal("a find went to the primary")
+	}
+}

@@ -1,0 +1,162 @@
+package topology
+
+// Application errors: what an error seen by a request (or by the pool while
+// it established a connection) does to the server, as SDAM's error
+// handling decides it (sdam.HandleAppError); this file only translates Go
+// errors into the rules' terms and carries out the decision.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+)
+
+// IsStateChangeCode reports whether a server error code means the server is
+// changing state: "not writable primary" (10107, 13435, 10058) or "node is
+// recovering" (11600, 11602, 13436, 189, 91).
+func IsStateChangeCode(code int32) bool { return sdam.IsStateChangeError(code, true, "") }
+
+// HandleError applies SDAM's application error handling to err, seen on c
+// while running an operation against this server. c may be nil when the
+// error came from CheckOut, or from the pool's background connection
+// establishment (Options.Pool.OnBackgroundError is wired here).
+//
+//   - An error from before the pool's last clear (the connection's, or the
+//     failed establishment's, generation is older than the pool's), or a
+//     state-change error whose topologyVersion is not newer than the
+//     server's, is stale and ignored.
+//   - A failure to establish a connection (*pool.ConnectionError or
+//     *upstream.ConnectError: network error, timeout, failed hello or
+//     authentication) and a network error that is not a timeout mark the
+//     server Unknown and clear its pool.
+//   - A state-change error (NotWritablePrimary, NodeIsRecovering...) marks
+//     the server Unknown and asks for an immediate check; the pool is
+//     cleared only for shutdown errors (11600, 91).
+//   - A timeout on an established connection is the operation's problem,
+//     and the pool's own CheckOut errors (wait-queue timeout, pool cleared
+//     or closed), a cancelled context and other command errors change
+//     nothing.
+//
+// Behind a load balancer the server never becomes Unknown (there is no SDAM
+// for a load balancer); the failing backend's connections are cleared by
+// serviceId instead.
+func (s *Server) HandleError(err error, c *pool.Conn) {
+	if err == nil || s.topo.isClosed() || errors.Is(err, context.Canceled) {
+		// Our own cancellation (a clear or close interrupting a pending
+		// connection, a client going away) says nothing about the server.
+		return
+	}
+	ae, ok := s.appError(err, c)
+	if !ok {
+		return
+	}
+	t := s.topo
+	t.mu.Lock()
+	if t.closed || t.servers[s.addr] != s {
+		t.mu.Unlock()
+		return
+	}
+	cur, _ := t.desc.Server(s.addr)
+	gen := s.pool.Stats().Generation
+	if ae.Generation == noGeneration {
+		ae.Generation = gen
+	}
+	act := sdam.HandleAppError(cur, t.desc.Type, gen, ae)
+	if act.Stale {
+		t.mu.Unlock()
+		t.log.Debug("ignoring a stale error: from a connection of an older pool generation, or an older topologyVersion",
+			slog.String("topology", t.name), slog.String("address", s.addr), slog.Any("error", err))
+		return
+	}
+	var removed []*Server
+	if act.MarkUnknown {
+		removed = t.applyLocked(s, act.Unknown, nil)
+		t.publishLocked()
+	}
+	if act.ClearPool {
+		// After publishing: no new selection picks s while it clears.
+		if s.loadBalancer {
+			if id, ok := c.ServiceID(); c != nil && ok {
+				s.pool.ClearService(id)
+			}
+		} else {
+			s.pool.ClearWithError(err, act.InterruptInUse)
+		}
+	}
+	t.mu.Unlock()
+	for _, r := range removed {
+		r.pool.Close()
+	}
+	if act.CancelCheck {
+		s.cancelCheck()
+	}
+	if act.MarkUnknown || act.RequestCheck {
+		s.RequestCheck()
+	}
+	if act.MarkUnknown {
+		t.log.Info("marked server Unknown after an operation error",
+			slog.String("topology", t.name), slog.String("address", s.addr),
+			slog.Bool("poolCleared", act.ClearPool), slog.Any("error", err))
+	}
+}
+
+// noGeneration stands for "the pool's current generation" in an AppError
+// built without a connection.
+const noGeneration = ^uint64(0)
+
+// appError translates err into SDAM's terms; false means the rules have
+// nothing to say about it (the pool's own checkout errors, context
+// errors).
+func (s *Server) appError(err error, c *pool.Conn) (sdam.AppError, bool) {
+	var connErr *pool.ConnectionError
+	var upErr *upstream.ConnectError
+	var cmdErr *upstream.CommandError
+	ae := sdam.AppError{Err: err, Generation: noGeneration, HandshakeCompleted: true, MaxWireVersion: s.maxWireVersion()}
+	if c != nil {
+		ae.Generation = c.Generation()
+		if id, ok := c.ServiceID(); ok {
+			ae.ServiceID = &id
+		}
+	}
+	timeout := isTimeout(err)
+	switch {
+	case errors.As(err, &connErr) || errors.As(err, &upErr):
+		// SDAM: any failure before the handshake completes, timeouts and
+		// authentication failures included.
+		ae.HandshakeCompleted = false
+		ae.Kind = sdam.NetworkError
+		if timeout {
+			ae.Kind = sdam.NetworkTimeout
+		}
+		if connErr != nil {
+			ae.Generation = connErr.Generation
+		}
+	case errors.As(err, &cmdErr):
+		ae.Kind = sdam.CommandError
+		ae.Code, ae.HasCode, ae.Message = cmdErr.Code, true, cmdErr.Message
+		if tv := cmdErr.TopologyVersion; tv != nil {
+			ae.TopologyVersion = &sdam.TopologyVersion{ProcessID: tv.ProcessID, Counter: tv.Counter}
+		}
+	case upstream.IsNetworkError(err) && c != nil:
+		ae.Kind = sdam.NetworkError
+		if timeout {
+			ae.Kind = sdam.NetworkTimeout
+		}
+	default:
+		// The pool's own errors from CheckOut (wait-queue timeout, pool
+		// cleared or closed), timeouts of our own contexts.
+		return ae, false
+	}
+	return ae, true
+}
+
+func (s *Server) maxWireVersion() int32 {
+	if h := s.Hello(); h != nil {
+		return h.MaxWireVersion
+	}
+	return 0
+}
