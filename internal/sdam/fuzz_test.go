@@ -1,6 +1,7 @@
 package sdam
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -102,5 +103,120 @@ func checkTopologyInvariants(t *testing.T, td TopologyDescription) {
 	multi := td.Type != Single && td.Type != LoadBalanced
 	if primaries > 1 || multi && (td.Type == ReplicaSetWithPrimary) != (primaries == 1) {
 		t.Fatalf("type %s with %d primaries", td.Type, primaries)
+	}
+}
+
+// FuzzApply drives the state machine with sequences of well-formed but
+// arbitrary descriptions (the kind of input the hello parser lets through),
+// from every kind of initial topology, and checks what must hold after
+// every step whatever the replies were.
+func FuzzApply(f *testing.F) {
+	f.Add([]byte{0, 3, 0, 0b00111, 1, 1, 1, 4, 0, 0b00111, 0, 1})
+	f.Add([]byte{0, 4, 0, 0b11111, 0, 0, 2, 3, 0, 0b00011, 2, 2, 0, 3, 0, 0b00001, 1, 3})
+	f.Add([]byte{1, 2, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 3, 7, 1, 0b00100, 9, 9})
+	// Found by fuzzing: a LoadBalancer description outside a LoadBalanced
+	// topology stayed in the replica set that topology became.
+	f.Add([]byte("8Y0000200200"))
+	addrs := []string{"a:1", "b:1", "c:1", "d:1", "e:1"}
+	types := []ServerType{Unknown, Standalone, Mongos, RSPrimary, RSSecondary, RSArbiter, RSOther, RSGhost, LoadBalancer}
+	configs := []Config{
+		{Seeds: []string{"a:1"}},
+		{Seeds: []string{"a:1", "b:1"}},
+		{Seeds: []string{"a:1", "b:1"}, SetName: "rs"},
+		{Seeds: []string{"a:1"}, DirectConnection: true, SetName: "rs"},
+		{Seeds: []string{"a:1"}, LoadBalanced: true},
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const step = 6
+		for _, cfg := range configs {
+			td := NewTopology(cfg)
+			for i := 0; i+step <= len(data) && i < 30*step; i += step {
+				b := data[i : i+step]
+				sd := ServerDescription{
+					Address:        addrs[int(b[0])%len(addrs)],
+					Type:           types[int(b[1])%len(types)],
+					MaxWireVersion: []int32{8, 17, 21, 7}[int(b[1]>>4)%4],
+					SetName:        []string{"rs", "rs", "other", ""}[int(b[2])%4],
+				}
+				switch {
+				case sd.Type == Unknown:
+					sd.Error = errors.New("check failed")
+				case sd.Type.IsReplicaSetMember() && sd.Type != RSGhost && sd.SetName == "":
+					sd.SetName = "rs" // the parser makes no member without a set name
+				}
+				for j, a := range addrs {
+					if b[3]&(1<<j) != 0 {
+						sd.Hosts = append(sd.Hosts, a)
+					}
+				}
+				if b[2]&0x10 != 0 {
+					sd.Me = addrs[int(b[2]>>5)%len(addrs)]
+				}
+				if b[3]&0x80 != 0 {
+					sd.Primary = addrs[int(b[3]>>5)%len(addrs)]
+				}
+				if b[4] != 0 {
+					sd.ElectionID = &bson.ObjectID{11: b[4]}
+				}
+				if b[5] != 0 {
+					v := int64(b[5] % 8)
+					sd.SetVersion = &v
+					if b[5]&0x80 != 0 {
+						lstm := int64(b[5] % 16)
+						sd.LogicalSessionTimeoutMinutes = &lstm
+					}
+				}
+				next := Apply(td, cfg, sd)
+				checkTopologyInvariants(t, next)
+				checkStateInvariants(t, cfg, next)
+				_ = ChangeEvents(td, next, sd)
+				td = next
+			}
+		}
+	})
+}
+
+// checkStateInvariants checks what the rules guarantee of a topology of
+// each type, and recomputes the session timeout independently.
+func checkStateInvariants(t *testing.T, cfg Config, td TopologyDescription) {
+	t.Helper()
+	for _, s := range td.Servers {
+		switch td.Type {
+		case ReplicaSetNoPrimary, ReplicaSetWithPrimary:
+			if s.Type == Standalone || s.Type == Mongos || s.Type == LoadBalancer {
+				t.Fatalf("%s in %s", s.Type, td.Type)
+			}
+			if s.Type.IsReplicaSetMember() && s.Type != RSGhost && s.SetName != td.SetName {
+				t.Fatalf("member of %q in replica set %q", s.SetName, td.SetName)
+			}
+		case Sharded:
+			if s.Type != Unknown && s.Type != Mongos && s.Type != RSGhost {
+				t.Fatalf("%s in Sharded", s.Type)
+			}
+		case LoadBalanced:
+			if s.Type != LoadBalancer && s.Type != Unknown {
+				t.Fatalf("%s in LoadBalanced", s.Type)
+			}
+		}
+	}
+	if cfg.SetName != "" && td.SetName != cfg.SetName {
+		t.Fatalf("set name %q, configured %q", td.SetName, cfg.SetName)
+	}
+	var want *int64
+	for _, s := range td.Servers {
+		if !s.Type.DataBearing() {
+			continue
+		}
+		if s.LogicalSessionTimeoutMinutes == nil {
+			want = nil
+			break
+		}
+		if want == nil || *s.LogicalSessionTimeoutMinutes < *want {
+			want = s.LogicalSessionTimeoutMinutes
+		}
+	}
+	if !equalPtr(want, td.LogicalSessionTimeoutMinutes) {
+		t.Fatalf("logicalSessionTimeoutMinutes %v, want %v", fmtPtr(td.LogicalSessionTimeoutMinutes), fmtPtr(want))
 	}
 }

@@ -120,7 +120,8 @@ func NewTopology(cfg Config) TopologyDescription {
 // immediate check of it and must not clear its pool. Servers are sorted by
 // address.
 //
-// In a LoadBalanced topology only a LoadBalancer description applies.
+// In a LoadBalanced topology only a LoadBalancer description applies, and
+// only there.
 func Apply(td TopologyDescription, cfg Config, sd ServerDescription) TopologyDescription {
 	cur, ok := td.Server(sd.Address)
 	if !ok {
@@ -133,6 +134,11 @@ func Apply(td TopologyDescription, cfg Config, sd ServerDescription) TopologyDes
 		// An Unknown server has no round trip time (SDAM "roundTripTime").
 		sd.AvgRTT, sd.HasRTT = 0, false
 	}
+	if (td.Type == LoadBalanced) != (sd.Type == LoadBalancer) {
+		// A load balancer is never checked nor marked Unknown (the load
+		// balancer spec), and only a load balancer is one.
+		return td
+	}
 	next := td
 	next.Servers = slices.Clone(td.Servers)
 	switch td.Type {
@@ -142,11 +148,6 @@ func Apply(td TopologyDescription, cfg Config, sd ServerDescription) TopologyDes
 		}
 		next.replace(sd)
 	case LoadBalanced:
-		// The load balancer is never checked nor marked Unknown (the load
-		// balancer spec): only its LoadBalancer description applies.
-		if sd.Type != LoadBalancer {
-			return td
-		}
 		next.replace(sd)
 	default:
 		next.replace(sd)
@@ -181,7 +182,7 @@ func (td *TopologyDescription) update(cfg Config, sd ServerDescription) {
 		}
 	case ReplicaSetNoPrimary:
 		switch sd.Type {
-		case Standalone, Mongos, LoadBalancer:
+		case Standalone, Mongos:
 			td.remove(sd.Address)
 		case RSPrimary:
 			td.Type = ReplicaSetWithPrimary
@@ -191,7 +192,7 @@ func (td *TopologyDescription) update(cfg Config, sd ServerDescription) {
 		}
 	case ReplicaSetWithPrimary:
 		switch sd.Type {
-		case Standalone, Mongos, LoadBalancer:
+		case Standalone, Mongos:
 			td.remove(sd.Address)
 			td.checkIfHasPrimary()
 		case RSPrimary:

@@ -189,3 +189,16 @@ func TestStandaloneWithDuplicateSeed(t *testing.T) {
 		t.Errorf("one seed given twice: %s with %d servers", td.Type, len(td.Servers))
 	}
 }
+
+func TestLoadBalancerOnlyInLoadBalanced(t *testing.T) {
+	for _, cfg := range []Config{
+		{Seeds: []string{"a:1"}},
+		{Seeds: []string{"a:1"}, DirectConnection: true},
+		{Seeds: []string{"a:1"}, SetName: "rs"},
+	} {
+		td := NewTopology(cfg)
+		if next := Apply(td, cfg, LoadBalancerServer("a:1")); !next.Equal(td) {
+			t.Errorf("%+v: a load balancer applied to %s: %+v", cfg, td.Type, next)
+		}
+	}
+}
