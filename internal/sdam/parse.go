@@ -31,6 +31,7 @@ type HelloFieldError struct {
 	Want string
 }
 
+// Error implements error.
 func (e *HelloFieldError) Error() string {
 	if e.Got == 0 {
 		return fmt.Sprintf("malformed hello reply: field %q is missing, want %s", e.Field, e.Want)
@@ -50,6 +51,7 @@ type HelloCommandError struct {
 	Message  string
 }
 
+// Error implements error.
 func (e *HelloCommandError) Error() string {
 	msg := e.Message
 	if msg == "" {

@@ -27,6 +27,7 @@ type StalePrimaryError struct {
 	SetVersion, MaxSetVersion *int64
 }
 
+// Error implements error.
 func (e *StalePrimaryError) Error() string {
 	if e.NewerPrimary {
 		return "primary marked stale due to discovery of newer primary"

@@ -55,6 +55,7 @@ type IncompatibleServerError struct {
 	MaxWireVersion int32
 }
 
+// Error implements error.
 func (e *IncompatibleServerError) Error() string {
 	if e.MinWireVersion > MaxSupportedWireVersion {
 		return fmt.Sprintf("Server at %s requires wire version %d, but this version of mongobouncer only supports up to %d.",
@@ -71,6 +72,7 @@ type SetNameMismatchError struct {
 	Want, Got string
 }
 
+// Error implements error.
 func (e *SetNameMismatchError) Error() string {
 	if e.Got == "" {
 		return fmt.Sprintf("server is not a member of replica set %q", e.Want)
@@ -112,7 +114,14 @@ func NewTopology(cfg Config) TopologyDescription {
 //
 // A server absent from the result was removed: the caller stops its
 // monitor and closes its pool. A server present in the result but not in td
-// was added: the caller starts monitoring it. Servers are sorted by address.
+// was added: the caller starts monitoring it (Diff lists both). A former
+// primary that a newer one displaced is now Unknown with a
+// *StalePrimaryError whose NewerPrimary is true: the caller requests an
+// immediate check of it and must not clear its pool. Servers are sorted by
+// address.
+//
+// In a LoadBalanced topology only a LoadBalancer description applies, and
+// only there.
 func Apply(td TopologyDescription, cfg Config, sd ServerDescription) TopologyDescription {
 	cur, ok := td.Server(sd.Address)
 	if !ok {
@@ -124,6 +133,11 @@ func Apply(td TopologyDescription, cfg Config, sd ServerDescription) TopologyDes
 	if sd.Type == Unknown {
 		// An Unknown server has no round trip time (SDAM "roundTripTime").
 		sd.AvgRTT, sd.HasRTT = 0, false
+	}
+	if (td.Type == LoadBalanced) != (sd.Type == LoadBalancer) {
+		// A load balancer is never checked nor marked Unknown (the load
+		// balancer spec), and only a load balancer is one.
+		return td
 	}
 	next := td
 	next.Servers = slices.Clone(td.Servers)
@@ -168,7 +182,7 @@ func (td *TopologyDescription) update(cfg Config, sd ServerDescription) {
 		}
 	case ReplicaSetNoPrimary:
 		switch sd.Type {
-		case Standalone, Mongos, LoadBalancer:
+		case Standalone, Mongos:
 			td.remove(sd.Address)
 		case RSPrimary:
 			td.Type = ReplicaSetWithPrimary
@@ -178,7 +192,7 @@ func (td *TopologyDescription) update(cfg Config, sd ServerDescription) {
 		}
 	case ReplicaSetWithPrimary:
 		switch sd.Type {
-		case Standalone, Mongos, LoadBalancer:
+		case Standalone, Mongos:
 			td.remove(sd.Address)
 			td.checkIfHasPrimary()
 		case RSPrimary:
@@ -196,7 +210,7 @@ func (td *TopologyDescription) update(cfg Config, sd ServerDescription) {
 // user more likely listed a replica set with a member taken out for
 // maintenance.
 func (td *TopologyDescription) updateUnknownWithStandalone(cfg Config, sd ServerDescription) {
-	if len(cfg.Seeds) == 1 {
+	if len(slices.Compact(slices.Sorted(slices.Values(cfg.Seeds)))) == 1 {
 		td.Type = Single
 		return
 	}
