@@ -288,6 +288,10 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	if err != nil {
 		return nil, fmt.Errorf("route %q: %w", er.Name, err)
 	}
+	rp, err := routeReadPref(er)
+	if err != nil {
+		return nil, fmt.Errorf("route %q: read preference: %w", er.Name, err)
+	}
 	t, err := newTopology(er, a.log, a.metrics.PoolMonitor(er.Name), a.cfg.Global.EventLoop)
 	if err != nil {
 		return nil, err
@@ -295,7 +299,7 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	a.log.Info("route configured", "route", er.Name, "upstream", er.Conn.Redacted(), "pool_mode", mode.String(),
 		"max_pool_size", er.MaxPoolSize)
 	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: mode, Topology: t,
-		IdleTimeout: routeIdleTimeout(er), MaxMessageSize: er.MaxMessageSize}, topo: t}, nil
+		IdleTimeout: routeIdleTimeout(er), MaxMessageSize: er.MaxMessageSize, ReadPref: rp}, topo: t}, nil
 }
 
 // routeIdleTimeout is er's client_idle_timeout for proxy.Route, whose zero

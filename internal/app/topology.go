@@ -1,16 +1,22 @@
 package app
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
+	"github.com/mongobouncer/mongobouncer/internal/srv"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
@@ -20,10 +26,12 @@ import (
 // event loop.
 func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, eventLoop bool) (*topology.Topology, error) {
 	cs := er.Conn
+	var poll *topology.SRVPolling
 	if cs.SRV {
-		// The configuration accepts mongodb+srv://, but until the SRV
-		// records are resolved there is no host to dial.
-		return nil, fmt.Errorf("route %q: %w: list the hosts instead, as in mongodb://host1:27017,host2:27017/?replicaSet=name&tls=true", er.Name, config.ErrSRVUnsupported)
+		var err error
+		if cs, poll, err = resolveSRV(cs, er.HeartbeatInterval); err != nil {
+			return nil, fmt.Errorf("route %q: %w", er.Name, err)
+		}
 	}
 	if cs.Username != "" || cs.AuthMechanism != "" {
 		return nil, fmt.Errorf("route %q: upstream authentication is not supported yet; remove the credentials from its connection string", er.Name)
@@ -70,8 +78,10 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 	// the CMAP log messages appear whenever the (reloadable) level allows.
 	t, err := topology.New(er.Name, topology.Options{
 		Hosts:                  hosts,
-		ReplicaSet:             er.Conn.ReplicaSet,
-		DirectConnection:       er.Conn.DirectConnection,
+		ReplicaSet:             cs.ReplicaSet,
+		DirectConnection:       cs.DirectConnection,
+		SRV:                    poll,
+		LocalThreshold:         er.LocalThreshold,
 		Pool:                   po,
 		Dialer:                 upstream.NewDialer(uo),
 		MonitorDialer:          upstream.NewDialer(mo),
@@ -96,7 +106,59 @@ func sameTopology(a, b config.EffectiveRoute) bool {
 		slices.Equal(ca.Compressors, cb.Compressors) &&
 		a.AppName == b.AppName && a.ConnectTimeout == b.ConnectTimeout &&
 		a.HeartbeatInterval == b.HeartbeatInterval && a.ServerSelectionTimeout == b.ServerSelectionTimeout &&
-		a.MaxMessageSize == b.MaxMessageSize
+		a.MaxMessageSize == b.MaxMessageSize && a.LocalThreshold == b.LocalThreshold &&
+		a.ReadPreference == b.ReadPreference && a.MaxStaleness == b.MaxStaleness &&
+		slices.EqualFunc(a.ReadPreferenceTags, b.ReadPreferenceTags, maps.Equal)
+}
+
+// srvLookupTimeout bounds the SRV and TXT lookups of a mongodb+srv://
+// route at start and reload.
+const srvLookupTimeout = 10 * time.Second
+
+// resolveSRV resolves a mongodb+srv:// connection string: the hosts from
+// its SRV records, and from its TXT record the replicaSet and loadBalanced
+// the string does not set itself (initial-dns-seedlist-discovery). The
+// polling it returns keeps a mongos list current.
+func resolveSRV(cs config.ConnString, heartbeat time.Duration) (config.ConnString, *topology.SRVPolling, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), srvLookupTimeout)
+	defer cancel()
+	o := srv.Options{ServiceName: cs.SRVServiceName, MaxHosts: cs.SRVMaxHosts}
+	res, err := srv.Resolve(ctx, net.DefaultResolver, cs.SRVHost, o)
+	if err != nil {
+		return cs, nil, err
+	}
+	cs.Hosts = make([]config.Host, len(res.Hosts))
+	for i, h := range res.Hosts {
+		cs.Hosts[i] = config.Host{Network: config.NetworkTCP, Address: h}
+	}
+	if cs.ReplicaSet == "" {
+		cs.ReplicaSet = res.TXT.ReplicaSet
+	}
+	if res.TXT.LoadBalanced != nil && *res.TXT.LoadBalanced {
+		return cs, nil, fmt.Errorf("%s: its TXT record says loadBalanced=true: loadBalanced upstreams are not supported yet", cs.SRVHost)
+	}
+	return cs, &topology.SRVPolling{Host: cs.SRVHost, Options: o}, nil
+}
+
+// routeReadPref is the route's default read preference for the proxy: nil
+// for primary, the mode and tag sets otherwise (validated with the
+// configuration).
+func routeReadPref(er config.EffectiveRoute) (*sdam.ReadPref, error) {
+	mode, err := sdam.ParseMode(string(er.ReadPreference))
+	if err != nil {
+		return nil, err
+	}
+	if mode == sdam.Primary {
+		return nil, nil
+	}
+	rp := &sdam.ReadPref{Mode: mode, MaxStaleness: er.MaxStaleness}
+	for _, ts := range er.ReadPreferenceTags {
+		rp.TagSets = append(rp.TagSets, sdam.TagSet(maps.Clone(ts)))
+	}
+	if err := rp.Validate(er.HeartbeatInterval); err != nil {
+		return nil, err
+	}
+	return rp, nil
 }
 
 func tlsConfig(cs config.ConnString) (*tls.Config, error) {

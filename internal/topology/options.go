@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/srv"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
@@ -52,6 +53,14 @@ type Options struct {
 	// DirectConnection talks to exactly the one host (directConnection):
 	// a Single topology, with no discovery.
 	DirectConnection bool
+
+	// SRV, when not nil, keeps a mongodb+srv:// host list current while
+	// the deployment is a list of mongos routers (or not yet known): its
+	// records are resolved again every Interval and hosts added or removed
+	// (polling-srv-records-for-mongos-discovery). Hosts are its first
+	// resolution. A replica set (ReplicaSet set) or a load balancer is
+	// never polled: its members come from discovery.
+	SRV *SRVPolling
 
 	// Pool is the template for every server's pool. The topology replaces
 	// OnBackgroundError (errors establishing connections in the background are
@@ -116,6 +125,18 @@ type Options struct {
 
 	// Logger receives topology logs. Default slog.Default().
 	Logger *slog.Logger
+}
+
+// SRVPolling says how to poll the SRV records of a mongodb+srv:// route.
+type SRVPolling struct {
+	// Host is the SRV host name of the connection string.
+	Host string
+	// Options are srvServiceName and srvMaxHosts.
+	Options srv.Options
+	// Resolver does the lookups; nil means net.DefaultResolver.
+	Resolver srv.Resolver
+	// Interval is the rescan interval; 0 means srv.DefaultRescanInterval.
+	Interval time.Duration
 }
 
 // withDefaults returns a copy of o with zero fields defaulted, or an error

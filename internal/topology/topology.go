@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
+	"github.com/mongobouncer/mongobouncer/internal/srv"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
@@ -54,6 +56,9 @@ type Topology struct {
 	// gone are the latest servers removed, for selection errors; guarded
 	// by mu, at most maxGone.
 	gone []ServerStatus
+
+	// poller re-resolves a mongodb+srv:// host list; nil without one.
+	poller *srv.Poller
 
 	helloReady chan struct{}   // closed at the first successful hello
 	done       chan struct{}   // closed by Close
@@ -117,6 +122,24 @@ func New(name string, o Options) (*Topology, error) {
 		}
 	}
 	t.mu.Unlock()
+	if p := o.SRV; p != nil && o.ReplicaSet == "" && !o.Pool.LoadBalanced {
+		r := p.Resolver
+		if r == nil {
+			r = net.DefaultResolver
+		}
+		poller, err := srv.StartPoller(t.ctx, r, p.Host, o.Hosts, srv.PollOptions{Options: p.Options,
+			Interval: p.Interval, RetryInterval: o.HeartbeatInterval, Logger: t.log,
+			OnChange: func(hosts []string) {
+				if t.SetHosts(hosts) {
+					t.log.Info("SRV records changed the hosts", slog.String("topology", name), slog.Any("hosts", hosts))
+				}
+			}})
+		if err != nil {
+			t.Close()
+			return nil, fmt.Errorf("topology %q: SRV polling: %w", name, err)
+		}
+		t.poller = poller
+	}
 	return t, nil
 }
 
@@ -192,6 +215,10 @@ func (t *Topology) Description() sdam.TopologyDescription {
 // Close stops the monitors, fails pending selections with ErrClosed and
 // closes every pool. It waits for the monitors to exit.
 func (t *Topology) Close() {
+	if t.poller != nil {
+		// First: its callback takes mu.
+		t.poller.Close()
+	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
