@@ -164,6 +164,9 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		a.routes[er.Name] = r
 		proxyRoutes = append(proxyRoutes, r.proxy)
 	}
+	// /metrics lists each route's servers as the topologies have them at
+	// the scrape, so a failover or a removed route leaves no stale series.
+	a.metrics.SetServerSource(a.serverRoles)
 	a.admin = admin.NewHandler(a, logger)
 	g := cfg.Global
 	a.server, err = proxy.New(proxy.Options{
