@@ -106,7 +106,7 @@ func secrets(cs config.ConnString) []string {
 func rootCause(err error) error {
 	for {
 		next := errors.Unwrap(err)
-		if next == nil {
+		if next == nil || next.Error() == "" {
 			return err
 		}
 		err = next

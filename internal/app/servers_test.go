@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -335,5 +337,22 @@ func ping(t *testing.T, a *App, db string) {
 	}
 	if _, err := wire.ReadMessage(nc, nil, wire.DefaultMaxMessageSize); err != nil {
 		t.Fatalf("ping on %s: %v", db, err)
+	}
+}
+
+type emptyErr struct{}
+
+func (emptyErr) Error() string { return "" }
+
+// /readyz names an error by its innermost cause, unless that says nothing.
+func TestRootCause(t *testing.T) {
+	refused := fmt.Errorf("upstream: connect to h:1 (dial): %w",
+		&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+	if got := rootCause(refused).Error(); got != "connection refused" {
+		t.Errorf("rootCause = %q, want connection refused", got)
+	}
+	outer := fmt.Errorf("hello failed: %w", emptyErr{})
+	if got := rootCause(outer); got != outer {
+		t.Errorf("rootCause = %q, want the outer error", got)
 	}
 }
