@@ -1,5 +1,10 @@
 package app
 
+// This file turns what the topologies know of each server (its type, state,
+// round-trip time and last error) into what the operator sees: the role in
+// showPools, showServers, the status page and /metrics, and /readyz's rule
+// and reasons. It only reads topology's exported API.
+
 import (
 	"errors"
 	"fmt"
@@ -15,11 +20,6 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
-
-// This file turns what the topologies know of each server (its type, state,
-// round-trip time and last error) into what the operator sees: the role in
-// showPools, showServers, the status page and /metrics, and /readyz's rule
-// and reasons. It only reads topology's exported API.
 
 // role names what d's server is now, in admin's words: its SDAM type while
 // it is usable, admin.RoleUnknown while it is not (Kind keeps the last

@@ -1,5 +1,8 @@
 package metrics
 
+// The upstream servers' series: what each route's servers are now, asked of
+// the app at every scrape rather than kept here.
+
 import (
 	"sync/atomic"
 	"time"
