@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -193,12 +195,34 @@ func TestStatusPageInChromium(t *testing.T) {
 	if len(d.Pools) != 4 {
 		t.Fatalf("%d pools served", len(d.Pools))
 	}
+	lastErrors := 0
 	for _, p := range d.Pools {
 		id := p.Route + "|" + p.Server
 		for k, series := range map[string]gapInts{"available": p.Available, "inUse": p.InUse, "pending": p.Pending, "waiters": p.Waiters} {
 			if got, want := shown("pool."+id+"."+k), strconv.Itoa(int(series[n-1])); got != want {
 				t.Errorf("pool %s %s shows %s, served %s", id, k, got, want)
 			}
+		}
+		// Its header names the server's role and round-trip time, and
+		// the monitor's error when there is one.
+		if got := shown("pool." + id + ".role"); got != p.Role || p.Role == "" {
+			t.Errorf("pool %s role shows %q, served %q", id, got, p.Role)
+		}
+		// 0 is "no round trip measured yet", not a fast server.
+		want := "rtt –"
+		if p.RTTMs > 0 {
+			want = "rtt " + strconv.FormatFloat(math.Round(p.RTTMs*100)/100, 'f', -1, 64) + " ms"
+		}
+		if got := shown("pool." + id + ".rttMs"); got != want {
+			t.Errorf("pool %s rtt shows %q, served %v", id, got, p.RTTMs)
+		}
+		if p.LastError != "" {
+			lastErrors++
+			if got := shown("pool." + id + ".lastError"); got != html.EscapeString(p.LastError) {
+				t.Errorf("pool %s last error shows %q, served %q", id, got, p.LastError)
+			}
+		} else if strings.Contains(dom, `data-v="pool.`+html.EscapeString(id)+`.lastError"`) {
+			t.Errorf("pool %s shows a last error, served none", id)
 		}
 		// The pool's card has its stacked chart with a point per sample.
 		card := regexp.MustCompile(`data-pool="` + regexp.QuoteMeta(html.EscapeString(id)) + `"[\s\S]*?</svg>`).FindString(dom)
@@ -220,6 +244,9 @@ func TestStatusPageInChromium(t *testing.T) {
 		if got, want := shown("pool."+id+".waitAvgMs"), strconv.FormatFloat(w, 'f', -1, 64); got != want {
 			t.Errorf("pool %s wait shows %s, served %s", id, got, want)
 		}
+	}
+	if lastErrors != 1 {
+		t.Errorf("%d pools with a last error served, want the fake's 1", lastErrors)
 	}
 	// Every chart is drawn over all samples: 4 overview charts, and two
 	// per pool (connections, checkout wait).

@@ -13,7 +13,8 @@ import (
 // interface. Snapshots are plain data, safe to keep and marshal. Methods
 // are safe for concurrent use.
 type Controller interface {
-	// Pools describes every pool: one per route and upstream server.
+	// Pools describes every pool: one per route and upstream server (each
+	// replica-set member), with the server's role and round-trip time.
 	Pools() []PoolInfo
 	// Clients describes every connected client.
 	Clients() []ClientInfo
@@ -24,8 +25,9 @@ type Controller interface {
 	// Config returns the effective configuration with secrets redacted,
 	// as nested maps/slices of strings, numbers and bools.
 	Config() map[string]any
-	// Ready reports whether every route has a ready pool on at least one
-	// server, and if not, why (one line per route that is not).
+	// Ready reports whether every route can serve a primary read now (a
+	// server that takes writes, with a ready pool), and if not, why (one
+	// line per route that is not).
 	Ready() (bool, []string)
 
 	// Pause stops handing out upstream connections for route ("" = every
@@ -65,7 +67,33 @@ type PoolInfo struct {
 	// gives the mean checkout latency over the time between them.
 	Checkouts    uint64        `json:"checkouts" bson:"checkouts"`
 	CheckoutWait time.Duration `json:"checkoutWaitNs" bson:"checkoutWaitNs"`
+	// Role is what the server is now, one of the Role constants: its
+	// type from the last hello, or RoleUnknown while it is unreachable.
+	// It changes on a failover.
+	Role string `json:"role" bson:"role"`
+	// RTTMs is the moving average of the monitor's hello round trips, in
+	// milliseconds; 0 before the first.
+	RTTMs float64 `json:"rttMs" bson:"rttMs"`
+	// LastError is why the server is unknown ("" when it is not), with
+	// secrets removed and its length bounded.
+	LastError string `json:"lastError" bson:"lastError"`
 }
+
+// Server roles as showPools, showServers and the status page name them:
+// the SDAM server type in lower case, with "other" and "ghost" for RSOther
+// and RSGhost, and RoleUnknown for a server that is not reachable now,
+// whatever it was before.
+const (
+	RolePrimary      = "primary"
+	RoleSecondary    = "secondary"
+	RoleArbiter      = "arbiter"
+	RoleMongos       = "mongos"
+	RoleStandalone   = "standalone"
+	RoleLoadBalancer = "loadbalancer"
+	RoleOther        = "other"
+	RoleGhost        = "ghost"
+	RoleUnknown      = "unknown"
+)
 
 // ClientState is where a client is: idle (no request), waiting (for an
 // upstream connection), active (a request in flight), pinned (holding an
@@ -101,6 +129,9 @@ type ServerConnInfo struct {
 	Generation uint64    `json:"generation" bson:"generation"`
 	CreatedAt  time.Time `json:"createdAt" bson:"createdAt"`
 	LastUsed   time.Time `json:"lastUsed" bson:"lastUsed"`
+	// Role is the server's role now (see PoolInfo.Role), so that the
+	// connections to the primary can be told from the others.
+	Role string `json:"role" bson:"role"`
 }
 
 // StatsInfo are totals since start: SHOW STATS. Rates are computed by the

@@ -60,13 +60,24 @@ func poolAt(i, j, s int) PoolInfo {
 	if inUse == 8 {
 		waiters = (s+i)%4 + 1
 	}
-	return PoolInfo{
+	p := PoolInfo{
 		Route: []string{"orders", "*"}[i%2], Server: fmt.Sprintf("127.0.0.1:%d", 27017+j),
 		Mode: "transaction", State: "ready", Usable: true, Generation: uint64(s / 10),
 		Total: inUse + pending + avail, Available: avail, InUse: inUse, Pending: pending, Waiters: waiters,
 		MaxPoolSize: 10, MinPoolSize: 1,
 		Checkouts: uint64(10 * s), CheckoutWait: waitTotal(i, s),
+		// The first server is each route's primary, the others its
+		// secondaries; round trips move from step to step.
+		Role:  []string{RolePrimary, RoleSecondary}[min(j, 1)],
+		RTTMs: float64((s+j)%7) + 0.25*float64(i+1),
 	}
+	if i == 1 && j == 1 {
+		// The catch-all route's secondary is down: the monitor's error
+		// says why.
+		p.Role, p.Usable, p.RTTMs = RoleUnknown, false, 0
+		p.LastError = "upstream: connect to 127.0.0.1:27018 (dial): connection refused"
+	}
+	return p
 }
 
 // waitTotal is the total checkout wait of route i's pools after step s:
@@ -121,9 +132,9 @@ func (f *fakeCtl) Clients() []ClientInfo {
 
 func (f *fakeCtl) Servers() []ServerConnInfo {
 	return []ServerConnInfo{
-		{Route: "orders", Server: "127.0.0.1:27017", ID: 2, State: "in use", Generation: 1, CreatedAt: t0, LastUsed: t0.Add(90 * time.Second)},
-		{Route: "orders", Server: "127.0.0.1:27017", ID: 1, State: "available", Generation: 1, CreatedAt: t0, LastUsed: t0.Add(30 * time.Second)},
-		{Route: "*", Server: "127.0.0.1:27018", ID: 7, State: "pending", Generation: 0, CreatedAt: t0.Add(100 * time.Second)},
+		{Route: "orders", Server: "127.0.0.1:27017", ID: 2, State: "in use", Generation: 1, CreatedAt: t0, LastUsed: t0.Add(90 * time.Second), Role: RolePrimary},
+		{Route: "orders", Server: "127.0.0.1:27017", ID: 1, State: "available", Generation: 1, CreatedAt: t0, LastUsed: t0.Add(30 * time.Second), Role: RolePrimary},
+		{Route: "*", Server: "127.0.0.1:27018", ID: 7, State: "pending", Generation: 0, CreatedAt: t0.Add(100 * time.Second), Role: RoleSecondary},
 	}
 }
 

@@ -219,7 +219,7 @@ GET  /status            status page (charts)
 GET  /status/data       the status page's data (JSON)
 GET  /metrics           Prometheus metrics
 GET  /healthz           200 while the process is alive
-GET  /readyz            200 when every route has a ready pool, else 503 and why
+GET  /readyz            200 when every route can serve a primary read, else 503 and why
 GET  /admin/pools       showPools
 GET  /admin/stats       showStats
 GET  /admin/clients     showClients

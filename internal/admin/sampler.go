@@ -167,10 +167,36 @@ func (s *Sampler) Sample() {
 	if s.n == 0 || stats.Uptime <= prev.Uptime {
 		prev, since = StatsInfo{}, SinceStart
 	}
+	if s.n > 0 {
+		shareErrors(sm.pools, s.ring[(s.next+len(s.ring)-1)%len(s.ring)].pools)
+	}
 	sm.perSec = rates(prev, stats, since)
 	s.ring[s.next] = sm
 	s.next = (s.next + 1) % len(s.ring)
 	s.n = min(s.n+1, len(s.ring))
+}
+
+// shareErrors makes each pool's LastError the previous sample's string
+// when the text is the same, so that a server that stays down keeps one
+// copy of its error (up to 512 bytes) in the ring, not one per sample.
+func shareErrors(cur, prev []PoolInfo) {
+	var last map[[2]string]string
+	for _, p := range prev {
+		if p.LastError != "" {
+			if last == nil {
+				last = map[[2]string]string{}
+			}
+			last[[2]string{p.Route, p.Server}] = p.LastError
+		}
+	}
+	if last == nil {
+		return
+	}
+	for i := range cur {
+		if e, ok := last[[2]string{cur[i].Route, cur[i].Server}]; ok && e == cur[i].LastError {
+			cur[i].LastError = e
+		}
+	}
 }
 
 // sampleIfOlder takes a sample when the newest is older than age: how a

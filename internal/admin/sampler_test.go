@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // fakeClock returns t0, t0+step, t0+2*step, ... on successive calls.
@@ -225,5 +226,43 @@ func TestSamplerPoolWaitPerInterval(t *testing.T) {
 	b, err := json.Marshal(d.Pools[0].WaitAvgMs)
 	if err != nil || !strings.HasPrefix(string(b), "[null,") {
 		t.Fatalf("JSON %s %v: a missing point must be null", b, err)
+	}
+}
+
+// A server that stays down has its error stored once, however many
+// samples repeat it; a new error text is stored anew.
+func TestSamplerSharesRepeatedErrors(t *testing.T) {
+	f := newFake()
+	s := NewSampler(f, time.Second, time.Minute)
+	s.now = fakeClock(time.Second)
+	setErr := func(text string) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		// A fresh copy each time, as the Controller makes one per call.
+		f.pools = []PoolInfo{
+			{Route: "rs", Server: "127.0.0.1:27017", Role: RolePrimary},
+			{Route: "rs", Server: "127.0.0.1:27018", Role: RoleUnknown, LastError: strings.Clone(text)},
+		}
+	}
+	refused := "upstream: connect to 127.0.0.1:27018 (dial): connection refused"
+	for range 3 {
+		setErr(refused)
+		s.Sample()
+	}
+	setErr("upstream: connect to 127.0.0.1:27018 (dial): i/o timeout")
+	s.Sample()
+	ss := s.samples()
+	if len(ss) != 4 {
+		t.Fatalf("%d samples", len(ss))
+	}
+	data := func(i int) *byte { return unsafe.StringData(ss[i].pools[1].LastError) }
+	if data(0) != data(1) || data(1) != data(2) {
+		t.Error("a repeated error is stored again in every sample")
+	}
+	if data(3) == data(2) || ss[3].pools[1].LastError == refused {
+		t.Errorf("a new error kept the old text: %q", ss[3].pools[1].LastError)
+	}
+	if d := s.Data(); d.Pools[1].LastError != ss[3].pools[1].LastError {
+		t.Errorf("the page shows %q, want the newest error", d.Pools[1].LastError)
 	}
 }

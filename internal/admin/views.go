@@ -22,12 +22,14 @@ type ClientView struct {
 
 // ServerConnView is one upstream connection in showServers.
 type ServerConnView struct {
-	Route      string    `json:"route" bson:"route"`
-	Server     string    `json:"server" bson:"server"`
-	ID         int64     `json:"id" bson:"id"`
-	State      string    `json:"state" bson:"state"`
-	Generation uint64    `json:"generation" bson:"generation"`
-	CreatedAt  time.Time `json:"createdAt" bson:"createdAt"`
+	Route      string `json:"route" bson:"route"`
+	Server     string `json:"server" bson:"server"`
+	ID         int64  `json:"id" bson:"id"`
+	State      string `json:"state" bson:"state"`
+	Generation uint64 `json:"generation" bson:"generation"`
+	// Role is the server's role now (PoolInfo.Role).
+	Role      string    `json:"role" bson:"role"`
+	CreatedAt time.Time `json:"createdAt" bson:"createdAt"`
 	// AgeSec is how long ago the connection was created.
 	AgeSec float64 `json:"ageSec" bson:"ageSec"`
 	// LastUsed and IdleSec are absent for a connection never checked out,
@@ -145,7 +147,7 @@ func serverViews(ss []ServerConnInfo, now time.Time) []ServerConnView {
 	out := make([]ServerConnView, 0, len(ss))
 	for _, s := range ss {
 		v := ServerConnView{
-			Route: s.Route, Server: s.Server, ID: s.ID, State: s.State, Generation: s.Generation,
+			Route: s.Route, Server: s.Server, ID: s.ID, State: s.State, Generation: s.Generation, Role: s.Role,
 			CreatedAt: s.CreatedAt, AgeSec: sec(now.Sub(s.CreatedAt)),
 		}
 		if !s.LastUsed.IsZero() {

@@ -21,6 +21,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
+	"github.com/mongobouncer/mongobouncer/internal/srv"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
 )
@@ -32,6 +33,8 @@ type App struct {
 
 	// overrides re-applies command-line flags on top of a reloaded file.
 	overrides func(*config.Config)
+	// resolver looks up mongodb+srv:// records; fixed at New.
+	resolver srv.Resolver
 
 	metrics *metrics.Metrics
 	admin   *admin.Handler
@@ -98,6 +101,9 @@ type Options struct {
 	Overrides func(*config.Config)
 	// AdminListen overrides admin_listen ("" keeps the file's).
 	AdminListen string
+	// Resolver looks up the SRV and TXT records of mongodb+srv:// routes;
+	// nil means net.DefaultResolver. Tests point it at loopback.
+	Resolver srv.Resolver
 }
 
 // New validates cfg, builds every route and binds every listener. Nothing
@@ -124,7 +130,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		return nil, ErrNoIOUring
 	}
 	a := &App{
-		cfg: cfg, log: logger, level: o.Level, overrides: o.Overrides,
+		cfg: cfg, log: logger, level: o.Level, overrides: o.Overrides, resolver: o.Resolver,
 		metrics:    metrics.New(),
 		routes:     map[string]*route{},
 		listeners:  map[string]*listener{},
@@ -165,6 +171,9 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		a.routes[er.Name] = r
 		proxyRoutes = append(proxyRoutes, r.proxy)
 	}
+	// /metrics lists each route's servers as the topologies have them at
+	// the scrape, so a failover or a removed route leaves no stale series.
+	a.metrics.SetServerSource(a.serverRoles)
 	a.admin = admin.NewHandler(a, logger)
 	g := cfg.Global
 	a.server, err = proxy.New(proxy.Options{
@@ -292,7 +301,7 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	if err != nil {
 		return nil, fmt.Errorf("route %q: read preference: %w", er.Name, err)
 	}
-	t, err := newTopology(er, a.log, a.metrics.PoolMonitor(er.Name), a.cfg.Global.EventLoop)
+	t, err := newTopology(er, a.log, a.metrics.PoolMonitor(er.Name), a.cfg.Global.EventLoop, a.resolver)
 	if err != nil {
 		return nil, err
 	}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/srv"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
 )
 
@@ -82,21 +84,78 @@ func TestRouteErrorReleasesListeners(t *testing.T) {
 	}
 }
 
-// The configuration accepts mongodb+srv://, but until its records are
-// resolved New refuses the route with ErrSRVUnsupported; the string's
-// warnings are logged with their file position first.
-func TestSRVRouteRefusedAndWarningsLogged(t *testing.T) {
+// fakeResolver answers SRV and TXT lookups from fixed records, so a test
+// resolves mongodb+srv:// without DNS.
+type fakeResolver struct {
+	srv []*net.SRV
+	txt []string
+}
+
+func (f fakeResolver) LookupSRV(_ context.Context, service, proto, name string) (string, []*net.SRV, error) {
+	if len(f.srv) == 0 {
+		return "", nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
+	}
+	return name, f.srv, nil
+}
+
+func (f fakeResolver) LookupTXT(_ context.Context, name string) ([]string, error) {
+	if f.txt == nil {
+		return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
+	}
+	return f.txt, nil
+}
+
+// A mongodb+srv:// route whose records cannot be found is refused at New
+// with an error naming the host; the string's warnings are logged with
+// their file position first, without the password.
+func TestSRVRouteUnresolvedAndWarningsLogged(t *testing.T) {
 	var logs logbuf.Buffer
 	cfg := config.Default()
 	cfg.Global.Listen = "127.0.0.1:0"
 	cfg.Path = "t.toml"
 	cfg.Databases = map[string]config.Route{"*": {ConnectionString: "mongodb+srv://u:Hunter2Zz@cluster.example.net/?maxPoolSize=x"}}
-	_, err := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
-	if !errors.Is(err, config.ErrSRVUnsupported) {
-		t.Fatalf("New: %v, want ErrSRVUnsupported", err)
+	_, err := NewWithOptions(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Resolver: fakeResolver{}})
+	if !errors.Is(err, srv.ErrNoRecords) || !strings.Contains(err.Error(), "cluster.example.net") {
+		t.Fatalf("New: %v, want ErrNoRecords naming the host", err)
 	}
 	if !strings.Contains(logs.String(), `maxPoolSize=\"x\" ignored`) || strings.Contains(logs.String(), "Hunter2Zz") {
 		t.Fatalf("warning not logged, or with the password:\n%s", logs.String())
+	}
+}
+
+// resolveSRV takes the hosts from the SRV records and the replica set from
+// the TXT record unless the string names one; a TXT loadBalanced=true is
+// refused while load balancers are not supported.
+func TestResolveSRV(t *testing.T) {
+	r := fakeResolver{
+		srv: []*net.SRV{{Target: "B.cluster.example.net.", Port: 27018}, {Target: "a.cluster.example.net.", Port: 27017}},
+		txt: []string{"replicaSet=rs0&authSource=admin"},
+	}
+	cs, err := config.ParseConnString("mongodb+srv://cluster.example.net/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, poll, err := resolveSRV(cs, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []string
+	for _, h := range got.Hosts {
+		hosts = append(hosts, h.Address)
+	}
+	if want := []string{"a.cluster.example.net:27017", "b.cluster.example.net:27018"}; !slices.Equal(hosts, want) {
+		t.Errorf("hosts %v, want %v", hosts, want)
+	}
+	if got.ReplicaSet != "rs0" || poll == nil || poll.Host != "cluster.example.net" {
+		t.Errorf("replicaSet %q, polling %+v", got.ReplicaSet, poll)
+	}
+	cs2, _ := config.ParseConnString("mongodb+srv://cluster.example.net/?replicaSet=mine")
+	if got, _, err := resolveSRV(cs2, r); err != nil || got.ReplicaSet != "mine" {
+		t.Errorf("the string's replicaSet lost to the TXT record: %q, %v", got.ReplicaSet, err)
+	}
+	r.txt = []string{"loadBalanced=true"}
+	if _, _, err := resolveSRV(cs, r); err == nil || !strings.Contains(err.Error(), "loadBalanced") {
+		t.Errorf("TXT loadBalanced=true: %v", err)
 	}
 }
 

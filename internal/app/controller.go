@@ -6,7 +6,6 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/admin"
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
-	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
@@ -50,21 +49,13 @@ func (a *App) pick(name string) ([]route, error) {
 	return nil, fmt.Errorf("%w %q", admin.ErrUnknownRoute, name)
 }
 
-// Pools describes every pool (SHOW POOLS).
+// Pools describes every pool (SHOW POOLS): one per route and server, with
+// the server's role, RTT and last error.
 func (a *App) Pools() []admin.PoolInfo {
 	var out []admin.PoolInfo
 	for _, r := range a.sortedRoutes() {
 		for _, s := range r.topo.Servers() {
-			st := s.Pool().Stats()
-			checkouts, wait := a.metrics.CheckoutTotals(r.eff.Name, s.Address())
-			out = append(out, admin.PoolInfo{
-				Route: r.eff.Name, Server: s.Address(), Mode: r.proxy.PoolMode().String(),
-				State: st.State.String(), Paused: r.proxy.Paused(), Usable: s.State() == topology.Usable,
-				Generation: st.Generation, Total: st.Total, Available: st.Available, InUse: st.InUse,
-				Pending: st.Pending, Waiters: st.Waiters,
-				MaxPoolSize: st.Options.MaxPoolSize, MinPoolSize: st.Options.MinPoolSize,
-				Checkouts: checkouts, CheckoutWait: wait,
-			})
+			out = append(out, a.poolInfo(r, s))
 		}
 	}
 	return out
@@ -82,22 +73,31 @@ func (a *App) Clients() []admin.ClientInfo {
 	return out
 }
 
-// Servers describes every upstream connection (SHOW SERVERS).
-func (a *App) Servers() []admin.ServerConnInfo { return serverConnInfos(a.metrics.Connections()) }
+// Servers describes every upstream connection (SHOW SERVERS), with its
+// server's role now.
+func (a *App) Servers() []admin.ServerConnInfo {
+	return serverConnInfos(a.metrics.Connections(), a.rolesByServer())
+}
 
 // Stats returns totals since start (SHOW STATS).
 func (a *App) Stats() admin.StatsInfo { return statsInfo(a.metrics.Stats()) }
 
 // serverConnInfos maps metrics' connection snapshots to admin's: metrics
 // must not import admin (packages import downward), so app translates.
-func serverConnInfos(cs []metrics.ServerConn) []admin.ServerConnInfo {
+// roles are the servers' roles by route and address; a connection whose
+// server is no longer its route's (it drains from a replaced topology or a
+// removed member) is RoleUnknown.
+func serverConnInfos(cs []metrics.ServerConn, roles map[[2]string]string) []admin.ServerConnInfo {
 	if cs == nil {
 		return nil // keep "no connections" as null in the admin JSON, as before
 	}
 	out := make([]admin.ServerConnInfo, len(cs))
 	for i, c := range cs {
 		out[i] = admin.ServerConnInfo{Route: c.Route, Server: c.Server, ID: c.ID, State: c.State,
-			Generation: c.Generation, CreatedAt: c.CreatedAt, LastUsed: c.LastUsed}
+			Generation: c.Generation, CreatedAt: c.CreatedAt, LastUsed: c.LastUsed, Role: admin.RoleUnknown}
+		if r, ok := roles[[2]string{c.Route, c.Server}]; ok {
+			out[i].Role = r
+		}
 	}
 	return out
 }
@@ -109,19 +109,13 @@ func statsInfo(t metrics.Totals) admin.StatsInfo {
 		WaitAvg: t.WaitAvg, WaitP99: t.WaitP99, QueryAvg: t.QueryAvg, QueryP99: t.QueryP99}
 }
 
-// Ready reports whether every route has a ready pool on a usable server.
+// Ready reports whether every route can serve a primary read now
+// (routeWritable), and for each route that cannot, what its servers are.
 func (a *App) Ready() (bool, []string) {
 	var why []string
 	for _, r := range a.sortedRoutes() {
-		ok := false
-		for _, s := range r.topo.Servers() {
-			if s.State() == topology.Usable && s.Pool().Stats().State == pool.StateReady {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			why = append(why, fmt.Sprintf("route %q: no usable server with a ready pool (%d servers)", r.eff.Name, len(r.topo.Servers())))
+		if !routeWritable(r.topo) {
+			why = append(why, notWritableReason(r))
 		}
 	}
 	if a.server.Draining() {

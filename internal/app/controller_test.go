@@ -2,9 +2,11 @@ package app
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/admin"
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 )
 
@@ -32,11 +34,15 @@ func fillDistinct(t *testing.T, v any) {
 
 // sameFields checks that every field of the admin snapshot got the value of
 // the metrics field of the same name, and that none is left without one.
-func sameFields(t *testing.T, from, to any) {
+// ownFields are admin fields that app fills from elsewhere.
+func sameFields(t *testing.T, from, to any, ownFields ...string) {
 	t.Helper()
 	src, dst := reflect.ValueOf(from), reflect.ValueOf(to)
 	for i := range dst.NumField() {
 		name := dst.Type().Field(i).Name
+		if slices.Contains(ownFields, name) {
+			continue
+		}
 		sf := src.FieldByName(name)
 		if !sf.IsValid() {
 			t.Errorf("%s.%s has no counterpart in %s: map it from metrics", dst.Type(), name, src.Type())
@@ -46,7 +52,7 @@ func sameFields(t *testing.T, from, to any) {
 			t.Errorf("%s.%s = %v, want %v", dst.Type(), name, got, want)
 		}
 	}
-	if src.NumField() != dst.NumField() {
+	if src.NumField()+len(ownFields) != dst.NumField() {
 		t.Errorf("%s has %d fields, %s %d: a field is not mapped", src.Type(), src.NumField(), dst.Type(), dst.NumField())
 	}
 }
@@ -60,13 +66,22 @@ func TestSnapshotMappingCarriesEveryField(t *testing.T) {
 
 	var c metrics.ServerConn
 	fillDistinct(t, &c)
-	out := serverConnInfos([]metrics.ServerConn{c})
+	// Role comes from the topology: the server's role by route and
+	// address, unknown for a server its route no longer has.
+	roles := map[[2]string]string{{c.Route, c.Server}: admin.RoleSecondary}
+	out := serverConnInfos([]metrics.ServerConn{c}, roles)
 	if len(out) != 1 {
 		t.Fatalf("got %d connections, want 1", len(out))
 	}
-	sameFields(t, c, out[0])
+	sameFields(t, c, out[0], "Role")
+	if out[0].Role != admin.RoleSecondary {
+		t.Errorf("role %q, want %q", out[0].Role, admin.RoleSecondary)
+	}
+	if out := serverConnInfos([]metrics.ServerConn{c}, nil); out[0].Role != admin.RoleUnknown {
+		t.Errorf("role of a server the route no longer has: %q, want %q", out[0].Role, admin.RoleUnknown)
+	}
 
-	if serverConnInfos(nil) != nil {
+	if serverConnInfos(nil, roles) != nil {
 		t.Error("no connections must stay nil (null in the admin JSON)")
 	}
 }

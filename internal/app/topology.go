@@ -24,12 +24,12 @@ import (
 // newTopology makes the servers, monitors and pools of one route.
 // eventLoop detaches pooled connections from Go's netpoller for the proxy's
 // event loop.
-func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, eventLoop bool) (*topology.Topology, error) {
+func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, eventLoop bool, r srv.Resolver) (*topology.Topology, error) {
 	cs := er.Conn
 	var poll *topology.SRVPolling
 	if cs.SRV {
 		var err error
-		if cs, poll, err = resolveSRV(cs, er.HeartbeatInterval); err != nil {
+		if cs, poll, err = resolveSRV(cs, r); err != nil {
 			return nil, fmt.Errorf("route %q: %w", er.Name, err)
 		}
 	}
@@ -119,11 +119,14 @@ const srvLookupTimeout = 10 * time.Second
 // its SRV records, and from its TXT record the replicaSet and loadBalanced
 // the string does not set itself (initial-dns-seedlist-discovery). The
 // polling it returns keeps a mongos list current.
-func resolveSRV(cs config.ConnString, heartbeat time.Duration) (config.ConnString, *topology.SRVPolling, error) {
+func resolveSRV(cs config.ConnString, r srv.Resolver) (config.ConnString, *topology.SRVPolling, error) {
+	if r == nil {
+		r = net.DefaultResolver
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), srvLookupTimeout)
 	defer cancel()
 	o := srv.Options{ServiceName: cs.SRVServiceName, MaxHosts: cs.SRVMaxHosts}
-	res, err := srv.Resolve(ctx, net.DefaultResolver, cs.SRVHost, o)
+	res, err := srv.Resolve(ctx, r, cs.SRVHost, o)
 	if err != nil {
 		return cs, nil, err
 	}
@@ -137,7 +140,7 @@ func resolveSRV(cs config.ConnString, heartbeat time.Duration) (config.ConnStrin
 	if res.TXT.LoadBalanced != nil && *res.TXT.LoadBalanced {
 		return cs, nil, fmt.Errorf("%s: its TXT record says loadBalanced=true: loadBalanced upstreams are not supported yet", cs.SRVHost)
 	}
-	return cs, &topology.SRVPolling{Host: cs.SRVHost, Options: o}, nil
+	return cs, &topology.SRVPolling{Host: cs.SRVHost, Options: o, Resolver: r}, nil
 }
 
 // routeReadPref is the route's default read preference for the proxy: nil

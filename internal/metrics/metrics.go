@@ -92,6 +92,10 @@ type Metrics struct {
 	waitHist       latencyHist // successful checkouts (ConnectionCheckedOut.Duration)
 	queryHist      latencyHist // requests (Observer.Request's d)
 
+	// serverSrc lists the routes' servers for serverCollector; nil until
+	// SetServerSource.
+	serverSrc atomic.Pointer[ServerSource]
+
 	// routes is the copy-on-write cache of per-route request series: readers
 	// load it without a lock; writers copy it under mu.
 	routes atomic.Pointer[map[string]*routeSeries]
@@ -180,7 +184,7 @@ func New() *Metrics {
 		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
 		clientsCurrent, clientsTotal,
-		poolCollector{m},
+		poolCollector{m}, serverCollector{&m.serverSrc},
 	)
 	return m
 }

@@ -33,6 +33,8 @@ var allFamilies = map[string]dto.MetricType{
 	"mongobouncer_client_sent_bytes_total":           dto.MetricType_COUNTER,
 	"mongobouncer_request_errors_total":              dto.MetricType_COUNTER,
 	"mongobouncer_upstream_errors_total":             dto.MetricType_COUNTER,
+	"mongobouncer_server_info":                       dto.MetricType_GAUGE,
+	"mongobouncer_server_rtt_seconds":                dto.MetricType_GAUGE,
 }
 
 // A scrape of Handler parses as Prometheus text and holds every family
@@ -46,6 +48,9 @@ func TestHandlerScrape(t *testing.T) {
 	m.ClientConnected()
 	m.Request("app", "find", 10, 20, time.Millisecond, true)
 	m.UpstreamError("app", 11000)
+	m.SetServerSource(func() []ServerRole {
+		return []ServerRole{{Route: "app", Server: "db:27017", Role: "primary", RTT: time.Millisecond}}
+	})
 
 	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
 	req.Header.Set("Accept", "text/plain")

@@ -3,6 +3,7 @@ package topology
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
@@ -41,6 +42,13 @@ func (t *Topology) SelectServer(ctx context.Context, c Criteria) (*Server, error
 func (t *Topology) TrySelectServer(c Criteria) *Server {
 	return t.pickFor(t.sel.Load(), c)
 }
+
+// WritableServers returns the servers a write (or a read without a read
+// preference) may select now: the primary, every mongos, a load balancer,
+// or the server of a Single topology, each Usable. Readiness checks use it;
+// a server's pool may still be paused for a moment after an admin
+// reconnect.
+func (t *Topology) WritableServers() []*Server { return slices.Clone(t.sel.Load().writable) }
 
 func (t *Topology) selectSlow(ctx context.Context, c Criteria) (*Server, error) {
 	start := time.Now()

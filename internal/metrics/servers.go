@@ -1,0 +1,86 @@
+package metrics
+
+// The upstream servers' series: what each route's servers are now, asked of
+// the app at every scrape rather than kept here.
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ServerRole is one upstream server of a route as the topology sees it now:
+// the data of mongobouncer_server_info and mongobouncer_server_rtt_seconds.
+// internal/app makes them from the topologies, so that metrics imports no
+// package above pool.
+type ServerRole struct {
+	Route  string
+	Server string
+	// Role is the server's role in lower case ("primary", "secondary",
+	// "unknown", ...), the same words showPools uses.
+	Role string
+	// RTT is the moving average of the monitor's round trips; 0 before the
+	// first, when no RTT series is exported.
+	RTT time.Duration
+}
+
+// ServerSource lists the current upstream servers of every route. It is
+// called at every scrape, from the scraping goroutine, without any lock of
+// Metrics held, so it may take its caller's own locks.
+type ServerSource func() []ServerRole
+
+var (
+	descServerInfo = prometheus.NewDesc(Namespace+"_server_info",
+		"1 for each upstream server (replica-set member, mongos, ...) a route has now, labelled with its current role; a server whose role changes gets a new series and the old one is gone.",
+		[]string{"route", "server", "role"}, nil)
+	descServerRTT = prometheus.NewDesc(Namespace+"_server_rtt_seconds",
+		"Moving average of the round-trip time of the monitor's hello to each upstream server; absent before the first.",
+		[]string{"route", "server"}, nil)
+)
+
+// serverCollector exports the servers of the registered ServerSource at
+// scrape time: a server that left its route, or a role that changed, has
+// no series to delete, and nothing stale survives a scrape.
+type serverCollector struct {
+	src *atomic.Pointer[ServerSource]
+}
+
+// SetServerSource makes /metrics export src's servers
+// (mongobouncer_server_info, mongobouncer_server_rtt_seconds) at every
+// scrape. nil exports none; a later call replaces the previous source.
+func (m *Metrics) SetServerSource(src ServerSource) {
+	if src == nil {
+		m.serverSrc.Store(nil)
+		return
+	}
+	m.serverSrc.Store(&src)
+}
+
+// Describe implements prometheus.Collector.
+func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descServerInfo
+	ch <- descServerRTT
+}
+
+// Collect implements prometheus.Collector.
+func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
+	p := c.src.Load()
+	if p == nil {
+		return
+	}
+	// A source listing one (route, server) twice would fail the whole
+	// scrape with a duplicate series: the first entry wins.
+	seen := map[serverKey]bool{}
+	for _, s := range (*p)() {
+		k := serverKey{labelValue(s.Route), labelValue(s.Server)}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		ch <- prometheus.MustNewConstMetric(descServerInfo, prometheus.GaugeValue, 1, k.route, k.server, labelValue(s.Role))
+		if s.RTT > 0 {
+			ch <- prometheus.MustNewConstMetric(descServerRTT, prometheus.GaugeValue, s.RTT.Seconds(), k.route, k.server)
+		}
+	}
+}
