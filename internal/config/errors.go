@@ -22,11 +22,6 @@ var (
 	ErrInvalidValue = errors.New("config: invalid value")
 	// ErrConnString marks a connection string that does not parse.
 	ErrConnString = errors.New("config: invalid connection string")
-	// ErrSRVUnsupported marks a mongodb+srv:// connection string where
-	// nothing resolves its SRV and TXT records yet. The configuration
-	// accepts such strings (ConnString.SRV); the application returns this
-	// until it resolves them, telling the user to list the hosts instead.
-	ErrSRVUnsupported = errors.New("mongodb+srv is not supported yet")
 	// ErrConnStringWarning marks what Config.Warnings reports: a
 	// connection-string problem the spec says to warn about and ignore.
 	ErrConnStringWarning = errors.New("config: connection string warning")

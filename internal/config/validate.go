@@ -149,7 +149,7 @@ func (v *validator) routes() {
 			var err error
 			if cs, err = r.ConnectionString.Parse(); err != nil {
 				// The problem wraps the parse error itself, so errors.Is
-				// finds ErrSRVUnsupported as well as ErrConnString.
+				// finds ErrConnString.
 				reason := strings.TrimPrefix(err.Error(), ErrConnString.Error()+": ")
 				v.add(at("connection_string"), err, describe(at("connection_string"), "")+": "+reason)
 				cs = ConnString{}
