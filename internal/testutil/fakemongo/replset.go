@@ -405,7 +405,8 @@ func (rs *ReplicaSet) Reconfig() int32 {
 }
 
 // Kill kills member i's process: its listener and every connection close
-// without a reply and new connections are refused. A killed primary leaves
+// without a reply and new connections are refused (a handler's Reply.Kill
+// on the member's server has the same effect). A killed primary leaves
 // the set without a primary (as once the election timeout has passed) and
 // its transactions in progress are aborted; the others' hellos change.
 func (rs *ReplicaSet) Kill(i int) error {
@@ -416,23 +417,35 @@ func (rs *ReplicaSet) Kill(i int) error {
 	}
 	m := rs.members[i]
 	rs.mu.Lock()
-	if m.down {
-		rs.mu.Unlock()
+	down, srv := m.down, m.srv
+	rs.mu.Unlock()
+	if down {
 		return fmt.Errorf("%w: member %d is already down", ErrReplicaSetState, i)
 	}
+	srv.Kill() // lifeEnded does the rest
+	return nil
+}
+
+// lifeEnded records that a member's server died, whether by Kill or by a
+// handler's Reply.Kill: the member is down, and if it was primary the set
+// has none and its transactions in progress are aborted.
+func (rs *ReplicaSet) lifeEnded(s *Server) {
+	m := s.member
+	rs.mu.Lock()
+	if m.srv != s || m.down {
+		rs.mu.Unlock()
+		return
+	}
 	m.down = true
-	wasPrimary := rs.primary == i
+	wasPrimary := rs.primary == m.idx
 	if wasPrimary {
 		rs.primary = -1
 	}
-	srv := m.srv
 	rs.mu.Unlock()
-	srv.Kill()
 	if wasPrimary {
 		rs.store.abortAll("killed")
 	}
 	rs.bumpAll()
-	return nil
 }
 
 // Revive restarts killed member i on the same address as a secondary (or

@@ -245,8 +245,18 @@ func TestReplicaSetDriverKillReviveSecondary(t *testing.T) {
 	if err := rs.Kill(1); err != nil {
 		t.Fatal(err)
 	}
-	// Reads keep working on the other secondary (a read that picked the
-	// dead one is retried elsewhere).
+	// The monitor's streaming connection closes with the member, so the
+	// driver notices at once. (A read already routed to the dead member
+	// may fail even after its one retry, as with a real set: the driver
+	// can retry on the same server before it is marked Unknown.)
+	deadline := time.Now().Add(5 * time.Second)
+	for _, k := w.kinds(); k[rs.Member(1).Addr()] != "Unknown"; _, k = w.kinds() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the driver still sees the killed member as %v", k)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Reads keep working on the other secondary.
 	for range 20 {
 		find("member 1 down")
 	}
@@ -258,7 +268,7 @@ func TestReplicaSetDriverKillReviveSecondary(t *testing.T) {
 		t.Fatal("Revive kept the old server")
 	}
 	// The driver rediscovers the revived member and reads from it again.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline = time.Now().Add(15 * time.Second)
 	for rs.Member(1).Server().Requests("find") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no find reached the revived member; the driver sees %v", func() map[string]string { _, k := w.kinds(); return k }())

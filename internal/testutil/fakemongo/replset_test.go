@@ -417,3 +417,22 @@ func TestReplicaSetStepDownDuringAWriteThatIsNotWaiting(t *testing.T) {
 		t.Fatalf("insert after stepdown: %v", r)
 	}
 }
+
+func TestReplicaSetHandlerKillTakesMemberDown(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	srv := rs.Member(0).Server()
+	srv.Handle("ping", func(*Request) Reply { return Reply{Kill: true} })
+	c := dialRaw(t, srv)
+	c.send(0, d{{"ping", 1}, {"$db", "admin"}})
+	c.expectClosed(5 * time.Second)
+	if rs.Member(0).State() != StateDown || rs.Primary() != nil {
+		t.Fatalf("member 0 %v, primary %v", rs.Member(0).State(), rs.Primary())
+	}
+	if err := rs.Revive(0); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, dialRaw(t, rs.Member(0).Server()).roundTrip(d{{"ping", 1}, {"$db", "admin"}}))
+	if rs.Member(0).State() != StateSecondary {
+		t.Fatalf("revived as %v", rs.Member(0).State())
+	}
+}

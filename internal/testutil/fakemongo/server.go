@@ -333,6 +333,7 @@ func (s *Server) Kill() {
 			// The store outlives this life of the member: only its
 			// cursors die; the set aborts transactions if it was primary.
 			s.store.dropCursorsOf(s)
+			s.member.rs.lifeEnded(s)
 		case s.store != nil:
 			s.store.abortAll("killed")
 		}
