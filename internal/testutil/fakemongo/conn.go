@@ -595,7 +595,7 @@ func (s *Server) builtin(req *Request, c *conn) Reply {
 			return st.insert(req)
 		case "find":
 			if s.member != nil {
-				return s.member.stamp(st.find(req))
+				return s.member.stamp(st.findAt(req, s.member.horizon()))
 			}
 			return st.find(req)
 		case "getMore":

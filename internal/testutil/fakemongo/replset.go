@@ -143,6 +143,8 @@ type Member struct {
 	srv   *Server
 	lives []*Server
 	down  bool
+	// paused is set while replication to the member is paused.
+	paused *replicationPause
 }
 
 // StartReplicaSet starts the members on 127.0.0.1 and closes them when the
@@ -383,6 +385,7 @@ func (rs *ReplicaSet) electLocked(i int) error {
 	}
 	rs.primary = i
 	rs.term++
+	m.paused = nil // caught up before winning
 	rs.mu.Unlock()
 	if old != nil {
 		rs.demoted(old)
@@ -484,7 +487,7 @@ func (rs *ReplicaSet) Revive(i int) error {
 		return fmt.Errorf("fakemongo: revive member %d: %w", i, err)
 	}
 	rs.mu.Lock()
-	m.srv, m.down = srv, false
+	m.srv, m.down, m.paused = srv, false, nil
 	m.lives = append(m.lives, srv)
 	rs.mu.Unlock()
 	rs.bumpAll()

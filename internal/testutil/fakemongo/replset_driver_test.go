@@ -103,7 +103,8 @@ func TestReplicaSetDriverDiscoveryAndStreaming(t *testing.T) {
 	}
 	w.waitTopology(t, rs, 0, 10*time.Second)
 	for i := 1; i < 3; i++ {
-		if rs.Member(i).Requests("hello") == 0 {
+		m := rs.Member(i)
+		if m.Requests("hello")+m.Requests("isMaster")+m.Requests("ismaster") == 0 {
 			t.Fatalf("the driver never asked member %d", i)
 		}
 	}

@@ -436,3 +436,59 @@ func TestReplicaSetHandlerKillTakesMemberDown(t *testing.T) {
 		t.Fatalf("revived as %v", rs.Member(0).State())
 	}
 }
+
+func TestReplicaSetPausedReplication(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	p := dialRaw(t, rs.Member(0).Server())
+	insert := func(id int) d {
+		return d{{"insert", "c"}, {"documents", bson.A{bson.D{{Key: "_id", Value: id}}}}, {"$db", "db"}}
+	}
+	countOn := func(i int) int {
+		r := dialRaw(t, rs.Member(i).Server()).roundTrip(d{{"find", "c"}, {"$db", "db"}, {"$readPreference", d{{"mode", "secondaryPreferred"}}}})
+		mustOK(t, r)
+		return batchLen(r, "firstBatch")
+	}
+	lastWrite := func(i int) bson.DateTime {
+		v, ok := helloOf(t, rs.Member(i)).Lookup("lastWrite", "lastWriteDate").DateTimeOK()
+		if !ok {
+			t.Fatalf("member %d: no lastWriteDate", i)
+		}
+		return bson.DateTime(v)
+	}
+	mustOK(t, p.roundTrip(insert(1)))
+	if err := rs.PauseReplication(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.PauseReplication(0); !errors.Is(err, ErrReplicaSetState) {
+		t.Fatalf("pausing the primary: %v", err)
+	}
+	time.Sleep(5 * time.Millisecond) // let the clock move past the paused lastWriteDate
+	mustOK(t, p.roundTrip(insert(2)))
+	if a, b, c := countOn(0), countOn(1), countOn(2); a != 2 || b != 1 || c != 2 {
+		t.Fatalf("documents seen: primary %d, paused %d, other %d", a, b, c)
+	}
+	if lw0, lw1 := lastWrite(0), lastWrite(1); lw1 >= lw0 || lastWrite(2) != lw0 {
+		t.Fatalf("lastWriteDate: primary %v, paused %v", lw0, lw1)
+	}
+	if err := rs.ResumeReplication(1); err != nil {
+		t.Fatal(err)
+	}
+	if n := countOn(1); n != 2 || lastWrite(1) != lastWrite(0) {
+		t.Fatalf("after resume: %d documents", n)
+	}
+
+	// A paused member catches up before it wins an election.
+	if err := rs.PauseReplication(2); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, p.roundTrip(insert(3)))
+	if n := countOn(2); n != 2 {
+		t.Fatalf("paused member sees %d documents", n)
+	}
+	if err := rs.Elect(2); err != nil {
+		t.Fatal(err)
+	}
+	if n := countOn(2); n != 3 {
+		t.Fatalf("elected member sees %d documents, want 3", n)
+	}
+}
