@@ -92,10 +92,12 @@ func (w *topologyWatcher) waitTopology(t *testing.T, rs *ReplicaSet, primary int
 func TestReplicaSetDriverDiscoveryAndStreaming(t *testing.T) {
 	rs := StartReplicaSet(t, ReplicaSetOptions{})
 	var w topologyWatcher
-	// A one-minute heartbeat: only the streamed awaitable hello can tell
-	// the driver of a change within the bounds below.
+	// A heartbeat far above the 2 s bounds below, so that only the
+	// streamed awaitable hello can tell the driver of a change in time;
+	// not longer, because the Go driver's Disconnect sometimes waits for an
+	// awaitable hello in flight to end (maxAwaitTimeMS = the heartbeat).
 	c := connectURI(t, rs.SeedURI(0), func(o *options.ClientOptions) {
-		o.SetServerMonitor(w.monitor()).SetHeartbeatInterval(time.Minute).
+		o.SetServerMonitor(w.monitor()).SetHeartbeatInterval(10 * time.Second).
 			SetServerMonitoringMode(options.ServerMonitoringModeStream)
 	})
 	if err := c.Ping(testCtx(t), readpref.Primary()); err != nil {
