@@ -166,19 +166,23 @@ func TestReplicaSetDriverReadsFromSecondaries(t *testing.T) {
 	}
 }
 
-func TestReplicaSetDriverFailoverLosesNoRetryableWrite(t *testing.T) {
-	rs := StartReplicaSet(t, ReplicaSetOptions{ElectionDelay: 300 * time.Millisecond})
-	var refused atomic.Int64
+// insertThrough runs retryable inserts through a driver connected to rs,
+// starts disrupt (which returns the new primary) after 50 of them, and
+// goes on until 50 more have run after disrupt returned. It fails the test
+// if any insert fails, if a document is missing or stored twice, or if the
+// new primary took no insert.
+func insertThrough(t *testing.T, rs *ReplicaSet, disrupt func() (int, error)) {
+	t.Helper()
+	var retried atomic.Int64
 	mon := &event.CommandMonitor{Failed: func(_ context.Context, e *event.CommandFailedEvent) {
-		refused.Add(1)
+		retried.Add(1)
 		t.Logf("attempt failed: %s on %s: %v", e.CommandName, e.ConnectionID, e.Failure)
-		t.Logf("failed %s on %s: %v", e.CommandName, e.ConnectionID, e.Failure)
 	}}
 	c := connectURI(t, rs.URI(), func(o *options.ClientOptions) { o.SetMonitor(mon) })
 	ctx := testCtx(t)
 	coll := c.Database("db").Collection("c")
 
-	var failedOver atomic.Bool
+	var done atomic.Bool
 	newPrimary := make(chan int, 1)
 	const before, after, maxInserts = 50, 50, 5000
 	var errs []error
@@ -187,31 +191,31 @@ func TestReplicaSetDriverFailoverLosesNoRetryableWrite(t *testing.T) {
 	for afterDone := 0; afterDone < after && n < maxInserts && time.Now().Before(deadline); n++ {
 		if n == before {
 			go func() {
-				p, err := rs.Failover()
+				p, err := disrupt()
 				if err != nil {
-					t.Errorf("failover: %v", err)
+					t.Errorf("disruption: %v", err)
 				}
 				newPrimary <- p
-				failedOver.Store(true)
+				done.Store(true)
 			}()
 		}
 		if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: n}}); err != nil {
 			errs = append(errs, err)
 		}
-		if failedOver.Load() {
+		if done.Load() {
 			afterDone++
 		}
 	}
-	t.Logf("%d inserts, %d attempts failed and were retried", n, refused.Load())
+	t.Logf("%d inserts, %d attempts failed and were retried", n, retried.Load())
 	if len(errs) > 0 {
 		t.Fatalf("%d of %d inserts failed, first: %v", len(errs), n, errs[0])
 	}
-	if !failedOver.Load() {
-		t.Fatalf("the failover did not finish during %d inserts", n)
+	if !done.Load() {
+		t.Fatalf("the disruption did not finish during %d inserts", n)
 	}
 	p := <-newPrimary
-	if p == 0 || rs.Member(p).Requests("insert") == 0 {
-		t.Fatalf("new primary %d took %d inserts", p, rs.Member(p).Requests("insert"))
+	if p <= 0 || rs.Member(p).Requests("insert") == 0 {
+		t.Fatalf("new primary %d took no insert", p)
 	}
 	docs := rs.Collection("db", "c")
 	ids := make([]int, 0, len(docs))
@@ -223,6 +227,22 @@ func TestReplicaSetDriverFailoverLosesNoRetryableWrite(t *testing.T) {
 	if len(ids) != n || len(ids) > 0 && (ids[0] != 0 || ids[len(ids)-1] != n-1) || len(slices.Compact(ids)) != n {
 		t.Fatalf("%d acknowledged inserts, %d documents stored", n, len(docs))
 	}
+}
+
+func TestReplicaSetDriverFailoverLosesNoRetryableWrite(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{ElectionDelay: 300 * time.Millisecond})
+	insertThrough(t, rs, rs.Failover)
+}
+
+func TestReplicaSetDriverPrimaryKilledLosesNoRetryableWrite(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	insertThrough(t, rs, func() (int, error) {
+		if err := rs.Kill(0); err != nil {
+			return -1, err
+		}
+		time.Sleep(300 * time.Millisecond) // the election timeout, scaled down
+		return 1, rs.Elect(1)
+	})
 }
 
 func TestReplicaSetDriverKillReviveSecondary(t *testing.T) {
