@@ -83,7 +83,13 @@
 //
 // Each member's find replies carry ServedByField (its address) and its
 // request counters (Member.Requests) sum over its lives, so a test knows
-// which member served what.
+// which member served what. PauseReplication makes a secondary lag.
+//
+//	rs := fakemongo.StartReplicaSet(t, fakemongo.ReplicaSetOptions{ElectionDelay: 200 * time.Millisecond})
+//	client := connect(rs.SeedURI(0)) // mongodb://<member 0>/?replicaSet=rs0
+//	go rs.Failover()                 // step member 0 down, elect member 1 after the delay
+//	...
+//	if rs.Member(0).Requests("find") != 0 { ... }
 //
 // Timing model: one goroutine per connection reads a request, answers it and
 // only then reads the next one, like a real server. Waits (Reply.Delay,
