@@ -487,6 +487,14 @@ func (rs *ReplicaSet) Revive(i int) error {
 		return fmt.Errorf("fakemongo: revive member %d: %w", i, err)
 	}
 	rs.mu.Lock()
+	select {
+	case <-rs.closed:
+		// Close has collected the lives already: this one is ours to end.
+		rs.mu.Unlock()
+		srv.Close()
+		return ErrReplicaSetClosed
+	default:
+	}
 	m.srv, m.down, m.paused = srv, false, nil
 	m.lives = append(m.lives, srv)
 	rs.mu.Unlock()
