@@ -14,8 +14,9 @@
 //     clients, compression negotiation, and optionally topologyVersion with
 //     awaitable (and exhaust-streamed) hello;
 //   - ping, buildInfo, endSessions, configureFailPoint ("failCommand");
-//   - with Options.InMemory, a tiny in-memory insert / find / getMore /
-//     killCursors / drop engine with per-server cursor ids, and transaction
+//   - with Options.InMemory, a tiny in-memory insert / update / delete /
+//     find / getMore / killCursors / drop engine (equality filters; update
+//     by replacement or top-level $set) with per-server cursor ids, and transaction
 //     bookkeeping (startTransaction, commitTransaction, abortTransaction) whose
 //     state tests read through Server.Transactions.
 //

@@ -24,7 +24,9 @@ type replicationPause struct {
 // moment, until ResumeReplication. Electing the member, or reviving it,
 // first catches it up (a member must hold every acknowledged write to win
 // an election in the fake, which never rolls back). Only a live, non-primary,
-// data-bearing member can be paused.
+// data-bearing member can be paused. The pause hides new documents
+// (inserts, upserts, committed transactions) only: updates and deletes of
+// existing documents show at once.
 func (rs *ReplicaSet) PauseReplication(i int) error {
 	rs.scriptMu.Lock()
 	defer rs.scriptMu.Unlock()

@@ -174,6 +174,15 @@ func TestReplicaSetSecondaryRefusesWritesAndPlainReads(t *testing.T) {
 	if len(rs.Transactions()) != 0 {
 		t.Fatalf("a refused transaction was recorded: %+v", rs.Transactions())
 	}
+	for _, w := range []d{
+		{{"update", "c"}, {"updates", bson.A{bson.D{{Key: "q", Value: bson.D{}}, {Key: "u", Value: bson.D{}}}}}, {"$db", "db"}},
+		{{"delete", "c"}, {"deletes", bson.A{bson.D{{Key: "q", Value: bson.D{}}, {Key: "limit", Value: 0}}}}, {"$db", "db"}},
+		{{"findAndModify", "c"}, {"query", bson.D{}}, {"remove", true}, {"$db", "db"}},
+	} {
+		if r = s.roundTrip(w); codeOf(r) != 10107 {
+			t.Fatalf("%s on a secondary: %v", w[0].Key, r)
+		}
+	}
 
 	for _, id := range []int{1, 2, 3} {
 		mustOK(t, p.roundTrip(insert(id)))

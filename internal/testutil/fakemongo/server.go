@@ -89,8 +89,8 @@ type Options struct {
 	// (saslSupportedMechs, a custom msg, ...).
 	HelloExtra bson.D
 
-	// InMemory enables the built-in insert / find / getMore / killCursors
-	// / drop engine and transaction bookkeeping (commitTransaction,
+	// InMemory enables the built-in insert / update / delete / find /
+	// getMore / killCursors / drop engine and transaction bookkeeping (commitTransaction,
 	// abortTransaction, Server.Transactions).
 	InMemory bool
 
