@@ -113,3 +113,23 @@ func TestReplicaSetDriverUpdatesThroughFailover(t *testing.T) {
 		t.Fatal("no failover happened")
 	}
 }
+
+// FuzzApplyUpdate feeds arbitrary documents, filters and updates from the
+// wire to the update engine: it may refuse them, never panic, and what it
+// returns must be a valid document.
+func FuzzApplyUpdate(f *testing.F) {
+	doc := func(v any) []byte { return Doc(v) }
+	f.Add(doc(bson.D{{Key: "_id", Value: 1}, {Key: "a", Value: 1}}), doc(bson.D{{Key: "$set", Value: bson.D{{Key: "a", Value: 2}, {Key: "b", Value: "x"}}}}), doc(bson.D{{Key: "_id", Value: 1}}))
+	f.Add(doc(bson.D{{Key: "a", Value: 1}}), doc(bson.D{{Key: "_id", Value: 2}, {Key: "z", Value: true}}), doc(bson.D{{Key: "a", Value: bson.D{{Key: "$gt", Value: 1}}}}))
+	f.Add([]byte{5, 0, 0, 0, 0}, []byte{5, 0, 0, 0, 0}, []byte{})
+	f.Fuzz(func(t *testing.T, d, u, q []byte) {
+		if out, err := applyUpdate(d, u); err == nil {
+			if verr := out.Validate(); verr != nil {
+				t.Fatalf("applyUpdate returned an invalid document: %v", verr)
+			}
+		}
+		if verr := upsertBase(q).Validate(); verr != nil {
+			t.Fatalf("upsertBase returned an invalid document: %v", verr)
+		}
+	})
+}
