@@ -77,9 +77,13 @@
 //     transactions in progress, as mongod does since 4.2 (earlier versions
 //     closed every connection). A write is "in flight" while it waits (a
 //     blockConnection fail point, a handler's Reply.Delay); a write whose
-//     handler is running when the stepdown lands completes normally;
-//   - retryable inserts are remembered by (lsid, txnNumber), so a retry on
-//     the new primary answers the first result instead of writing twice;
+//     handler is running when the stepdown lands completes normally. A
+//     write delayed by Reply.Delay after its handler ran Builtin is applied
+//     and still answered 11602, like a real write interrupted while it
+//     waits for its write concern: its retry is deduplicated (below);
+//   - retryable inserts, updates and deletes are remembered by (lsid,
+//     txnNumber), so a retry on the new primary answers the first result
+//     instead of writing twice;
 //   - cursor ids stay per member and per process life.
 //
 // Each member's find replies carry ServedByField (its address) and its
