@@ -593,9 +593,13 @@ func (s *Server) builtin(req *Request, c *conn) Reply {
 		switch req.Command {
 		case "insert":
 			return st.insert(req)
+		case "update":
+			return st.update(req)
+		case "delete":
+			return st.deleteDocs(req)
 		case "find":
 			if s.member != nil {
-				return s.member.stamp(st.find(req))
+				return s.member.stamp(st.findAt(req, s.member.horizon()))
 			}
 			return st.find(req)
 		case "getMore":

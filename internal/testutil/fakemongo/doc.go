@@ -14,8 +14,9 @@
 //     clients, compression negotiation, and optionally topologyVersion with
 //     awaitable (and exhaust-streamed) hello;
 //   - ping, buildInfo, endSessions, configureFailPoint ("failCommand");
-//   - with Options.InMemory, a tiny in-memory insert / find / getMore /
-//     killCursors / drop engine with per-server cursor ids, and transaction
+//   - with Options.InMemory, a tiny in-memory insert / update / delete /
+//     find / getMore / killCursors / drop engine (equality filters; update
+//     by replacement or top-level $set) with per-server cursor ids, and transaction
 //     bookkeeping (startTransaction, commitTransaction, abortTransaction) whose
 //     state tests read through Server.Transactions.
 //
@@ -48,6 +49,52 @@
 //	client := connect(s.URI()) // mongodb://127.0.0.1:port/?directConnection=true
 //	...
 //	if s.Requests("abortTransaction") != 1 { ... }
+//
+// Replica sets: StartReplicaSet starts N members on loopback that answer
+// hello as one set (setName, hosts, arbiters, me, primary, electionId,
+// setVersion, lastWrite, tags, hidden, topologyVersion) and that a test
+// scripts with StepDown, Elect, Reconfig, Kill, Revive and Failover. Every
+// state change bumps each live member's topologyVersion, which answers
+// awaitable hellos at once, so a streaming monitor hears of it immediately.
+// The members share one store: replication is instantaneous and an
+// acknowledged write is never lost. As on mongod 4.4+:
+//
+//   - a write (insert, update, delete, findAndModify, DDL, anything in a
+//     transaction, commit/abortTransaction) on a non-primary fails with
+//     NotWritablePrimary (10107, "not primary"), labelled
+//     RetryableWriteError for retryable writes and commit/abort and
+//     TransientTransactionError inside a transaction; an unacknowledged
+//     one (moreToCome) closes the connection instead;
+//   - a read (find, aggregate, count, ...) on a secondary needs a
+//     $readPreference whose mode is not primary, else
+//     NotPrimaryNoSecondaryOk (13435); an arbiter answers
+//     NotPrimaryOrSecondary (13436); getMore, killCursors, hello, ping and
+//     the like run in any state;
+//   - a stepdown (StepDown, Elect of another member, Failover) interrupts
+//     the writes in flight on the old primary with
+//     InterruptedDueToReplStateChange (11602, same labels) and keeps their
+//     connections open, lets reads in flight finish, and aborts the
+//     transactions in progress, as mongod does since 4.2 (earlier versions
+//     closed every connection). A write is "in flight" while it waits (a
+//     blockConnection fail point, a handler's Reply.Delay); a write whose
+//     handler is running when the stepdown lands completes normally. A
+//     write delayed by Reply.Delay after its handler ran Builtin is applied
+//     and still answered 11602, like a real write interrupted while it
+//     waits for its write concern: its retry is deduplicated (below);
+//   - retryable inserts, updates and deletes are remembered by (lsid,
+//     txnNumber), so a retry on the new primary answers the first result
+//     instead of writing twice;
+//   - cursor ids stay per member and per process life.
+//
+// Each member's find replies carry ServedByField (its address) and its
+// request counters (Member.Requests) sum over its lives, so a test knows
+// which member served what. PauseReplication makes a secondary lag.
+//
+//	rs := fakemongo.StartReplicaSet(t, fakemongo.ReplicaSetOptions{ElectionDelay: 200 * time.Millisecond})
+//	client := connect(rs.SeedURI(0)) // mongodb://<member 0>/?replicaSet=rs0
+//	go rs.Failover()                 // step member 0 down, elect member 1 after the delay
+//	...
+//	if rs.Member(0).Requests("find") != 0 { ... }
 //
 // Timing model: one goroutine per connection reads a request, answers it and
 // only then reads the next one, like a real server. Waits (Reply.Delay,

@@ -280,8 +280,11 @@ func TestDriverStreamingMonitor(t *testing.T) {
 			}
 		},
 	}
+	// Not a longer heartbeat: the Go driver's Disconnect sometimes waits
+	// for the awaitable hello in flight, whose maxAwaitTimeMS is the
+	// heartbeat, to end (a one-minute heartbeat stalled 1 run in ~20).
 	c := connectDriver(t, s, func(o *options.ClientOptions) {
-		o.SetServerMonitor(mon).SetHeartbeatInterval(time.Minute).SetServerMonitoringMode(options.ServerMonitoringModeStream)
+		o.SetServerMonitor(mon).SetHeartbeatInterval(10 * time.Second).SetServerMonitoringMode(options.ServerMonitoringModeStream)
 	})
 	if err := c.Ping(testCtx(t), nil); err != nil {
 		t.Fatal(err)

@@ -143,6 +143,8 @@ type Member struct {
 	srv   *Server
 	lives []*Server
 	down  bool
+	// paused is set while replication to the member is paused.
+	paused *replicationPause
 }
 
 // StartReplicaSet starts the members on 127.0.0.1 and closes them when the
@@ -383,6 +385,7 @@ func (rs *ReplicaSet) electLocked(i int) error {
 	}
 	rs.primary = i
 	rs.term++
+	m.paused = nil // caught up before winning
 	rs.mu.Unlock()
 	if old != nil {
 		rs.demoted(old)
@@ -405,7 +408,8 @@ func (rs *ReplicaSet) Reconfig() int32 {
 }
 
 // Kill kills member i's process: its listener and every connection close
-// without a reply and new connections are refused. A killed primary leaves
+// without a reply and new connections are refused (a handler's Reply.Kill
+// on the member's server has the same effect). A killed primary leaves
 // the set without a primary (as once the election timeout has passed) and
 // its transactions in progress are aborted; the others' hellos change.
 func (rs *ReplicaSet) Kill(i int) error {
@@ -416,23 +420,35 @@ func (rs *ReplicaSet) Kill(i int) error {
 	}
 	m := rs.members[i]
 	rs.mu.Lock()
-	if m.down {
-		rs.mu.Unlock()
+	down, srv := m.down, m.srv
+	rs.mu.Unlock()
+	if down {
 		return fmt.Errorf("%w: member %d is already down", ErrReplicaSetState, i)
 	}
+	srv.Kill() // lifeEnded does the rest
+	return nil
+}
+
+// lifeEnded records that a member's server died, whether by Kill or by a
+// handler's Reply.Kill: the member is down, and if it was primary the set
+// has none and its transactions in progress are aborted.
+func (rs *ReplicaSet) lifeEnded(s *Server) {
+	m := s.member
+	rs.mu.Lock()
+	if m.srv != s || m.down {
+		rs.mu.Unlock()
+		return
+	}
 	m.down = true
-	wasPrimary := rs.primary == i
+	wasPrimary := rs.primary == m.idx
 	if wasPrimary {
 		rs.primary = -1
 	}
-	srv := m.srv
 	rs.mu.Unlock()
-	srv.Kill()
 	if wasPrimary {
 		rs.store.abortAll("killed")
 	}
 	rs.bumpAll()
-	return nil
 }
 
 // Revive restarts killed member i on the same address as a secondary (or
@@ -471,7 +487,15 @@ func (rs *ReplicaSet) Revive(i int) error {
 		return fmt.Errorf("fakemongo: revive member %d: %w", i, err)
 	}
 	rs.mu.Lock()
-	m.srv, m.down = srv, false
+	select {
+	case <-rs.closed:
+		// Close has collected the lives already: this one is ours to end.
+		rs.mu.Unlock()
+		srv.Close()
+		return ErrReplicaSetClosed
+	default:
+	}
+	m.srv, m.down, m.paused = srv, false, nil
 	m.lives = append(m.lives, srv)
 	rs.mu.Unlock()
 	rs.bumpAll()

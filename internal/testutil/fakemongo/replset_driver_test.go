@@ -92,10 +92,12 @@ func (w *topologyWatcher) waitTopology(t *testing.T, rs *ReplicaSet, primary int
 func TestReplicaSetDriverDiscoveryAndStreaming(t *testing.T) {
 	rs := StartReplicaSet(t, ReplicaSetOptions{})
 	var w topologyWatcher
-	// A one-minute heartbeat: only the streamed awaitable hello can tell
-	// the driver of a change within the bounds below.
+	// A heartbeat far above the 2 s bounds below, so that only the
+	// streamed awaitable hello can tell the driver of a change in time;
+	// not longer, because the Go driver's Disconnect sometimes waits for an
+	// awaitable hello in flight to end (maxAwaitTimeMS = the heartbeat).
 	c := connectURI(t, rs.SeedURI(0), func(o *options.ClientOptions) {
-		o.SetServerMonitor(w.monitor()).SetHeartbeatInterval(time.Minute).
+		o.SetServerMonitor(w.monitor()).SetHeartbeatInterval(10 * time.Second).
 			SetServerMonitoringMode(options.ServerMonitoringModeStream)
 	})
 	if err := c.Ping(testCtx(t), readpref.Primary()); err != nil {
@@ -103,7 +105,8 @@ func TestReplicaSetDriverDiscoveryAndStreaming(t *testing.T) {
 	}
 	w.waitTopology(t, rs, 0, 10*time.Second)
 	for i := 1; i < 3; i++ {
-		if rs.Member(i).Requests("hello") == 0 {
+		m := rs.Member(i)
+		if m.Requests("hello")+m.Requests("isMaster")+m.Requests("ismaster") == 0 {
 			t.Fatalf("the driver never asked member %d", i)
 		}
 	}
@@ -163,19 +166,23 @@ func TestReplicaSetDriverReadsFromSecondaries(t *testing.T) {
 	}
 }
 
-func TestReplicaSetDriverFailoverLosesNoRetryableWrite(t *testing.T) {
-	rs := StartReplicaSet(t, ReplicaSetOptions{ElectionDelay: 300 * time.Millisecond})
-	var refused atomic.Int64
+// insertThrough runs retryable inserts through a driver connected to rs,
+// starts disrupt (which returns the new primary) after 50 of them, and
+// goes on until 50 more have run after disrupt returned. It fails the test
+// if any insert fails, if a document is missing or stored twice, or if the
+// new primary took no insert.
+func insertThrough(t *testing.T, rs *ReplicaSet, disrupt func() (int, error)) {
+	t.Helper()
+	var retried atomic.Int64
 	mon := &event.CommandMonitor{Failed: func(_ context.Context, e *event.CommandFailedEvent) {
-		refused.Add(1)
+		retried.Add(1)
 		t.Logf("attempt failed: %s on %s: %v", e.CommandName, e.ConnectionID, e.Failure)
-		t.Logf("failed %s on %s: %v", e.CommandName, e.ConnectionID, e.Failure)
 	}}
 	c := connectURI(t, rs.URI(), func(o *options.ClientOptions) { o.SetMonitor(mon) })
 	ctx := testCtx(t)
 	coll := c.Database("db").Collection("c")
 
-	var failedOver atomic.Bool
+	var done atomic.Bool
 	newPrimary := make(chan int, 1)
 	const before, after, maxInserts = 50, 50, 5000
 	var errs []error
@@ -184,31 +191,31 @@ func TestReplicaSetDriverFailoverLosesNoRetryableWrite(t *testing.T) {
 	for afterDone := 0; afterDone < after && n < maxInserts && time.Now().Before(deadline); n++ {
 		if n == before {
 			go func() {
-				p, err := rs.Failover()
+				p, err := disrupt()
 				if err != nil {
-					t.Errorf("failover: %v", err)
+					t.Errorf("disruption: %v", err)
 				}
 				newPrimary <- p
-				failedOver.Store(true)
+				done.Store(true)
 			}()
 		}
 		if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: n}}); err != nil {
 			errs = append(errs, err)
 		}
-		if failedOver.Load() {
+		if done.Load() {
 			afterDone++
 		}
 	}
-	t.Logf("%d inserts, %d attempts failed and were retried", n, refused.Load())
+	t.Logf("%d inserts, %d attempts failed and were retried", n, retried.Load())
 	if len(errs) > 0 {
 		t.Fatalf("%d of %d inserts failed, first: %v", len(errs), n, errs[0])
 	}
-	if !failedOver.Load() {
-		t.Fatalf("the failover did not finish during %d inserts", n)
+	if !done.Load() {
+		t.Fatalf("the disruption did not finish during %d inserts", n)
 	}
 	p := <-newPrimary
-	if p == 0 || rs.Member(p).Requests("insert") == 0 {
-		t.Fatalf("new primary %d took %d inserts", p, rs.Member(p).Requests("insert"))
+	if p <= 0 || rs.Member(p).Requests("insert") == 0 {
+		t.Fatalf("new primary %d took no insert", p)
 	}
 	docs := rs.Collection("db", "c")
 	ids := make([]int, 0, len(docs))
@@ -220,6 +227,22 @@ func TestReplicaSetDriverFailoverLosesNoRetryableWrite(t *testing.T) {
 	if len(ids) != n || len(ids) > 0 && (ids[0] != 0 || ids[len(ids)-1] != n-1) || len(slices.Compact(ids)) != n {
 		t.Fatalf("%d acknowledged inserts, %d documents stored", n, len(docs))
 	}
+}
+
+func TestReplicaSetDriverFailoverLosesNoRetryableWrite(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{ElectionDelay: 300 * time.Millisecond})
+	insertThrough(t, rs, rs.Failover)
+}
+
+func TestReplicaSetDriverPrimaryKilledLosesNoRetryableWrite(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	insertThrough(t, rs, func() (int, error) {
+		if err := rs.Kill(0); err != nil {
+			return -1, err
+		}
+		time.Sleep(300 * time.Millisecond) // the election timeout, scaled down
+		return 1, rs.Elect(1)
+	})
 }
 
 func TestReplicaSetDriverKillReviveSecondary(t *testing.T) {
@@ -245,8 +268,18 @@ func TestReplicaSetDriverKillReviveSecondary(t *testing.T) {
 	if err := rs.Kill(1); err != nil {
 		t.Fatal(err)
 	}
-	// Reads keep working on the other secondary (a read that picked the
-	// dead one is retried elsewhere).
+	// The monitor's streaming connection closes with the member, so the
+	// driver notices at once. (A read already routed to the dead member
+	// may fail even after its one retry, as with a real set: the driver
+	// can retry on the same server before it is marked Unknown.)
+	deadline := time.Now().Add(5 * time.Second)
+	for _, k := w.kinds(); k[rs.Member(1).Addr()] != "Unknown"; _, k = w.kinds() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the driver still sees the killed member as %v", k)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Reads keep working on the other secondary.
 	for range 20 {
 		find("member 1 down")
 	}
@@ -258,7 +291,7 @@ func TestReplicaSetDriverKillReviveSecondary(t *testing.T) {
 		t.Fatal("Revive kept the old server")
 	}
 	// The driver rediscovers the revived member and reads from it again.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline = time.Now().Add(15 * time.Second)
 	for rs.Member(1).Server().Requests("find") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no find reached the revived member; the driver sees %v", func() map[string]string { _, k := w.kinds(); return k }())

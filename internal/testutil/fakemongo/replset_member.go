@@ -185,6 +185,7 @@ type memberView struct {
 	setVersion      int32
 	term            int64
 	lastWrite       time.Time
+	opTerm          int64 // term of lastWrite.opTime
 	opInc           uint32
 }
 
@@ -205,9 +206,13 @@ func (m *Member) view() *memberView {
 		term:       rs.term,
 		lastWrite:  rs.lastWrite,
 		opInc:      rs.opInc,
+		opTerm:     rs.term,
 	}
 	if rs.primary >= 0 {
 		v.primary = rs.members[rs.primary].addr
+	}
+	if p := m.paused; p != nil {
+		v.lastWrite, v.opInc, v.opTerm = p.write, p.inc, p.term
 	}
 	return v
 }
@@ -245,7 +250,7 @@ func (v *memberView) appendHello(dst []byte) []byte {
 		for _, key := range [...]string{"opTime", "majorityOpTime"} {
 			oidx, dst = bsoncore.AppendDocumentElementStart(dst, key)
 			dst = bsoncore.AppendTimestampElement(dst, "ts", ts, v.opInc)
-			dst = bsoncore.AppendInt64Element(dst, "t", v.term)
+			dst = bsoncore.AppendInt64Element(dst, "t", v.opTerm)
 			dst = endDoc(dst, oidx)
 		}
 		dst = bsoncore.AppendDateTimeElement(dst, "lastWriteDate", ms)

@@ -174,6 +174,15 @@ func TestReplicaSetSecondaryRefusesWritesAndPlainReads(t *testing.T) {
 	if len(rs.Transactions()) != 0 {
 		t.Fatalf("a refused transaction was recorded: %+v", rs.Transactions())
 	}
+	for _, w := range []d{
+		{{"update", "c"}, {"updates", bson.A{bson.D{{Key: "q", Value: bson.D{}}, {Key: "u", Value: bson.D{}}}}}, {"$db", "db"}},
+		{{"delete", "c"}, {"deletes", bson.A{bson.D{{Key: "q", Value: bson.D{}}, {Key: "limit", Value: 0}}}}, {"$db", "db"}},
+		{{"findAndModify", "c"}, {"query", bson.D{}}, {"remove", true}, {"$db", "db"}},
+	} {
+		if r = s.roundTrip(w); codeOf(r) != 10107 {
+			t.Fatalf("%s on a secondary: %v", w[0].Key, r)
+		}
+	}
 
 	for _, id := range []int{1, 2, 3} {
 		mustOK(t, p.roundTrip(insert(id)))
@@ -415,5 +424,80 @@ func TestReplicaSetStepDownDuringAWriteThatIsNotWaiting(t *testing.T) {
 	mustOK(t, c.roundTrip(d{{"ping", 1}, {"$db", "admin"}}))
 	if r := c.roundTrip(d{{"insert", "c"}, {"documents", bson.A{bson.D{{Key: "_id", Value: 2}}}}, {"$db", "db"}}); codeOf(r) != 10107 {
 		t.Fatalf("insert after stepdown: %v", r)
+	}
+}
+
+func TestReplicaSetHandlerKillTakesMemberDown(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	srv := rs.Member(0).Server()
+	srv.Handle("ping", func(*Request) Reply { return Reply{Kill: true} })
+	c := dialRaw(t, srv)
+	c.send(0, d{{"ping", 1}, {"$db", "admin"}})
+	c.expectClosed(5 * time.Second)
+	if rs.Member(0).State() != StateDown || rs.Primary() != nil {
+		t.Fatalf("member 0 %v, primary %v", rs.Member(0).State(), rs.Primary())
+	}
+	if err := rs.Revive(0); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, dialRaw(t, rs.Member(0).Server()).roundTrip(d{{"ping", 1}, {"$db", "admin"}}))
+	if rs.Member(0).State() != StateSecondary {
+		t.Fatalf("revived as %v", rs.Member(0).State())
+	}
+}
+
+func TestReplicaSetPausedReplication(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	p := dialRaw(t, rs.Member(0).Server())
+	insert := func(id int) d {
+		return d{{"insert", "c"}, {"documents", bson.A{bson.D{{Key: "_id", Value: id}}}}, {"$db", "db"}}
+	}
+	countOn := func(i int) int {
+		r := dialRaw(t, rs.Member(i).Server()).roundTrip(d{{"find", "c"}, {"$db", "db"}, {"$readPreference", d{{"mode", "secondaryPreferred"}}}})
+		mustOK(t, r)
+		return batchLen(r, "firstBatch")
+	}
+	lastWrite := func(i int) bson.DateTime {
+		v, ok := helloOf(t, rs.Member(i)).Lookup("lastWrite", "lastWriteDate").DateTimeOK()
+		if !ok {
+			t.Fatalf("member %d: no lastWriteDate", i)
+		}
+		return bson.DateTime(v)
+	}
+	mustOK(t, p.roundTrip(insert(1)))
+	if err := rs.PauseReplication(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.PauseReplication(0); !errors.Is(err, ErrReplicaSetState) {
+		t.Fatalf("pausing the primary: %v", err)
+	}
+	time.Sleep(5 * time.Millisecond) // let the clock move past the paused lastWriteDate
+	mustOK(t, p.roundTrip(insert(2)))
+	if a, b, c := countOn(0), countOn(1), countOn(2); a != 2 || b != 1 || c != 2 {
+		t.Fatalf("documents seen: primary %d, paused %d, other %d", a, b, c)
+	}
+	if lw0, lw1 := lastWrite(0), lastWrite(1); lw1 >= lw0 || lastWrite(2) != lw0 {
+		t.Fatalf("lastWriteDate: primary %v, paused %v", lw0, lw1)
+	}
+	if err := rs.ResumeReplication(1); err != nil {
+		t.Fatal(err)
+	}
+	if n := countOn(1); n != 2 || lastWrite(1) != lastWrite(0) {
+		t.Fatalf("after resume: %d documents", n)
+	}
+
+	// A paused member catches up before it wins an election.
+	if err := rs.PauseReplication(2); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, p.roundTrip(insert(3)))
+	if n := countOn(2); n != 2 {
+		t.Fatalf("paused member sees %d documents", n)
+	}
+	if err := rs.Elect(2); err != nil {
+		t.Fatal(err)
+	}
+	if n := countOn(2); n != 3 {
+		t.Fatalf("elected member sees %d documents, want 3", n)
 	}
 }

@@ -89,8 +89,8 @@ type Options struct {
 	// (saslSupportedMechs, a custom msg, ...).
 	HelloExtra bson.D
 
-	// InMemory enables the built-in insert / find / getMore / killCursors
-	// / drop engine and transaction bookkeeping (commitTransaction,
+	// InMemory enables the built-in insert / update / delete / find /
+	// getMore / killCursors / drop engine and transaction bookkeeping (commitTransaction,
 	// abortTransaction, Server.Transactions).
 	InMemory bool
 
@@ -333,6 +333,7 @@ func (s *Server) Kill() {
 			// The store outlives this life of the member: only its
 			// cursors die; the set aborts transactions if it was primary.
 			s.store.dropCursorsOf(s)
+			s.member.rs.lifeEnded(s)
 		case s.store != nil:
 			s.store.abortAll("killed")
 		}

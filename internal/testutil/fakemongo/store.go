@@ -101,8 +101,13 @@ func (c *cursor) ownedBy(srv *Server) bool {
 // store is the optional in-memory engine (Options.InMemory).
 type store struct {
 	mu sync.Mutex
-	// colls maps "db.coll" to its documents (owned copies). Guarded by mu.
+	// colls maps "db.coll" to its documents (owned copies), and seqs
+	// gives, for each, the number of the write that added it (seq counts
+	// every write), so a replica-set member whose replication is paused
+	// sees only a prefix. Guarded by mu.
 	colls map[string][]bsoncore.Document
+	seqs  map[string][]uint64
+	seq   uint64
 	// cursors maps open cursor ids to what they still have to return.
 	// Guarded by mu.
 	cursors map[int64]*cursor
@@ -124,6 +129,7 @@ type store struct {
 func newStore() *store {
 	return &store{
 		colls:   make(map[string][]bsoncore.Document),
+		seqs:    make(map[string][]uint64),
 		cursors: make(map[int64]*cursor),
 		rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		txns:    make(map[txnKey]*txnState),
@@ -297,7 +303,7 @@ func (st *store) endTxn(req *Request, commit bool, mongos bool) Reply {
 	switch {
 	case commit && t.State == TxnInProgress:
 		for _, p := range t.pending {
-			st.colls[p.ns] = append(st.colls[p.ns], p.doc)
+			st.appendLocked(p.ns, p.doc)
 		}
 		t.State, t.pending = TxnCommitted, nil
 	case commit && t.State == TxnCommitted:
@@ -388,7 +394,7 @@ func (st *store) insert(req *Request) Reply {
 		if t != nil {
 			t.pending = append(t.pending, pendingInsert{ns: ns, doc: owned})
 		} else {
-			st.colls[ns] = append(st.colls[ns], owned)
+			st.appendLocked(ns, owned)
 		}
 	}
 	r := OK(bson.E{Key: "n", Value: int32(len(docs))})
@@ -420,11 +426,32 @@ func (st *store) drop(req *Request) Reply {
 	ns := req.DB + "." + coll
 	st.mu.Lock()
 	delete(st.colls, ns)
+	delete(st.seqs, ns)
 	st.mu.Unlock()
 	return OK(bson.E{Key: "ns", Value: ns})
 }
 
-func (st *store) find(req *Request) Reply {
+// appendLocked adds a document to ns as a new write. Called with mu held.
+func (st *store) appendLocked(ns string, doc bsoncore.Document) {
+	st.seq++
+	st.colls[ns] = append(st.colls[ns], doc)
+	st.seqs[ns] = append(st.seqs[ns], st.seq)
+}
+
+// lastSeq returns the number of the latest write.
+func (st *store) lastSeq() uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.seq
+}
+
+// allWrites is the find horizon that sees every write.
+const allWrites = ^uint64(0)
+
+func (st *store) find(req *Request) Reply { return st.findAt(req, allWrites) }
+
+// findAt runs find seeing only the writes numbered up to upTo.
+func (st *store) findAt(req *Request, upTo uint64) Reply {
 	coll, ok := collName(req)
 	if !ok {
 		return Error(codeBadValue, "", "find: collection name must be a non-empty string")
@@ -459,6 +486,10 @@ func (st *store) find(req *Request) Reply {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	src := st.colls[ns]
+	if upTo != allWrites {
+		n, _ := slices.BinarySearch(st.seqs[ns], upTo+1)
+		src = src[:n]
+	}
 	if t := st.activeTxnLocked(ti); t != nil {
 		src = slices.Clone(src)
 		for _, p := range t.pending {
