@@ -22,14 +22,21 @@ func FuzzRequestParsers(f *testing.F) {
 		{{Key: "killCursors", Value: "c"}, {Key: "cursors", Value: bson.A{int64(1), int64(2)}}, {Key: "$db", Value: "d"}},
 		{{Key: "hello", Value: 1}, {Key: "compression", Value: bson.A{"zstd"}}, {Key: "client", Value: bson.D{{Key: "application", Value: bson.D{{Key: "name", Value: "x"}}}}}},
 		{{Key: "cursor", Value: bson.D{{Key: "id", Value: int64(9)}}}, {Key: "ok", Value: 1.0}, {Key: "code", Value: int32(2)}},
+		{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(10107)}, {Key: "topologyVersion", Value: bson.D{{Key: "processId", Value: bson.NewObjectID()}, {Key: "counter", Value: int64(3)}}}},
+		{{Key: "ok", Value: 1.0}, {Key: "writeConcernError", Value: bson.D{{Key: "code", Value: int32(91)}}}},
+		{{Key: "aggregate", Value: "c"}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$out", Value: "o"}}}}, {Key: "$readPreference", Value: bson.D{{Key: "mode", Value: "secondary"}}}},
 	} {
 		b, _ := bson.Marshal(d)
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		doc := bsoncore.Document(b)
-		_ = inspectReply(doc)
+		ri := inspectReply(doc)
+		if code := ri.stateChange(); code != 0 {
+			_ = stateChangeError(code, doc)
+		}
 		_ = cursorIDs(doc)
+		_ = pipelineWrites(doc)
 		if wire.ValidateDocument(b) != nil {
 			return
 		}

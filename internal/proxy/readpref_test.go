@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"errors"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+)
+
+// testRoute is a route over a topology nobody answers: criteria only reads
+// the route's settings and the heartbeat interval.
+func testRoute(t *testing.T, rp *sdam.ReadPref) *Route {
+	t.Helper()
+	d := upstream.NewDialer(upstream.Options{})
+	topo, err := topology.New("t", topology.Options{Hosts: []string{"127.0.0.1:1"}, Pool: pool.DefaultOptions(),
+		Dialer: d, MonitorDialer: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(topo.Close)
+	r := &Route{Name: "t", Topology: topo, ReadPref: rp}
+	r.init(10, 10)
+	return r
+}
+
+func TestCriteria(t *testing.T) {
+	secondary := bson.D{{Key: "mode", Value: "secondary"}}
+	lsid := bson.D{{Key: "id", Value: bson.Binary{Subtype: 4, Data: make([]byte, 16)}}}
+	plain := testRoute(t, nil)
+	nearest := testRoute(t, &sdam.ReadPref{Mode: sdam.Nearest})
+	cases := []struct {
+		name    string
+		route   *Route
+		cmd     bson.D
+		mode    sdam.Mode // Primary: the zero Criteria
+		add     bool
+		wantErr bool
+	}{
+		{"find without a read preference", plain, bson.D{{Key: "find", Value: "c"}}, sdam.Primary, false, false},
+		{"find with secondary", plain, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: secondary}}, sdam.Secondary, false, false},
+		{"primary mode", plain, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: bson.D{{Key: "mode", Value: "primary"}}}}, sdam.Primary, false, false},
+		{"insert with secondary", plain, bson.D{{Key: "insert", Value: "c"}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
+		{"createIndexes with secondary", plain, bson.D{{Key: "createIndexes", Value: "c"}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
+		{"aggregate with $out", plain, bson.D{{Key: "aggregate", Value: "c"}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$match", Value: bson.D{}}}, bson.D{{Key: "$out", Value: "o"}}}}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
+		{"aggregate with $merge", plain, bson.D{{Key: "aggregate", Value: "c"}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$merge", Value: "o"}}}}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
+		{"aggregate that reads", plain, bson.D{{Key: "aggregate", Value: "c"}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$match", Value: bson.D{}}}}}, {Key: "$readPreference", Value: secondary}}, sdam.Secondary, false, false},
+		{"in a transaction", plain, bson.D{{Key: "find", Value: "c"}, {Key: "lsid", Value: lsid}, {Key: "txnNumber", Value: int64(1)}, {Key: "autocommit", Value: false}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
+		{"getMore follows its cursor", plain, bson.D{{Key: "getMore", Value: int64(5)}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
+		{"unknown mode", plain, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: bson.D{{Key: "mode", Value: "anywhere"}}}}, sdam.Primary, false, true},
+		{"not a document", plain, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: "secondary"}}, sdam.Primary, false, true},
+		{"max staleness too small", plain, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: bson.D{{Key: "mode", Value: "secondary"}, {Key: "maxStalenessSeconds", Value: 5}}}}, sdam.Primary, false, true},
+		{"route default", nearest, bson.D{{Key: "find", Value: "c"}}, sdam.Nearest, true, false},
+		{"the command's own beats the default", nearest, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: secondary}}, sdam.Secondary, false, false},
+		{"route default never sends writes away", nearest, bson.D{{Key: "update", Value: "c"}}, sdam.Primary, false, false},
+	}
+	for _, c := range cases {
+		body := mustDoc(t, append(c.cmd, bson.E{Key: "$db", Value: "d"}))
+		var req request
+		req.inspect(body)
+		crit, add, err := criteria(c.route, &req, body)
+		if c.wantErr {
+			var rpe *ReadPrefError
+			if !errors.As(err, &rpe) {
+				t.Errorf("%s: error %v, want a *ReadPrefError", c.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		mode := sdam.Primary
+		if crit.ReadPref != nil {
+			mode = crit.ReadPref.Mode
+			if mode == sdam.Primary {
+				t.Errorf("%s: a primary read preference must be the zero Criteria", c.name)
+			}
+		}
+		if mode != c.mode || add != c.add {
+			t.Errorf("%s: mode %v add %v, want %v %v", c.name, mode, add, c.mode, c.add)
+		}
+	}
+}
+
+// A bad $readPreference gets FailedToParse, not a retryable code: retrying
+// cannot help.
+func TestReadPrefErrorReply(t *testing.T) {
+	s := &Server{opts: Options{Observer: nopObserver{}}}
+	var req request
+	req.inspect(mustDoc(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "d"}}))
+	body := s.upstreamError(&Route{Name: "r"}, &ReadPrefError{Err: errors.New("bad mode")}, &req, false)
+	if code := body.Lookup("code").Int32(); code != codeFailedToParse {
+		t.Errorf("code %d", code)
+	}
+	if _, err := body.LookupErr("errorLabels"); err == nil {
+		t.Errorf("labels on a parse error: %v", body)
+	}
+}
