@@ -8,6 +8,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,6 +260,53 @@ func TestReplicaSetHandshakeHidesMembers(t *testing.T) {
 					t.Errorf("%s: the reply has %q: %v", cmd, f, raw)
 				}
 			}
+		}
+	})
+}
+
+// mongosh through mongobouncer to a replica set: with readPreference=primary
+// its finds reach the primary, and after db.getMongo().setReadPref
+// ('secondary') the secondaries, by the members' counts (exact, so a read
+// preference lost on the way shows as finds on the wrong member).
+func TestReplicaSetMongoshReadPreference(t *testing.T) {
+	eachIO(t, func(t *testing.T) {
+		sh := mongoshPath(t)
+		rs := fakemongo.StartReplicaSet(t, fakemongo.ReplicaSetOptions{})
+		_, addr := rsBouncer(t, rs, nil)
+		const n = 20
+		eval := `const c = db.getSiblingDB("db").c;
+c.insertMany([{_id: 1}, {_id: 2}, {_id: 3}]);
+let read = 0;
+for (let i = 0; i < ` + strconv.Itoa(n) + `; i++) read += c.find().toArray().length;
+print("primary: " + read);
+db.getMongo().setReadPref("secondary");
+read = 0;
+for (let i = 0; i < ` + strconv.Itoa(n) + `; i++) read += c.find().toArray().length;
+print("secondary: " + read);`
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, sh, "mongodb://"+addr+"/test?serverSelectionTimeoutMS=10000&readPreference=primary",
+			"--quiet", "--norc", "--eval", eval)
+		home := t.TempDir()
+		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NO_COLOR=1")
+		cmd.Dir = home
+		cmd.WaitDelay = 5 * time.Second
+		f0, i0 := counts(rs, "find"), counts(rs, "insert")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("mongosh: %v (ctx %v); output:\n%s", err, ctx.Err(), out)
+		}
+		want := fmt.Sprintf("primary: %d\nsecondary: %d", 3*n, 3*n)
+		if got := strings.TrimSpace(strings.ReplaceAll(string(out), "\r\n", "\n")); got != want {
+			t.Fatalf("mongosh output:\n%s\nwant:\n%s", got, want)
+		}
+		f, ins := since(f0, counts(rs, "find")), since(i0, counts(rs, "insert"))
+		t.Logf("finds by member %v, inserts by member %v", f, ins)
+		if ins[0] != 1 || ins[1]+ins[2] != 0 {
+			t.Errorf("inserts by member %v, want the one on the primary (member 0)", ins)
+		}
+		if f[0] != n || f[1]+f[2] != n {
+			t.Errorf("finds by member %v, want %d on the primary (member 0) and %d on the secondaries", f, n, n)
 		}
 	})
 }
