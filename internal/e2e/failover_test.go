@@ -21,6 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 )
 
@@ -97,7 +98,12 @@ func TestReplicaSetFailoverUnderLoad(t *testing.T) {
 			maxInserts    = 50_000
 		)
 		rs := fakemongo.StartReplicaSet(t, fakemongo.ReplicaSetOptions{ElectionDelay: electionDelay})
-		a, addr := rsBouncer(t, rs, nil)
+		// The shipped heartbeat_interval (10s), not the harness's 500ms:
+		// the stepdown and the election must be learned from the streamed
+		// hello and selection's immediate checks, not from a quick poll.
+		a, addr := rsBouncer(t, rs, func(c *config.Config) {
+			c.Global.HeartbeatInterval = config.Default().Global.HeartbeatInterval
+		})
 
 		var ev driverEvents
 		c, err := mongo.Connect(ev.options(options.Client().ApplyURI(
