@@ -9,6 +9,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
@@ -94,6 +96,7 @@ func TestReplicaSetFailoverUnderLoad(t *testing.T) {
 		const (
 			electionDelay = time.Second
 			writers       = 8
+			readers       = 2
 			runFor        = 4 * time.Second
 			maxInserts    = 50_000
 		)
@@ -159,6 +162,29 @@ func TestReplicaSetFailoverUnderLoad(t *testing.T) {
 			})
 		}
 
+		// Two readers with readPreference secondary run beside the
+		// writers: the stepdown must not disturb them, and the secondary's
+		// death costs at most one failed attempt each, which the driver
+		// retries (retryReads) on the other secondary.
+		var reads atomic.Int64
+		sc := c.Database("db").Collection("c", options.Collection().SetReadPreference(readpref.Secondary()))
+		for range readers {
+			wg.Go(func() {
+				for time.Since(started) < runFor && reads.Load() < maxInserts {
+					ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+					err := sc.FindOne(ctx, bson.D{}).Err()
+					cancel()
+					if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("find at %v: %w", time.Since(started).Round(time.Millisecond), err))
+						mu.Unlock()
+						continue
+					}
+					reads.Add(1)
+				}
+			})
+		}
+
 		// The script, on this goroutine: a failover at 0.5s, then member
 		// kill and revival of a secondary once the new primary is in.
 		time.Sleep(500 * time.Millisecond)
@@ -189,11 +215,11 @@ func TestReplicaSetFailoverUnderLoad(t *testing.T) {
 		}
 		t.Logf("%s: %d inserts acknowledged in %v by %d writers; failover 0 -> %d at %v (election delay %v); "+
 			"longest gap between acknowledgements %v from %v; first acknowledgement %v after the election; "+
-			"%d attempts failed and were retried; member %d killed and revived",
+			"%d attempts failed and were retried; member %d killed and revived; %d secondary reads",
 			ioModelOf(t).name, len(acks), time.Since(started).Round(time.Millisecond), writers, p,
 			failStart.Sub(started).Round(time.Millisecond), electionDelay, gap.Round(time.Millisecond),
 			gapFrom.Sub(started).Round(time.Millisecond), firstAfter.Round(time.Millisecond),
-			ev.attemptsFailed.Load(), victim)
+			ev.attemptsFailed.Load(), victim, reads.Load())
 		ev.mu.Lock()
 		for _, n := range ev.notes {
 			t.Log(n)
@@ -201,7 +227,7 @@ func TestReplicaSetFailoverUnderLoad(t *testing.T) {
 		ev.mu.Unlock()
 
 		if len(errs) > 0 {
-			t.Errorf("%d inserts returned an error to the driver; first: %v", len(errs), errs[0])
+			t.Errorf("%d operations returned an error to the driver; first: %v", len(errs), errs[0])
 		}
 		if n := ev.closed.Load(); n != 0 {
 			t.Errorf("the driver lost %d connections to mongobouncer", n)
