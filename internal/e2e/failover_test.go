@@ -148,7 +148,7 @@ func TestReplicaSetFailoverUnderLoad(t *testing.T) {
 					if id > maxInserts {
 						return
 					}
-					ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+					ctx, cancel := opContext(15 * time.Second)
 					_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: id}})
 					cancel()
 					if err != nil {
@@ -171,7 +171,7 @@ func TestReplicaSetFailoverUnderLoad(t *testing.T) {
 		for range readers {
 			wg.Go(func() {
 				for time.Since(started) < runFor && reads.Load() < maxInserts {
-					ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+					ctx, cancel := opContext(15 * time.Second)
 					err := sc.FindOne(ctx, bson.D{}).Err()
 					cancel()
 					if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {

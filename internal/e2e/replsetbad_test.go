@@ -98,7 +98,7 @@ func TestReplicaSetMemberOfAnotherSetNeverSelected(t *testing.T) {
 		waitUsable(t, a, 2)
 		waitFor(t, "member 2 checked", func() bool { return rs.Member(2).Requests("hello") > 0 })
 		c := driver(t, addr, "")
-		ctx := ctxT(t, 60*time.Second)
+		ctx := cancelCtx(t, 60*time.Second)
 		if _, err := c.Database("db").Collection("c").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
 			t.Fatal(err)
 		}
