@@ -1,11 +1,11 @@
-package e2e
-
 // A replica-set failover under write load, measured through mongobouncer:
 // what a driver sees (errors, closed connections, the longest pause between
 // two acknowledged writes) while the primary steps down, the set has no
 // primary for an election delay, another member is elected, and then a
 // secondary dies and comes back. docs/operations.md ("Failover") quotes the
 // figures this test logs.
+
+package e2e
 
 import (
 	"context"

@@ -1,10 +1,10 @@
-package e2e
-
 // mongobouncer in front of a replica set, end to end: the route names one
 // member (a secondary) and replicaSet, mongobouncer discovers the rest, and
 // the Go driver, connected to mongobouncer as to a mongos, reads and writes
 // by read preference. The scripted set counts every member's requests, so
 // each test checks where the work went, not only that it succeeded.
+
+package e2e
 
 import (
 	"context"

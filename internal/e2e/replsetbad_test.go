@@ -1,10 +1,10 @@
-package e2e
-
 // Replica-set routes whose servers do not answer as the route says:
 // a standalone seed of a route that names replicaSet, and a member that
 // reports another set's name. SDAM removes such servers; mongobouncer must
 // then never use them, fail requests with a clear, retryable error naming
 // the route, and stay up.
+
+package e2e
 
 import (
 	"strings"
@@ -43,6 +43,9 @@ func TestReplicaSetStandaloneSeedRefused(t *testing.T) {
 		msg, _ := rep.Lookup("errmsg").StringValueOK()
 		if okOf(rep) != 0 || codeOf(rep) != 6 || !strings.Contains(msg, `route "*"`) {
 			t.Fatalf("insert through a route seeded by a standalone: %v; want HostUnreachable (6) naming route \"*\"", rep)
+		}
+		if labels, _ := rep.Lookup("errorLabels").ArrayOK(); !strings.Contains(labels.String(), `"RetryableWriteError"`) {
+			t.Errorf("the insert's error has labels %v, want RetryableWriteError", labels)
 		}
 		if took < selTimeout/2 || took > selTimeout+5*time.Second {
 			t.Errorf("the insert failed after %v, want about server_selection_timeout (%v)", took, selTimeout)
