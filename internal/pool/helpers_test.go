@@ -2,7 +2,6 @@ package pool_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/specdir"
 )
 
 // mockUpstream is an Upstream that does no I/O.
@@ -235,45 +235,23 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// moduleRoot finds the directory holding go.mod, walking up from the test's directory.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
-// specDir returns the CMAP test directory named sub ("cmap-format" or "logging"):
-// under $CMAP_SPEC_DIR if set (which may name the cmap directory or cmap-format
-// itself), else under ../shared/specs/cmap from the module root. A missing directory
-// skips the test, or fails it when $CI is set.
+// specDir returns the CMAP test directory named sub ("cmap-format" or
+// "logging"): under $CMAP_SPEC_DIR if set (which may name the cmap
+// directory or cmap-format itself), else where specdir finds the suites
+// (../shared/specs/cmap from the module root, or $MONGOBOUNCER_SPECS). A
+// missing directory skips the test, or fails it when $CI is set.
 func specDir(t *testing.T, sub string) string {
 	t.Helper()
-	var dir string
-	if env := os.Getenv("CMAP_SPEC_DIR"); env != "" {
-		dir = filepath.Join(env, sub)
-		if _, err := os.Stat(dir); err != nil && filepath.Base(env) == "cmap-format" {
-			dir = filepath.Join(filepath.Dir(env), sub)
-		}
-	} else {
-		root, err := moduleRoot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir = filepath.Join(root, "..", "shared", "specs", "cmap", sub)
+	env := os.Getenv("CMAP_SPEC_DIR")
+	if env == "" {
+		return specdir.Dir(t, "cmap", sub)
+	}
+	dir := filepath.Join(env, sub)
+	if _, err := os.Stat(dir); err != nil && filepath.Base(env) == "cmap-format" {
+		dir = filepath.Join(filepath.Dir(env), sub)
 	}
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		msg := fmt.Sprintf("CMAP spec tests not found: directory %s is missing (set CMAP_SPEC_DIR to the specs/cmap directory)", dir)
+		msg := fmt.Sprintf("CMAP spec tests not found: directory %s is missing (CMAP_SPEC_DIR names the specs/cmap directory)", dir)
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}
