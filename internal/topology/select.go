@@ -82,7 +82,14 @@ func (t *Topology) pickFor(sel *selection, c Criteria) *Server {
 	rp := c.ReadPref
 	if rp == nil || sel.td == nil || rp.Mode == sdam.Primary ||
 		(sel.td.Type != sdam.ReplicaSetWithPrimary && sel.td.Type != sdam.ReplicaSetNoPrimary) {
-		return t.pick(sel.writable)
+		srv := t.pick(sel.writable)
+		if srv != nil && srv.State() != Usable {
+			// The server's new description is stored before the snapshot
+			// that drops it is published: whoever saw it Unknown must not
+			// be given it. The publish closes sel.changed.
+			return nil
+		}
+		return srv
 	}
 	if sel.td.CompatibilityError != nil {
 		return nil
