@@ -8,7 +8,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -287,49 +286,69 @@ func TestReplicaSetHandshakeHidesMembers(t *testing.T) {
 	})
 }
 
-// mongosh through mongobouncer to a replica set: with readPreference=primary
-// its finds reach the primary, and after db.getMongo().setReadPref
-// ('secondary') the secondaries, by the members' counts (exact, so a read
-// preference lost on the way shows as finds on the wrong member).
+// mongosh through mongobouncer to a replica set, with each read preference
+// mode: its finds reach the members the mode allows, by the members' counts
+// (exact, so a read preference lost on the way shows as finds on the wrong
+// member). One mongosh per mode, so each mode's counts are its own.
 func TestReplicaSetMongoshReadPreference(t *testing.T) {
 	eachIO(t, func(t *testing.T) {
 		sh := mongoshPath(t)
 		rs := fakemongo.StartReplicaSet(t, fakemongo.ReplicaSetOptions{})
 		_, addr := rsBouncer(t, rs, nil)
 		const n = 20
-		eval := `const c = db.getSiblingDB("db").c;
-c.insertMany([{_id: 1}, {_id: 2}, {_id: 3}]);
-let read = 0;
-for (let i = 0; i < ` + strconv.Itoa(n) + `; i++) read += c.find().toArray().length;
-print("primary: " + read);
-db.getMongo().setReadPref("secondary");
-read = 0;
-for (let i = 0; i < ` + strconv.Itoa(n) + `; i++) read += c.find().toArray().length;
-print("secondary: " + read);`
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, sh, "mongodb://"+addr+"/test?serverSelectionTimeoutMS=10000&readPreference=primary",
-			"--quiet", "--norc", "--eval", eval)
-		home := t.TempDir()
-		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NO_COLOR=1")
-		cmd.Dir = home
-		cmd.WaitDelay = 5 * time.Second
-		f0, i0 := counts(rs, "find"), counts(rs, "insert")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("mongosh: %v (ctx %v); output:\n%s", err, ctx.Err(), out)
+		run := func(mode, eval string) string {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, sh, "mongodb://"+addr+"/test?serverSelectionTimeoutMS=10000&readPreference="+mode,
+				"--quiet", "--norc", "--eval", eval)
+			home := t.TempDir()
+			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NO_COLOR=1")
+			cmd.Dir = home
+			cmd.WaitDelay = 5 * time.Second
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("mongosh (%s): %v (ctx %v); output:\n%s", mode, err, ctx.Err(), out)
+			}
+			return strings.TrimSpace(strings.ReplaceAll(string(out), "\r\n", "\n"))
 		}
-		want := fmt.Sprintf("primary: %d\nsecondary: %d", 3*n, 3*n)
-		if got := strings.TrimSpace(strings.ReplaceAll(string(out), "\r\n", "\n")); got != want {
-			t.Fatalf("mongosh output:\n%s\nwant:\n%s", got, want)
+		i0 := counts(rs, "insert")
+		if out := run("primary", `db.getSiblingDB("db").c.insertMany([{_id: 1}, {_id: 2}, {_id: 3}]); print("ok")`); out != "ok" {
+			t.Fatalf("mongosh insert: %s", out)
 		}
-		f, ins := since(f0, counts(rs, "find")), since(i0, counts(rs, "insert"))
-		t.Logf("finds by member %v, inserts by member %v", f, ins)
-		if ins[0] != 1 || ins[1]+ins[2] != 0 {
+		if ins := since(i0, counts(rs, "insert")); ins[0] != 1 || ins[1]+ins[2] != 0 {
 			t.Errorf("inserts by member %v, want the one on the primary (member 0)", ins)
 		}
-		if f[0] != n || f[1]+f[2] != n {
-			t.Errorf("finds by member %v, want %d on the primary (member 0) and %d on the secondaries", f, n, n)
+		for _, tc := range []struct {
+			mode    string
+			allowed []int
+		}{
+			{"primary", []int{0}},
+			{"primaryPreferred", []int{0}},
+			{"secondary", []int{1, 2}},
+			{"secondaryPreferred", []int{1, 2}},
+			{"nearest", []int{0, 1, 2}},
+		} {
+			// The URI's mode, and setReadPref for the same mode, as a
+			// shell user would type it.
+			eval := `db.getMongo().setReadPref("` + tc.mode + `");
+const c = db.getSiblingDB("db").c;
+let read = 0;
+for (let i = 0; i < ` + strconv.Itoa(n) + `; i++) read += c.find().toArray().length;
+print(read);`
+			f0 := counts(rs, "find")
+			if out := run(tc.mode, eval); out != strconv.Itoa(3*n) {
+				t.Fatalf("%s: mongosh output %q, want %d", tc.mode, out, 3*n)
+			}
+			f := since(f0, counts(rs, "find"))
+			var on int64
+			for _, i := range tc.allowed {
+				on += f[i]
+			}
+			t.Logf("%s: finds by member %v", tc.mode, f)
+			if on != n || sum(f) != n {
+				t.Errorf("%s: finds by member %v, want all %d on members %v", tc.mode, f, n, tc.allowed)
+			}
 		}
 	})
 }
