@@ -149,9 +149,16 @@ func TestResolveSRV(t *testing.T) {
 	if got.ReplicaSet != "rs0" || poll == nil || poll.Host != "cluster.example.net" {
 		t.Errorf("replicaSet %q, polling %+v", got.ReplicaSet, poll)
 	}
+	if got.AuthSource != "admin" {
+		t.Errorf("authSource %q, want the TXT record's", got.AuthSource)
+	}
 	cs2, _ := config.ParseConnString("mongodb+srv://cluster.example.net/?replicaSet=mine")
 	if got, _, err := resolveSRV(cs2, r); err != nil || got.ReplicaSet != "mine" {
 		t.Errorf("the string's replicaSet lost to the TXT record: %q, %v", got.ReplicaSet, err)
+	}
+	cs3, _ := config.ParseConnString("mongodb+srv://cluster.example.net/?authSource=mine")
+	if got, _, err := resolveSRV(cs3, r); err != nil || got.AuthSource != "mine" {
+		t.Errorf("the string's authSource lost to the TXT record: %q, %v", got.AuthSource, err)
 	}
 	r.txt = []string{"loadBalanced=true"}
 	if _, _, err := resolveSRV(cs, r); err == nil || !strings.Contains(err.Error(), "loadBalanced") {

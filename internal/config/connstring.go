@@ -97,6 +97,10 @@ type ConnString struct {
 	// default the auth spec gives for the mechanism when credentials are
 	// present.
 	AuthSource string
+	// AuthSourceSet says the string names authSource itself (a
+	// mongodb+srv:// TXT record's authSource applies only when it does
+	// not).
+	AuthSourceSet bool
 	// AuthMechanism is authMechanism as given ("" to negotiate).
 	AuthMechanism string
 	// AuthMechanismProperties are authMechanismProperties; values may be
@@ -320,6 +324,7 @@ func ParseConnString(s string) (ConnString, error) {
 	}
 	cs.Database = dcs.Database
 	cs.AuthSource = dcs.AuthSource
+	_, cs.AuthSourceSet = po.values["authsource"]
 	cs.AuthMechanism = dcs.AuthMechanism
 	cs.AuthMechanismProperties = dcs.AuthMechanismProperties
 	cs.TLS = dcs.SSL
