@@ -117,7 +117,7 @@ func TestParseConnStringOptions(t *testing.T) {
 	}
 	want := ConnString{
 		Scheme: SchemeMongoDB, Hosts: tcp("h1:27017", "h2:27017"), Username: "u", Password: "pw",
-		Database: "admin", AuthSource: "admin", AuthMechanism: "SCRAM-SHA-256", ReplicaSet: "rs0",
+		Database: "admin", AuthSource: "admin", AuthSourceSet: true, AuthMechanism: "SCRAM-SHA-256", ReplicaSet: "rs0",
 		TLS: true, TLSCAFile: "/ca.pem", TLSCertificateKeyFile: "/key.pem", TLSCertificateKeyFilePassword: "kp",
 		Compressors: []string{"zstd", "snappy"}, AppName: "app",
 		MaxPoolSize: new(50), MinPoolSize: new(5), MaxIdleTime: new(time.Minute), MaxConnecting: new(3),
