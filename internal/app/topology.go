@@ -81,6 +81,7 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 		ReplicaSet:             cs.ReplicaSet,
 		DirectConnection:       cs.DirectConnection,
 		SRV:                    poll,
+		MonitoringMode:         cs.ServerMonitoringMode,
 		LocalThreshold:         er.LocalThreshold,
 		Pool:                   po,
 		Dialer:                 upstream.NewDialer(uo),

@@ -97,6 +97,10 @@ type ConnString struct {
 	// default the auth spec gives for the mechanism when credentials are
 	// present.
 	AuthSource string
+	// ServerMonitoringMode is serverMonitoringMode: how mongobouncer's
+	// monitors check the servers ("stream", "poll", or "" / "auto": stream
+	// where the server supports it).
+	ServerMonitoringMode string
 	// AuthSourceSet says the string names authSource itself (a
 	// mongodb+srv:// TXT record's authSource applies only when it does
 	// not).
@@ -362,6 +366,7 @@ var driverChecked = []string{
 func (cs *ConnString) setOptions(po parsedOptions, srv bool, nhosts int) error {
 	v := po.values
 	cs.ReplicaSet = v["replicaset"]
+	cs.ServerMonitoringMode = v["servermonitoringmode"]
 	cs.AppName = v["appname"]
 	cs.TLSInsecure = v["tlsinsecure"] == "true"
 	cs.TLSCAFile = v["tlscafile"]

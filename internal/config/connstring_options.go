@@ -114,12 +114,15 @@ var uriOptions = func() map[string]optSpec {
 	add(optSpec{name: "sslClientCertificateKeyFile", kind: kindString, alias: "tlscertificatekeyfile"})
 	add(optSpec{name: "sslClientCertificateKeyPassword", kind: kindString, alias: "tlscertificatekeyfilepassword"})
 
+	// serverMonitoringMode chooses how mongobouncer's own monitors check
+	// the route's servers (ConnString.ServerMonitoringMode).
+	add(optSpec{name: "serverMonitoringMode", kind: kindEnum, enum: []string{"stream", "poll", "auto"}})
+
 	// Options of the application only.
 	add(optSpec{name: "journal", kind: kindBool, use: useApp})
 	add(optSpec{name: "readConcernLevel", kind: kindString, use: useApp})
 	add(optSpec{name: "retryReads", kind: kindBool, use: useApp})
 	add(optSpec{name: "retryWrites", kind: kindBool, use: useApp})
-	add(optSpec{name: "serverMonitoringMode", kind: kindEnum, use: useApp, enum: []string{"stream", "poll", "auto"}})
 	add(optSpec{name: "serverSelectionTryOnce", kind: kindBool, use: useApp})
 	add(nonNeg("socketTimeoutMS", useApp))
 	add(nonNeg("timeoutMS", useApp))

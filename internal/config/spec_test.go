@@ -296,6 +296,8 @@ func specOption(cs ConnString, k string) (any, bool) {
 			l = append(l, m)
 		}
 		return l, true
+	case "servermonitoringmode":
+		return str(cs.ServerMonitoringMode)
 	case "replicaset":
 		return str(cs.ReplicaSet)
 	case "serverselectiontimeoutms":
