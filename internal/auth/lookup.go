@@ -23,7 +23,9 @@ type Lookup interface {
 type LookupFunc func(ctx context.Context, user, db string) (Creds, error)
 
 // Lookup calls f.
-func (f LookupFunc) Lookup(ctx context.Context, user, db string) (Creds, error) { return f(ctx, user, db) }
+func (f LookupFunc) Lookup(ctx context.Context, user, db string) (Creds, error) {
+	return f(ctx, user, db)
+}
 
 // CacheOptions bound a Cache. Zero fields take the defaults.
 type CacheOptions struct {
