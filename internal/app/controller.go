@@ -191,6 +191,10 @@ func (a *App) Config() map[string]any {
 		"event_loop":               g.EventLoop,
 		"event_loop_threads":       g.EventLoopThreads,
 		"event_loop_io":            string(g.EventLoopIO),
+		"auth_type":                string(g.AuthType),
+		"auth_file":                cfg.AuthFilePath(),
+		"auth_user":                g.AuthUser,
+		"admin_users":              append([]string{}, g.AdminUsers...),
 	}
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {

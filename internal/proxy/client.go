@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -100,6 +101,11 @@ type client struct {
 	out      *buffer // replies we build, and compressed copies
 	msg      wire.Msg
 	comp     [4]string // compressors agreed with the client (first wins)
+
+	// ident is who the client logged in as, nil before (auth.go); conv is
+	// its login conversation in progress.
+	ident *auth.Identity
+	conv  *auth.Conversation
 
 	// x is the request being forwarded (exchange.go).
 	x exchange

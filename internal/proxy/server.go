@@ -56,6 +56,9 @@ type Options struct {
 	// Admin answers commands on the "mongobouncer" database; nil refuses
 	// them.
 	Admin AdminHandler
+	// Auth makes clients log in before they run commands; nil lets every
+	// client in (auth_type = "none").
+	Auth *ClientAuth
 	// EventLoop serves idle clients and plain requests on event-loop
 	// threads, without a goroutine per client (Linux only; elsewhere it is
 	// ignored). False serves every client on its own goroutine.
