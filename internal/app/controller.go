@@ -66,7 +66,7 @@ func (a *App) Clients() []admin.ClientInfo {
 	cs := a.server.Clients()
 	out := make([]admin.ClientInfo, len(cs))
 	for i, c := range cs {
-		out[i] = admin.ClientInfo{ID: c.ID, Addr: c.Addr, AppName: c.AppName, Listener: c.Listener,
+		out[i] = admin.ClientInfo{ID: c.ID, Addr: c.Addr, AppName: c.AppName, User: c.User, Listener: c.Listener,
 			ConnectedAt: c.ConnectedAt, State: admin.ClientState(c.State), PinnedServer: c.PinnedServer,
 			Requests: c.Requests}
 	}

@@ -285,8 +285,12 @@ func TestAdminUsersAndAuthFileReload(t *testing.T) {
 	a, addr, users := authSetup(t, up.URI(), nil)
 	ctx := ctxT(t, 30*time.Second)
 	ops := authDriver(t, addr, "", "ops", authUsers["ops"])
-	if _, err := ops.Database("mongobouncer").RunCommand(ctx, bson.D{{Key: "showClients", Value: 1}}).Raw(); err != nil {
+	clients, err := ops.Database("mongobouncer").RunCommand(ctx, bson.D{{Key: "showClients", Value: 1}}).Raw()
+	if err != nil {
 		t.Fatalf("admin user: %v", err)
+	}
+	if !strings.Contains(clients.String(), `"user": "ops@admin"`) {
+		t.Fatalf("showClients does not name the user: %s", clients)
 	}
 	app := authDriver(t, addr, "", "app", authUsers["app"])
 	var ce mongo.CommandError

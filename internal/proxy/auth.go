@@ -169,8 +169,7 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 	if id := conv.Identity(); id != nil && c.ident != id {
 		// A new login, or the same user's again (a fresh ClientKey).
 		if c.ident == nil {
-			c.log = c.log.With("user", id.Key())
-			c.log.Info("client logged in", "mechanism", string(id.Mechanism))
+			c.loggedIn(id)
 		}
 		c.ident = id
 	}
@@ -201,8 +200,7 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 	}
 	if c.ident == nil {
 		c.ident = &auth.Identity{User: subject, DB: externalDB, Mechanism: mechX509}
-		c.log = c.log.With("user", c.ident.Key())
-		c.log.Info("client logged in", "mechanism", mechX509)
+		c.loggedIn(c.ident)
 	}
 	idx, doc := bsoncore.AppendDocumentStart(nil)
 	doc = bsoncore.AppendStringElement(doc, "dbname", externalDB)
@@ -210,6 +208,16 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 	doc = bsoncore.AppendDoubleElement(doc, "ok", 1)
 	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
 	return doc
+}
+
+// loggedIn records a client's first login: in its log lines and for SHOW
+// CLIENTS.
+func (c *client) loggedIn(id *auth.Identity) {
+	c.log = c.log.With("user", id.Key())
+	c.log.Info("client logged in", "mechanism", string(id.Mechanism))
+	c.sessMu.Lock()
+	c.user = id.Key()
+	c.sessMu.Unlock()
 }
 
 // x509Subject is the seam for x509 logins: the subject of the client's

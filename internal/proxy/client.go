@@ -110,9 +110,11 @@ type client struct {
 	// x is the request being forwarded (exchange.go).
 	x exchange
 
-	sessMu sync.Mutex // guards appName, pins, open and phase; see doc.go for the lock order
+	sessMu sync.Mutex // guards appName, user, pins, open and phase; see doc.go for the lock order
 	// appName is the client's application name from its handshake.
 	appName string
+	// user is ident's "user@db", for SHOW CLIENTS.
+	user string
 	// pins holds at most one pinned connection per route.
 	pins []pin
 	// open are the transactions begun through this client that have not
