@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 
 	"github.com/xdg-go/scram"
 )
@@ -194,16 +193,13 @@ type Identity struct {
 }
 
 // Key returns "user@db".
-func (id *Identity) Key() string { return UserKey(id.User, id.DB) }
+func (id Identity) Key() string { return UserKey(id.User, id.DB) }
 
-// String names the user and mechanism only.
-func (id *Identity) String() string { return id.Key() + " (" + string(id.Mechanism) + ")" }
+// String names the user and mechanism only, never the ClientKey.
+func (id Identity) String() string { return id.Key() + " (" + string(id.Mechanism) + ")" }
+
+// GoString is String, for %#v.
+func (id Identity) GoString() string { return id.String() }
 
 // LogValue is String, for slog.
-func (id *Identity) LogValue() slog.Value { return slog.StringValue(id.String()) }
-
-// sameUser reports whether two identities are the same user.
-func (id *Identity) sameUser(user, db string) bool { return id.User == user && id.DB == db }
-
-// hasMechanism reports whether ms holds m.
-func hasMechanism(ms []Mechanism, m Mechanism) bool { return slices.Contains(ms, m) }
+func (id Identity) LogValue() slog.Value { return slog.StringValue(id.String()) }

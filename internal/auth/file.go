@@ -79,7 +79,11 @@ func (u *Users) Len() int {
 }
 
 // String counts the users, so that printing Users shows no secret.
-func (u *Users) String() string { return fmt.Sprintf("%d users", u.Len()) }
+func (u Users) String() string { return fmt.Sprintf("%d users", len(u.m)) }
+
+// GoString is String, for %#v (which would otherwise print the stored
+// keys).
+func (u Users) GoString() string { return u.String() }
 
 // LoadFile reads and parses the auth_file at path.
 func LoadFile(path string) (*Users, error) {

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,4 +138,26 @@ func TestCacheTimeoutAndWaiterCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // let the lookup end before goleak looks
+}
+
+// No way of printing users, credentials or an identity shows a secret.
+func TestPrintingShowsNoSecret(t *testing.T) {
+	u, err := ParseFile([]byte(`"u@db" "hunter2-password"`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := u.Lookup("u", "db")
+	sc, _ := c.For(SCRAMSHA256)
+	id := Identity{User: "u", DB: "db", Mechanism: SCRAMSHA256, ClientKey: []byte("client-key-bytes")}
+	var out strings.Builder
+	for _, v := range []any{u, *u, c, &c, id, &id} {
+		for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+			fmt.Fprintf(&out, verb+"\n", v)
+		}
+	}
+	for _, secret := range []string{"hunter2", "client-key-bytes", fmt.Sprintf("%v", sc.StoredKey[:4]), string(sc.StoredKey[:6])} {
+		if strings.Contains(out.String(), secret) {
+			t.Fatalf("%q shown in:\n%s", secret, out.String())
+		}
+	}
 }
