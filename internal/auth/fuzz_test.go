@@ -1,8 +1,11 @@
 package auth
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/xdg-go/scram"
 )
 
 // FuzzParseFile feeds arbitrary auth_files to the parser: it must never
@@ -29,4 +32,38 @@ func FuzzParseFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzConversation sends arbitrary client-first and client-final messages
+// to the server side: no panic, and no login without the password.
+func FuzzConversation(f *testing.F) {
+	f.Add("n,,n=u,r=abc", "c=biws,r=abcdef,p=AAAA", true)
+	f.Add("n,a=x,n=u,r=abc", "c=biws,r=abc,p=", false)
+	f.Add("", "", true)
+	users, err := ParseFile([]byte(`"u@db" "`+FormatStored(SCRAMSHA256, mustDerive(f, SCRAMSHA256))+` `+FormatStored(SCRAMSHA1, mustDerive(f, SCRAMSHA1))+`"`), "f")
+	if err != nil {
+		f.Fatal(err)
+	}
+	a := New(users, nil, nil)
+	f.Fuzz(func(t *testing.T, c1, c2 string, sha1 bool) {
+		m := SCRAMSHA256
+		if sha1 {
+			m = SCRAMSHA1
+		}
+		conv, _, err := a.Start(context.Background(), m, "db", []byte(c1), true)
+		if err != nil {
+			return
+		}
+		if _, _, err := conv.Step([]byte(c2)); err == nil || conv.Identity() != nil {
+			t.Fatalf("logged in without the password: %q %q", c1, c2)
+		}
+	})
+}
+
+func mustDerive(f *testing.F, m Mechanism) scram.StoredCredentials {
+	sc, err := Derive(m, "u", "a long random password nobody guesses", []byte("0123456789abcdef"), 4096)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return sc
 }
