@@ -29,6 +29,9 @@ var version = "0.1.0-dev"
 var startProcs = runtime.GOMAXPROCS(0)
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "hash-password" {
+		os.Exit(hashPassword(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, nil))
 }
 
@@ -52,7 +55,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "mongobouncer %s: a connection pooler for MongoDB\n\n", version)
-		fmt.Fprintf(stderr, "Usage:\n  mongobouncer --config FILE\n  mongobouncer --listen 127.0.0.1:6432 --upstream mongodb://127.0.0.1:27017/ [--pool-mode statement] [--max-pool-size N]\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage:\n  mongobouncer --config FILE\n  mongobouncer --listen 127.0.0.1:6432 --upstream mongodb://127.0.0.1:27017/ [--pool-mode statement] [--max-pool-size N]\n  mongobouncer hash-password --user NAME [--db admin] < password\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -113,6 +113,7 @@ type ClientInfo struct {
 	ID           int64       `json:"id" bson:"id"`
 	Addr         string      `json:"addr" bson:"addr"`
 	AppName      string      `json:"appName" bson:"appName"`
+	User         string      `json:"user,omitempty" bson:"user,omitempty"`
 	Listener     string      `json:"listener" bson:"listener"`
 	ConnectedAt  time.Time   `json:"connectedAt" bson:"connectedAt"`
 	State        ClientState `json:"state" bson:"state"`

@@ -39,6 +39,9 @@ type App struct {
 	metrics *metrics.Metrics
 	admin   *admin.Handler
 	server  *proxy.Server
+	// auth is client authentication, nil for auth_type none; a reload
+	// replaces its users (reload.go).
+	auth *proxy.ClientAuth
 
 	mu sync.Mutex // guards cfg, routes, listeners and draining
 	// cfg is the configuration in force.
@@ -176,6 +179,12 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	a.metrics.SetServerSource(a.serverRoles)
 	a.admin = admin.NewHandler(a, logger)
 	g := cfg.Global
+	users, err := loadAuthUsers(cfg, g.AuthType)
+	if err != nil {
+		a.closeRest()
+		return nil, err
+	}
+	a.auth = newClientAuth(cfg, users)
 	a.server, err = proxy.New(proxy.Options{
 		Routes:            proxyRoutes,
 		MaxClientConn:     maxClients(g.MaxClientConn),
@@ -188,6 +197,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		Logger:            logger,
 		Observer:          a.metrics,
 		Admin:             a.admin,
+		Auth:              a.auth,
 	})
 	if err != nil {
 		a.closeRest()

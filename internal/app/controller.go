@@ -66,7 +66,7 @@ func (a *App) Clients() []admin.ClientInfo {
 	cs := a.server.Clients()
 	out := make([]admin.ClientInfo, len(cs))
 	for i, c := range cs {
-		out[i] = admin.ClientInfo{ID: c.ID, Addr: c.Addr, AppName: c.AppName, Listener: c.Listener,
+		out[i] = admin.ClientInfo{ID: c.ID, Addr: c.Addr, AppName: c.AppName, User: c.User, Listener: c.Listener,
 			ConnectedAt: c.ConnectedAt, State: admin.ClientState(c.State), PinnedServer: c.PinnedServer,
 			Requests: c.Requests}
 	}
@@ -191,6 +191,10 @@ func (a *App) Config() map[string]any {
 		"event_loop":               g.EventLoop,
 		"event_loop_threads":       g.EventLoopThreads,
 		"event_loop_io":            string(g.EventLoopIO),
+		"auth_type":                string(g.AuthType),
+		"auth_file":                cfg.AuthFilePath(),
+		"auth_user":                g.AuthUser,
+		"admin_users":              append([]string{}, g.AdminUsers...),
 	}
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
@@ -28,6 +29,7 @@ var ErrNoConfigFile = errors.New("no configuration file to reload (started witho
 func (a *App) Reload() error {
 	a.mu.Lock()
 	path := a.cfg.Path
+	authType := a.cfg.Global.AuthType
 	a.mu.Unlock()
 	if path == "" {
 		return ErrNoConfigFile
@@ -40,12 +42,17 @@ func (a *App) Reload() error {
 	if err == nil {
 		routes, err = cfg.Routes()
 	}
+	var users *auth.Users
+	if err == nil {
+		// A bad auth_file fails the reload: the users in force stay.
+		users, err = loadAuthUsers(cfg, authType)
+	}
 	if err != nil {
 		a.log.Error("reload failed; keeping the running configuration", "error", err)
 		return fmt.Errorf("reload: %w", err)
 	}
 	logConfigWarnings(a.log, cfg)
-	if err := a.apply(cfg, routes); err != nil {
+	if err := a.apply(cfg, routes, users); err != nil {
 		a.log.Error("reload failed; keeping the running configuration", "error", err)
 		return fmt.Errorf("reload: %w", err)
 	}
@@ -54,7 +61,7 @@ func (a *App) Reload() error {
 
 // apply moves the running pooler to cfg. Everything that can fail (new
 // topologies, new listeners) is done before anything running changes.
-func (a *App) apply(cfg config.Config, want []config.EffectiveRoute) error {
+func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth.Users) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 
@@ -186,6 +193,11 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute) error {
 	keepRunning(a.log, "event_loop_threads", &cfg.Global.EventLoopThreads, run.EventLoopThreads)
 	keepRunning(a.log, "event_loop_io", &cfg.Global.EventLoopIO, run.EventLoopIO)
 	keepRunning(a.log, "admin_listen", &cfg.Global.AdminListen, run.AdminListen)
+	keepRunning(a.log, "auth_type", &cfg.Global.AuthType, run.AuthType)
+	if a.auth != nil {
+		a.auth.Users.Update(users, cfg.Global.AdminUsers)
+		changes = append(changes, fmt.Sprintf("auth_file: %d users", users.Len()))
+	}
 	a.routes = next
 	a.cfg = cfg
 	if len(changes) == 0 {

@@ -299,7 +299,7 @@ func TestServerMetricsFollowRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.apply(cfg, routes); err != nil {
+	if err := a.apply(cfg, routes, nil); err != nil {
 		t.Fatal(err)
 	}
 	delete(want, "orders|"+prim.Addr())

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -166,6 +167,25 @@ func (io EventLoopIO) Valid() bool {
 	return io == "" || io == EventLoopIOAuto || io == EventLoopIOEpoll || io == EventLoopIOUring
 }
 
+// AuthType says how clients log in to mongobouncer (auth_type).
+type AuthType string
+
+// Client authentication types.
+const (
+	// AuthNone lets every client in without logging in (the default).
+	AuthNone AuthType = "none"
+	// AuthSCRAM makes clients log in with SCRAM-SHA-256 or SCRAM-SHA-1 as
+	// a user of the auth_file.
+	AuthSCRAM AuthType = "scram"
+	// AuthX509 logs clients in by their verified TLS client certificate.
+	AuthX509 AuthType = "x509"
+)
+
+// Valid reports whether t is one of the defined types; empty means none.
+func (t AuthType) Valid() bool {
+	return t == "" || t == AuthNone || t == AuthSCRAM || t == AuthX509
+}
+
 // Pool holds the pool and limit settings. Global carries the values for
 // every route; a Route may override each of them (see Overrides), and
 // EffectiveRoute carries the values in force for one route.
@@ -261,6 +281,19 @@ type Global struct {
 	// for a client that disconnects inside a transaction, and the fence
 	// after a request sent with moreToCome.
 	UpstreamCommandTimeout time.Duration
+	// AuthType says how clients log in (auth_type): none, scram or x509.
+	AuthType AuthType
+	// AuthFile is the users file (auth_file), relative to the
+	// configuration file's directory unless absolute; see AuthFilePath.
+	// It is read again on reload.
+	AuthFile string
+	// AuthUser ("user@db", auth_user) is who mongobouncer logs in upstream
+	// as to look up users missing from the auth_file; its password must be
+	// in the auth_file. "" looks nobody up.
+	AuthUser string
+	// AdminUsers ("user@db", admin_users) may run the admin commands once
+	// clients log in.
+	AdminUsers []string
 	// Pool holds the defaults for every route.
 	Pool
 }
@@ -335,6 +368,7 @@ func Default() Config {
 		UpstreamCommandTimeout: 5 * time.Second,
 		EventLoop:              true,
 		EventLoopIO:            EventLoopIOAuto,
+		AuthType:               AuthNone,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,
@@ -352,6 +386,27 @@ func Default() Config {
 			LocalThreshold:         DefaultLocalThreshold,
 		},
 	}}
+}
+
+// AuthFilePath returns the auth_file's path: AuthFile as written when it
+// is absolute or when the configuration came from no file, else relative
+// to the configuration file's directory. "" when there is none.
+func (c Config) AuthFilePath() string {
+	f := c.Global.AuthFile
+	if f == "" || filepath.IsAbs(f) || c.Path == "" {
+		return f
+	}
+	return filepath.Join(filepath.Dir(c.Path), f)
+}
+
+// SplitUser splits "user@db" at its last @ (user names may hold one); ok
+// is false when either part is empty.
+func SplitUser(s string) (user, db string, ok bool) {
+	i := strings.LastIndexByte(s, '@')
+	if i <= 0 || i == len(s)-1 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
 }
 
 // URI is a connection string as written in the configuration. Its String,

@@ -23,7 +23,7 @@ func TestDefault(t *testing.T) {
 		Listen: "127.0.0.1:27017", AdminListen: "", MaxClientConn: 10000,
 		LogLevel: LogLevelInfo, LogFormat: LogFormatText, ShutdownTimeout: 30 * time.Second,
 		UpstreamCommandTimeout: 5 * time.Second,
-		EventLoop:              true, EventLoopIO: EventLoopIOAuto,
+		EventLoop:              true, EventLoopIO: EventLoopIOAuto, AuthType: AuthNone,
 		Pool: Pool{
 			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MinPoolSize: 0, MaxIdleTime: 0,
 			MaxConnecting: 2, WaitQueueTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second,

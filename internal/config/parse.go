@@ -60,6 +60,10 @@ type rawGlobal struct {
 	EventLoop              any `toml:"event_loop"`
 	EventLoopThreads       any `toml:"event_loop_threads"`
 	EventLoopIO            any `toml:"event_loop_io"`
+	AuthType               any `toml:"auth_type"`
+	AuthFile               any `toml:"auth_file"`
+	AuthUser               any `toml:"auth_user"`
+	AdminUsers             any `toml:"admin_users"`
 	rawPool
 }
 
@@ -83,7 +87,7 @@ var (
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
 		"read_preference", "read_preference_tags", "max_staleness", "local_threshold",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io"}
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "auth_type", "auth_file", "auth_user", "admin_users"}
 	globalKeys     = append(slices.Clone(globalOnlyKeys), poolKeys...)
 	routeKeys      = append([]string{"connection_string", "listen"}, poolKeys...)
 	topLevelKeys   = []string{tableGlobal, tableDatabases}
@@ -269,6 +273,30 @@ func (d *converter) str(path []string, v any, dst *string) bool {
 	return false
 }
 
+// strings reads an array of strings, as admin_users.
+func (d *converter) strings(path []string, v any, dst *[]string) bool {
+	if v == nil {
+		return false
+	}
+	const want = `must be an array of strings in quotes, as in ["ops@admin"]`
+	list, ok := v.([]any)
+	if !ok {
+		d.fail(path, "%s, not %s", want, kindOf(v))
+		return false
+	}
+	out := make([]string, 0, len(list))
+	for _, item := range list {
+		s, ok := item.(string)
+		if !ok {
+			d.fail(path, "%s: an element is %s", want, kindOf(item))
+			return false
+		}
+		out = append(out, s)
+	}
+	*dst = out
+	return true
+}
+
 func (d *converter) boolean(path []string, v any, dst *bool) bool {
 	switch x := v.(type) {
 	case nil:
@@ -395,6 +423,12 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	if d.str(at("event_loop_io"), r.EventLoopIO, &s) {
 		g.EventLoopIO = EventLoopIO(s)
 	}
+	if d.str(at("auth_type"), r.AuthType, &s) {
+		g.AuthType = AuthType(s)
+	}
+	d.str(at("auth_file"), r.AuthFile, &g.AuthFile)
+	d.str(at("auth_user"), r.AuthUser, &g.AuthUser)
+	d.strings(at("admin_users"), r.AdminUsers, &g.AdminUsers)
 
 	p, rp := &g.Pool, &r.rawPool
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {

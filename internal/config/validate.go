@@ -98,9 +98,37 @@ func (v *validator) global() {
 	if g.ShutdownTimeout < 0 {
 		v.add(at("shutdown_timeout"), ErrInvalidValue, fmt.Sprintf("shutdown_timeout = %s: must not be negative", quote(g.ShutdownTimeout.String())))
 	}
+	v.auth()
 	show := func(key string) string { return key + " = " + poolValue(g.Pool, key) }
 	for _, is := range poolIssues(g.Pool) {
 		v.add(at(is.keys[0]), ErrInvalidValue, is.msg(show))
+	}
+}
+
+// auth checks the client authentication keys. Whether auth_user's
+// password is in the auth_file is checked where the file is read (the
+// application), since this package reads no file but the configuration.
+func (v *validator) auth() {
+	g := &v.c.Global
+	at := func(key string) []string { return []string{tableGlobal, key} }
+	if !g.AuthType.Valid() {
+		v.add(at("auth_type"), ErrInvalidValue, enumMsg("auth_type", string(g.AuthType), "none", "scram", "x509"))
+		return
+	}
+	if g.AuthType == AuthSCRAM && g.AuthFile == "" {
+		v.add(at("auth_type"), ErrInvalidValue, `auth_type = "scram" needs an auth_file: add auth_file = "users.txt" (lines of "user@db" "secret"; see mongobouncer hash-password)`)
+	}
+	if g.AuthUser != "" {
+		if _, _, ok := SplitUser(g.AuthUser); !ok {
+			v.add(at("auth_user"), ErrInvalidValue, fmt.Sprintf("auth_user = %s: write user@db, db being the user's authentication database", quote(g.AuthUser)))
+		} else if g.AuthType != AuthSCRAM {
+			v.add(at("auth_user"), ErrInvalidValue, `auth_user looks users up for auth_type = "scram" only: set auth_type = "scram" or remove auth_user`)
+		}
+	}
+	for _, u := range g.AdminUsers {
+		if _, _, ok := SplitUser(u); !ok {
+			v.add(at("admin_users"), ErrInvalidValue, fmt.Sprintf("admin_users: %s is not user@db", quote(u)))
+		}
 	}
 }
 

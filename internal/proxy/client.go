@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -101,12 +102,19 @@ type client struct {
 	msg      wire.Msg
 	comp     [4]string // compressors agreed with the client (first wins)
 
+	// ident is who the client logged in as, nil before (auth.go); conv is
+	// its login conversation in progress.
+	ident *auth.Identity
+	conv  *auth.Conversation
+
 	// x is the request being forwarded (exchange.go).
 	x exchange
 
-	sessMu sync.Mutex // guards appName, pins, open and phase; see doc.go for the lock order
+	sessMu sync.Mutex // guards appName, user, pins, open and phase; see doc.go for the lock order
 	// appName is the client's application name from its handshake.
 	appName string
+	// user is ident's "user@db", for SHOW CLIENTS.
+	user string
 	// pins holds at most one pinned connection per route.
 	pins []pin
 	// open are the transactions begun through this client that have not

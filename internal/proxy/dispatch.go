@@ -2,8 +2,8 @@ package proxy
 
 // Dispatch: what mongobouncer does with each client message. The handshake
 // (hello, isMaster, legacy OP_QUERY hello) and the admin commands are
-// answered here; authentication commands are refused until client
-// authentication exists; malformed messages get a protocol error; every
+// answered here; authentication commands go to auth.go, which also
+// decides what a client may run before it has logged in; malformed messages get a protocol error; every
 // other command goes to its route (relay.go). The replies mongobouncer
 // builds itself are written from here too.
 
@@ -164,7 +164,7 @@ func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Docum
 			break
 		}
 	}
-	return helloReply(hr, lim, c.id, compressor, c.s.serviceID)
+	return c.helloAuth(body, helloReply(hr, lim, c.id, compressor, c.s.serviceID))
 }
 
 // offers reports whether mongobouncer accepts compressor name from clients.
@@ -195,8 +195,10 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 		}
 		return c.reply(h.RequestID, compressed, compID, req.name(), hello)
 	case kindAuth:
-		return c.replyError(h.RequestID, compressed, compID, req,
-			errorReply(115, "CommandNotSupported", "mongobouncer: authentication is not enabled on mongobouncer"))
+		return c.handleAuth(h.RequestID, compressed, compID, req)
+	}
+	if doc := c.authDenied(req); doc != nil {
+		return c.replyError(h.RequestID, compressed, compID, req, doc)
 	}
 	if len(req.db) == 0 {
 		return c.replyError(h.RequestID, compressed, compID, req,

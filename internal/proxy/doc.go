@@ -15,6 +15,8 @@
 //   - loop_linux.go: the loop's threads, ready list and driver interface;
 //     loop_epoll_linux.go and loop_ring_linux.go are the two drivers.
 //   - session.go: pins, transactions across client connections, clean-up.
+//   - auth.go: client logins (SCRAM, x509) and authDenied, the one
+//     decision of what a client may run before and after logging in.
 //   - route.go, affinity.go, command.go, handshake.go, errors.go: routes,
 //     cursor and transaction affinity, command and reply inspection, the
 //     hello reply, synthetic error replies.

@@ -100,6 +100,9 @@ func (c *client) loopMay(flags wire.MsgFlags, req *request, route *Route) bool {
 	default:
 		return false
 	}
+	if c.s.opts.Auth != nil && c.authDenied(req) != nil {
+		return false // the goroutine answers the refusal (dispatch.go)
+	}
 	if _, inTxn := req.key(); inTxn || req.startTxn || len(req.db) == 0 ||
 		string(req.db) == AdminDatabase || c.s.draining.Load() {
 		return false

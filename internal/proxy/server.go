@@ -56,6 +56,9 @@ type Options struct {
 	// Admin answers commands on the "mongobouncer" database; nil refuses
 	// them.
 	Admin AdminHandler
+	// Auth makes clients log in before they run commands; nil lets every
+	// client in (auth_type = "none").
+	Auth *ClientAuth
 	// EventLoop serves idle clients and plain requests on event-loop
 	// threads, without a goroutine per client (Linux only; elsewhere it is
 	// ignored). False serves every client on its own goroutine.
@@ -452,9 +455,11 @@ func (s *Server) drained() bool {
 
 // ClientInfo describes one connected client (SHOW CLIENTS).
 type ClientInfo struct {
-	ID           int64
-	Addr         string
-	AppName      string
+	ID      int64
+	Addr    string
+	AppName string
+	// User is who the client logged in as ("user@db"), "" before.
+	User         string
 	Listener     string
 	ConnectedAt  time.Time
 	State        string // idle | waiting | active | pinned
@@ -476,6 +481,7 @@ func (s *Server) Clients() []ClientInfo {
 			State: clientState(c.state.Load()).String(), Requests: c.requests.Load()}
 		c.sessMu.Lock()
 		ci.AppName = c.appName
+		ci.User = c.user
 		for _, p := range c.pins {
 			if p.conn != nil {
 				ci.PinnedServer = p.srv.Address()

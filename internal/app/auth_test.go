@@ -1,0 +1,55 @@
+package app
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/config"
+)
+
+func TestLoadAuthUsers(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) {
+		if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := config.Default()
+	cfg.Path = filepath.Join(dir, "mb.toml")
+	cfg.Global.AuthType = config.AuthSCRAM
+	cfg.Global.AuthFile = "users.txt" // relative to the configuration file
+	cfg.Global.AuthUser = "mb@admin"
+	hashed, _ := auth.HashPassword("mb", "admin", "pw")
+
+	write(`"app@admin" "x"` + "\n" + hashed + "\n")
+	if _, err := loadAuthUsers(cfg, config.AuthSCRAM); err == nil || !strings.Contains(err.Error(), "auth_user mb@admin needs a line with its plain password") {
+		t.Fatalf("auth_user with a stored secret only: %v", err)
+	}
+	write(`"app@admin" "x"` + "\n" + `"mb@admin" "pw"` + "\n")
+	users, err := loadAuthUsers(cfg, config.AuthSCRAM)
+	if err != nil || users.Len() != 2 {
+		t.Fatalf("%v %v", users, err)
+	}
+	if ca := newClientAuth(cfg, users); ca == nil || ca.X509 || ca.Users.Users() != users {
+		t.Fatalf("client auth %+v", ca)
+	}
+	write("\"broken\n")
+	if _, err := loadAuthUsers(cfg, config.AuthSCRAM); !errors.Is(err, auth.ErrAuthFile) || !strings.Contains(err.Error(), "users.txt:1:") {
+		t.Fatalf("bad file: %v", err)
+	}
+	if u, err := loadAuthUsers(cfg, config.AuthNone); u != nil || err != nil {
+		t.Fatal("auth_type none reads no file", u, err)
+	}
+	cfg.Global.AuthFile = ""
+	if _, err := loadAuthUsers(cfg, config.AuthSCRAM); !errors.Is(err, auth.ErrAuthFile) {
+		t.Fatalf("scram running, no auth_file: %v", err)
+	}
+	cfg.Global.AuthType = config.AuthNone
+	if newClientAuth(cfg, nil) != nil {
+		t.Fatal("auth_type none makes no ClientAuth")
+	}
+}

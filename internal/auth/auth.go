@@ -1,0 +1,205 @@
+// Package auth is the server side of client authentication: the users a
+// mongobouncer accepts (the auth_file, parsed by ParseFile), their stored
+// SCRAM credentials, and the SCRAM-SHA-1 / SCRAM-SHA-256 conversations a
+// client connection runs to log in (Authenticator, Conversation).
+//
+// Credentials are never kept in a form that prints: Creds, Users and
+// Identity have no exported secret fields that fmt or slog would show, and
+// their String and LogValue methods name the user only.
+//
+// An unknown user is indistinguishable from a wrong password: the
+// Authenticator answers an unknown name with fake stored credentials
+// derived from the name and a per-process random key (a stable salt, the
+// usual iteration count), so the conversation runs to its last step and
+// fails there with the same error as a wrong proof.
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/xdg-go/scram"
+)
+
+// Mechanism is a SASL mechanism name as clients send it.
+type Mechanism string
+
+// The mechanisms mongobouncer serves.
+const (
+	SCRAMSHA1   Mechanism = "SCRAM-SHA-1"
+	SCRAMSHA256 Mechanism = "SCRAM-SHA-256"
+)
+
+// Mechanisms lists the served mechanisms in the order hello's
+// saslSupportedMechs reports them.
+var Mechanisms = []Mechanism{SCRAMSHA1, SCRAMSHA256}
+
+// Default iteration counts, MongoDB's own (scramIterationCount and
+// scramSHA256IterationCount).
+const (
+	DefaultIterationsSHA1   = 10000
+	DefaultIterationsSHA256 = 15000
+	// MinIterations is the smallest count drivers accept (the auth
+	// specification makes them refuse fewer).
+	MinIterations = 4096
+	// MaxIterations bounds what an auth_file may ask for, so that a typo
+	// cannot make every login cost seconds.
+	MaxIterations = 10_000_000
+)
+
+// hashOf returns the hash function of a mechanism, or nil.
+func hashOf(m Mechanism) scram.HashGeneratorFcn {
+	switch m {
+	case SCRAMSHA1:
+		return scram.SHA1
+	case SCRAMSHA256:
+		return scram.SHA256
+	}
+	return nil
+}
+
+// Errors callers branch on.
+var (
+	// ErrAuthFailed is every failed login: a wrong password, an unknown
+	// user, a proof that does not verify. Clients get code 18
+	// (AuthenticationFailed) and one message for all of them.
+	ErrAuthFailed = errors.New("authentication failed")
+	// ErrMechanism is a mechanism mongobouncer does not serve.
+	ErrMechanism = errors.New("unsupported authentication mechanism")
+	// ErrConversation is a SASL step out of order (a saslContinue without
+	// a conversation, after its end, or with another conversationId).
+	ErrConversation = errors.New("no such SASL conversation")
+	// ErrNotFound is a user a Lookup does not know.
+	ErrNotFound = errors.New("user not found")
+	// ErrAuthFile is a problem in the auth_file; *FileError wraps it.
+	ErrAuthFile = errors.New("invalid auth_file")
+)
+
+// UserKey names a user as the auth_file does: "user@db". The database is
+// the authentication database (the driver's authSource, admin by
+// default).
+func UserKey(user, db string) string { return user + "@" + db }
+
+// Creds are one user's stored credentials, at most one per mechanism. The
+// zero Creds has none.
+type Creds struct {
+	sha1, sha256 *scram.StoredCredentials
+	// password is the plain password when the auth_file gave one: it is
+	// what mongobouncer logs in upstream with as auth_user.
+	password string
+}
+
+// For returns the stored credentials for mechanism m.
+func (c Creds) For(m Mechanism) (scram.StoredCredentials, bool) {
+	var p *scram.StoredCredentials
+	switch m {
+	case SCRAMSHA1:
+		p = c.sha1
+	case SCRAMSHA256:
+		p = c.sha256
+	}
+	if p == nil {
+		return scram.StoredCredentials{}, false
+	}
+	return *p, true
+}
+
+// Mechanisms lists the mechanisms c can log in with.
+func (c Creds) Mechanisms() []Mechanism {
+	var out []Mechanism
+	for _, m := range Mechanisms {
+		if _, ok := c.For(m); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Password returns the plain password the auth_file gave, if any. It is
+// only for logging in upstream (auth_user); never log it.
+func (c Creds) Password() (string, bool) { return c.password, c.password != "" }
+
+// set adds the credentials of mechanism m; it reports false when c has
+// that mechanism already.
+func (c *Creds) set(m Mechanism, sc scram.StoredCredentials) bool {
+	switch m {
+	case SCRAMSHA1:
+		if c.sha1 != nil {
+			return false
+		}
+		c.sha1 = &sc
+	case SCRAMSHA256:
+		if c.sha256 != nil {
+			return false
+		}
+		c.sha256 = &sc
+	default:
+		return false
+	}
+	return true
+}
+
+// String names the mechanisms only, so that printing Creds shows no secret.
+func (c Creds) String() string { return fmt.Sprintf("credentials%v", c.Mechanisms()) }
+
+// GoString is String, for %#v.
+func (c Creds) GoString() string { return c.String() }
+
+// LogValue is String, for slog.
+func (c Creds) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+// NewCreds builds credentials from stored values, as a Lookup does from
+// usersInfo's showCredentials output.
+func NewCreds(stored map[Mechanism]scram.StoredCredentials) (Creds, error) {
+	var c Creds
+	for m, sc := range stored {
+		if hashOf(m) == nil {
+			return Creds{}, fmt.Errorf("%w: %q", ErrMechanism, m)
+		}
+		if err := checkStored(m, sc); err != nil {
+			return Creds{}, err
+		}
+		c.set(m, sc)
+	}
+	return c, nil
+}
+
+// checkStored checks stored credentials for their mechanism's key size
+// and a usable iteration count.
+func checkStored(m Mechanism, sc scram.StoredCredentials) error {
+	size := hashOf(m)().Size()
+	switch {
+	case len(sc.StoredKey) != size || len(sc.ServerKey) != size:
+		return fmt.Errorf("%s keys must be %d bytes", m, size)
+	case sc.Iters < MinIterations || sc.Iters > MaxIterations:
+		return fmt.Errorf("%s iteration count %d is outside [%d, %d]", m, sc.Iters, MinIterations, MaxIterations)
+	case len(sc.Salt) == 0:
+		return fmt.Errorf("%s salt is empty", m)
+	}
+	return nil
+}
+
+// Identity is who a client connection logged in as. ClientKey is the SCRAM
+// ClientKey recovered from the client's proof (ClientProof XOR
+// ClientSignature): with it mongobouncer can log in upstream as the same
+// user without knowing the password (pass-through), for as long as the
+// upstream has the same salt and iteration count. Never log it.
+type Identity struct {
+	User, DB  string
+	Mechanism Mechanism
+	// ClientKey is nil for mechanisms without one (x509).
+	ClientKey []byte
+}
+
+// Key returns "user@db".
+func (id Identity) Key() string { return UserKey(id.User, id.DB) }
+
+// String names the user and mechanism only, never the ClientKey.
+func (id Identity) String() string { return id.Key() + " (" + string(id.Mechanism) + ")" }
+
+// GoString is String, for %#v.
+func (id Identity) GoString() string { return id.String() }
+
+// LogValue is String, for slog.
+func (id Identity) LogValue() slog.Value { return slog.StringValue(id.String()) }

@@ -1,0 +1,48 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestAuthKeys(t *testing.T) {
+	doc := "[mongobouncer]\nauth_type = \"scram\"\nauth_file = \"users.txt\"\nauth_user = \"mb@x@admin\"\nadmin_users = [\"ops@admin\"]\n" + route
+	cfg, err := Parse([]byte(doc), "/etc/mb/mb.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := cfg.Global
+	if g.AuthType != AuthSCRAM || g.AuthUser != "mb@x@admin" || len(g.AdminUsers) != 1 || g.AdminUsers[0] != "ops@admin" {
+		t.Fatalf("%+v", g)
+	}
+	if got := cfg.AuthFilePath(); got != filepath.Join("/etc/mb", "users.txt") {
+		t.Fatal(got)
+	}
+	if u, db, ok := SplitUser(g.AuthUser); !ok || u != "mb@x" || db != "admin" {
+		t.Fatal(u, db, ok)
+	}
+	if d, err := Parse([]byte(route), "t.toml"); err != nil || d.Global.AuthType != AuthNone {
+		t.Fatal(err, d.Global.AuthType)
+	}
+}
+
+func TestAuthKeyErrors(t *testing.T) {
+	cases := []struct{ doc, want string }{
+		{"[mongobouncer]\nauth_type = \"md5\"\n", `t.toml:2: auth_type = "md5": must be one of none, scram, x509`},
+		{"[mongobouncer]\n\nauth_type = \"scram\"\n", `t.toml:3: auth_type = "scram" needs an auth_file`},
+		{"[mongobouncer]\nauth_type = \"scram\"\nauth_file = \"u\"\nauth_user = \"nobody\"\n", `t.toml:4: auth_user = "nobody": write user@db`},
+		{"[mongobouncer]\nauth_user = \"a@admin\"\n", `t.toml:2: auth_user looks users up for auth_type = "scram" only`},
+		{"[mongobouncer]\nadmin_users = [\"ops\"]\n", `t.toml:2: admin_users: "ops" is not user@db`},
+		{"[mongobouncer]\nadmin_users = \"ops@admin\"\n", `t.toml:2: admin_users = "ops@admin": must be an array of strings`},
+		{"[mongobouncer]\nadmin_users = [1]\n", `t.toml:2: admin_users = [...]: must be an array of strings in quotes, as in ["ops@admin"]: an element is`},
+		{"[mongobouncer]\nauth_file = 3\n", `t.toml:2: auth_file = 3: must be a string`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.doc+route), "t.toml")
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) || !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("%q:\n got %v\nwant %s", c.doc, err, c.want)
+		}
+	}
+}

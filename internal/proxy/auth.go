@@ -1,0 +1,336 @@
+package proxy
+
+// Client authentication: the login commands (saslStart, saslContinue, a
+// hello's speculativeAuthenticate and saslSupportedMechs, authenticate for
+// MONGODB-X509) and authDenied, the one decision of what a client that has
+// or has not logged in may run. Both I/O models ask authDenied: dispatch
+// before anything is forwarded or answered, and the event loop in loopMay,
+// so an unauthenticated request never reaches the loop's forwarding.
+//
+// A client connection has one identity: once logged in, logging in again
+// as the same user is allowed (drivers re-authenticate), as another user is
+// refused. Logins run on the client's goroutine only (the loop serves no
+// hello and no authentication command), so a lookup of a user upstream may
+// block there, bounded by authTimeout.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// ClientAuth makes clients log in. The zero value (Options.Auth nil) lets
+// every client in.
+type ClientAuth struct {
+	// Users finds users and admins (auth_file, auth_user lookups,
+	// admin_users); required.
+	Users *auth.Authenticator
+	// X509 accepts MONGODB-X509 logins by the client's verified TLS
+	// certificate (auth_type = "x509") instead of SCRAM.
+	X509 bool
+}
+
+// authTimeout bounds one login step, a user lookup upstream included.
+const authTimeout = 10 * time.Second
+
+// mechX509 is the x509 mechanism name, and externalDB its database.
+const (
+	mechX509   = "MONGODB-X509"
+	externalDB = "$external"
+)
+
+// authFailedMsg is the one message of every failed login: an unknown user
+// and a wrong password must not be told apart.
+const authFailedMsg = "mongobouncer: Authentication failed."
+
+// authFailed is the reply to every failed login.
+func authFailed() bsoncore.Document { return errorReply(18, "AuthenticationFailed", authFailedMsg) }
+
+// authDenied says whether the client may run req: nil when it may, else
+// the error reply. Without client authentication everything is allowed
+// (admin commands keep their own loopback rule in internal/admin).
+func (c *client) authDenied(req *request) bsoncore.Document {
+	a := c.s.opts.Auth
+	if a == nil {
+		return nil
+	}
+	if c.ident == nil {
+		switch req.info.kind {
+		case kindHello, kindAuth:
+			return nil
+		}
+		switch req.info.name {
+		case "ping", "buildInfo", "buildinfo":
+			if string(req.db) != AdminDatabase {
+				return nil
+			}
+		}
+		return errorReply(13, "Unauthorized",
+			fmt.Sprintf("mongobouncer: command %s requires authentication: log in first (saslStart)", req.name()))
+	}
+	if string(req.db) == AdminDatabase && !a.Users.IsAdmin(c.ident) {
+		return errorReply(13, "Unauthorized",
+			fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", c.ident.Key()))
+	}
+	return nil
+}
+
+// Identity returns who the client logged in as, or nil. The pass-through
+// work reads Identity().ClientKey to log in upstream as the same user.
+func (c *client) Identity() *auth.Identity { return c.ident }
+
+// handleAuth answers a login command (kindAuth).
+func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
+	a := c.s.opts.Auth
+	if a == nil {
+		return c.replyError(responseTo, compressed, compID, req,
+			errorReply(115, "CommandNotSupported", "mongobouncer: authentication is not enabled on mongobouncer"))
+	}
+	var doc bsoncore.Document
+	switch req.name() {
+	case "saslStart":
+		doc = c.saslStart(c.msg.Body, string(req.db))
+	case "saslContinue":
+		doc = c.saslContinue(c.msg.Body)
+	case "authenticate":
+		doc = c.authenticate(c.msg.Body, string(req.db))
+	case "logout":
+		doc = errorReply(115, "CommandNotSupported",
+			"mongobouncer: logout is not supported: a connection keeps the user it logged in as; close the connection instead")
+	default:
+		doc = errorReply(115, "CommandNotSupported",
+			fmt.Sprintf("mongobouncer: %s is not supported: log in with saslStart (SCRAM-SHA-256 or SCRAM-SHA-1)", req.name()))
+	}
+	return c.replyError(responseTo, compressed, compID, req, doc)
+}
+
+// saslStart begins a SCRAM conversation from a saslStart command (or a
+// hello's speculativeAuthenticate, whose authentication database is its
+// db field) and returns the reply.
+func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document {
+	a := c.s.opts.Auth
+	mech, _ := body.Lookup("mechanism").StringValueOK()
+	if a.X509 || (mech != string(auth.SCRAMSHA1) && mech != string(auth.SCRAMSHA256)) {
+		return errorReply(334, "MechanismUnavailable",
+			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", mech, c.mechanismsText()))
+	}
+	payload, ok := binaryOrString(body.Lookup("payload"))
+	if !ok {
+		return errorReply(14, "TypeMismatch", "mongobouncer: saslStart needs a payload (binary)")
+	}
+	skip, _ := body.Lookup("options", "skipEmptyExchange").BooleanOK()
+	ctx, cancel := context.WithTimeout(context.Background(), authTimeout)
+	defer cancel()
+	c.conv = nil
+	conv, out, err := a.Users.Start(ctx, auth.Mechanism(mech), db, payload, skip)
+	if err != nil {
+		c.log.Info("client authentication failed", "db", db, "mechanism", mech, "reason", "malformed client-first message")
+		return authFailed()
+	}
+	if c.ident != nil && (c.ident.User != conv.User() || c.ident.DB != db) {
+		c.log.Info("client authentication refused: one user per connection", "user", c.ident.Key(), "other", auth.UserKey(conv.User(), db))
+		return errorReply(18, "AuthenticationFailed",
+			fmt.Sprintf("mongobouncer: this connection is logged in as %s already; a connection has one user: open another connection to log in as %s",
+				c.ident.Key(), auth.UserKey(conv.User(), db)))
+	}
+	c.conv = conv
+	return saslReply(false, out)
+}
+
+// saslContinue takes the next step of the client's conversation.
+func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
+	id, ok := body.Lookup("conversationId").AsInt64OK()
+	conv := c.conv
+	if conv == nil || !ok || id != 1 {
+		return errorReply(17, "ProtocolError", "mongobouncer: no SASL conversation with this conversationId on this connection: begin with saslStart")
+	}
+	payload, ok := binaryOrString(body.Lookup("payload"))
+	if !ok {
+		return errorReply(14, "TypeMismatch", "mongobouncer: saslContinue needs a payload (binary)")
+	}
+	out, done, err := conv.Step(payload)
+	if done {
+		c.conv = nil
+	}
+	if err != nil {
+		c.log.Info("client authentication failed", "user", auth.UserKey(conv.User(), conv.DB()), "mechanism", string(conv.Mechanism()))
+		if errors.Is(err, auth.ErrConversation) {
+			return errorReply(17, "ProtocolError", "mongobouncer: the SASL conversation has ended: begin with saslStart")
+		}
+		return authFailed()
+	}
+	if id := conv.Identity(); id != nil && c.ident != id {
+		// A new login, or the same user's again (a fresh ClientKey).
+		if c.ident == nil {
+			c.loggedIn(id)
+		}
+		c.ident = id
+	}
+	return saslReply(done, out)
+}
+
+// authenticate serves the authenticate command: MONGODB-X509 only.
+func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Document {
+	mech, _ := body.Lookup("mechanism").StringValueOK()
+	if mech != mechX509 || !c.s.opts.Auth.X509 {
+		return errorReply(334, "MechanismUnavailable",
+			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", mech, c.mechanismsText()))
+	}
+	if db != externalDB {
+		return errorReply(2, "BadValue", "mongobouncer: MONGODB-X509 logs in on the $external database")
+	}
+	subject, ok := c.x509Subject()
+	if !ok {
+		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "no verified client certificate")
+		return authFailed()
+	}
+	if user, _ := body.Lookup("user").StringValueOK(); user != "" && user != subject {
+		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "user is not the certificate subject")
+		return authFailed()
+	}
+	if c.ident != nil && !(c.ident.User == subject && c.ident.DB == externalDB) {
+		return errorReply(18, "AuthenticationFailed", "mongobouncer: this connection is logged in already; a connection has one user")
+	}
+	if c.ident == nil {
+		c.ident = &auth.Identity{User: subject, DB: externalDB, Mechanism: mechX509}
+		c.loggedIn(c.ident)
+	}
+	idx, doc := bsoncore.AppendDocumentStart(nil)
+	doc = bsoncore.AppendStringElement(doc, "dbname", externalDB)
+	doc = bsoncore.AppendStringElement(doc, "user", subject)
+	doc = bsoncore.AppendDoubleElement(doc, "ok", 1)
+	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
+	return doc
+}
+
+// loggedIn records a client's first login: in its log lines and for SHOW
+// CLIENTS.
+func (c *client) loggedIn(id *auth.Identity) {
+	c.log = c.log.With("user", id.Key())
+	c.log.Info("client logged in", "mechanism", string(id.Mechanism))
+	c.sessMu.Lock()
+	c.user = id.Key()
+	c.sessMu.Unlock()
+}
+
+// x509Subject is the seam for x509 logins: the subject of the client's
+// verified TLS certificate, once the TLS listener records it on the
+// client. Until then there is none, and MONGODB-X509 logins fail.
+func (c *client) x509Subject() (string, bool) { return "", false }
+
+// mechanismsText names what clients may log in with, for error messages.
+func (c *client) mechanismsText() string {
+	if c.s.opts.Auth.X509 {
+		return mechX509
+	}
+	return "SCRAM-SHA-256 or SCRAM-SHA-1"
+}
+
+// saslReply is a SASL step's reply.
+func saslReply(done bool, payload []byte) bsoncore.Document {
+	idx, doc := bsoncore.AppendDocumentStart(nil)
+	doc = bsoncore.AppendInt32Element(doc, "conversationId", 1)
+	doc = bsoncore.AppendBooleanElement(doc, "done", done)
+	doc = bsoncore.AppendBinaryElement(doc, "payload", 0, payload)
+	doc = bsoncore.AppendDoubleElement(doc, "ok", 1)
+	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
+	return doc
+}
+
+// binaryOrString reads a SASL payload: binary, or a string from clients
+// that send one.
+func binaryOrString(v bsoncore.Value) ([]byte, bool) {
+	if _, b, ok := v.BinaryOK(); ok {
+		return b, true
+	}
+	if s, ok := v.StringValueOK(); ok {
+		return []byte(s), true
+	}
+	return nil, false
+}
+
+// helloAuth adds to a hello reply what the hello asked about logging in:
+// saslSupportedMechs for "db.user", and the first step of a
+// speculativeAuthenticate. A speculative login that fails is left out of
+// the reply, as a server does: the driver then logs in the long way and
+// gets the error there.
+func (c *client) helloAuth(body, reply bsoncore.Document) bsoncore.Document {
+	a := c.s.opts.Auth
+	if a == nil {
+		return reply
+	}
+	var extra []byte
+	if v, err := body.LookupErr("saslSupportedMechs"); err == nil {
+		if s, ok := v.StringValueOK(); ok {
+			if db, user, ok := strings.Cut(s, "."); ok && !a.X509 {
+				ctx, cancel := context.WithTimeout(context.Background(), authTimeout)
+				mechs := a.Users.Mechanisms(ctx, user, db)
+				cancel()
+				aidx, d := bsoncore.AppendArrayElementStart(extra, "saslSupportedMechs")
+				for i, m := range mechs {
+					d = bsoncore.AppendStringElement(d, fmt.Sprint(i), string(m))
+				}
+				extra, _ = bsoncore.AppendArrayEnd(d, aidx)
+			}
+		}
+	}
+	if v, err := body.LookupErr("speculativeAuthenticate"); err == nil {
+		if spec, ok := v.DocumentOK(); ok {
+			if r := c.speculate(spec); r != nil {
+				extra = bsoncore.AppendDocumentElement(extra, "speculativeAuthenticate", r)
+			}
+		}
+	}
+	if len(extra) == 0 {
+		return reply
+	}
+	// reply ends with ok and the document's terminating 0: insert before.
+	out := make([]byte, 0, len(reply)+len(extra))
+	out = append(out, reply[:len(reply)-1]...)
+	out = append(out, extra...)
+	out = append(out, 0)
+	return bsoncore.UpdateLength(out, 0, int32(len(out)))
+}
+
+// speculate runs a hello's speculativeAuthenticate ({saslStart, mechanism,
+// payload, db, options} or {authenticate, mechanism, db}) and returns its
+// reply without ok, or nil when it failed.
+func (c *client) speculate(spec bsoncore.Document) bsoncore.Document {
+	db, _ := spec.Lookup("db").StringValueOK()
+	var r bsoncore.Document
+	switch first, _ := spec.IndexErr(0); {
+	case first == nil:
+		return nil
+	case first.Key() == "saslStart":
+		if db == "" {
+			db = "admin"
+		}
+		r = c.saslStart(spec, db)
+	case first.Key() == "authenticate":
+		if db == "" {
+			db = externalDB
+		}
+		r = c.authenticate(spec, db)
+	default:
+		return nil
+	}
+	if ok, _ := r.Lookup("ok").AsFloat64OK(); ok != 1 {
+		return nil
+	}
+	elems, _ := r.Elements()
+	idx, out := bsoncore.AppendDocumentStart(nil)
+	for _, e := range elems {
+		if e.Key() != "ok" {
+			out = append(out, e...)
+		}
+	}
+	out, _ = bsoncore.AppendDocumentEnd(out, idx)
+	return out
+}
