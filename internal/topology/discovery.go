@@ -9,6 +9,7 @@ package topology
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -261,14 +262,26 @@ func writable(tt sdam.TopologyType, st sdam.ServerType) bool {
 
 // readable summarizes what a read preference could select in td, so that a
 // waiter for a secondary wakes when one appears although no writable
-// server changed.
+// server changed. In a replica set it covers everything the suitability of
+// a member depends on besides its type: its tags (tag sets) and its
+// lastWriteDate and lastUpdateTime (max staleness), so a waiter also wakes
+// when a member is tagged or a lagging secondary catches up.
 func readable(td *sdam.TopologyDescription) string {
+	rs := td.Type == sdam.ReplicaSetWithPrimary || td.Type == sdam.ReplicaSetNoPrimary
 	var b strings.Builder
 	for _, sd := range td.Servers {
-		if sd.Type.DataBearing() {
-			b.WriteString(sd.Address)
-			b.WriteByte(byte('0' + int(sd.Type)))
+		if !sd.Type.DataBearing() {
+			continue
 		}
+		b.WriteString(sd.Address)
+		b.WriteByte(byte('0' + int(sd.Type)))
+		if !rs {
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(sd.Tags)) {
+			fmt.Fprintf(&b, "|%q=%q", k, sd.Tags[k])
+		}
+		fmt.Fprintf(&b, "|%d|%d;", sd.LastWriteDate.UnixNano(), sd.LastUpdateTime.UnixNano())
 	}
 	return b.String()
 }

@@ -1,0 +1,152 @@
+package topology
+
+// Review tests: selection waiters woken by every change a read preference
+// depends on, and the stale-topologyVersion rule on the application error
+// path.
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+)
+
+// craftedReplicaSet returns a topology of two members at dead addresses
+// whose monitors have run their first (failed) check and will not check
+// again during the test, so the test applies the descriptions itself.
+func craftedReplicaSet(t *testing.T) (*Topology, *Server, *Server) {
+	t.Helper()
+	a, b := deadAddr(t), deadAddr(t)
+	o := testOptions(&recorder{}, a, b)
+	o.ReplicaSet = "rs0"
+	o.MonitoringMode = MonitoringPoll
+	o.HeartbeatInterval = time.Minute
+	o.MinHeartbeatInterval = time.Minute
+	topo := newTopology(t, o)
+	eventually(t, "first checks", func() bool {
+		for _, s := range topo.Servers() {
+			if !s.Checked() {
+				return false
+			}
+		}
+		return len(topo.Servers()) == 2
+	})
+	sa, sb := topo.ServerByAddress(a), topo.ServerByAddress(b)
+	hosts := []string{a, b}
+	topo.update(sa, sdam.ServerDescription{Address: a, Type: sdam.RSPrimary, SetName: "rs0", Hosts: hosts, Me: a,
+		MinWireVersion: 8, MaxWireVersion: 25, LastUpdateTime: time.Now(), HasRTT: true, AvgRTT: time.Millisecond}, nil, false, false)
+	return topo, sa, sb
+}
+
+func secondaryDesc(addr string, tags map[string]string, hosts []string) sdam.ServerDescription {
+	return sdam.ServerDescription{Address: addr, Type: sdam.RSSecondary, SetName: "rs0", Hosts: hosts, Me: addr,
+		MinWireVersion: 8, MaxWireVersion: 25, LastUpdateTime: time.Now(), HasRTT: true, AvgRTT: time.Millisecond,
+		Tags: tags}
+}
+
+// A read waiting for a secondary with tag dc=east must be served once a
+// secondary reports that tag, not at the end of server_selection_timeout:
+// the member's type does not change, only its tags.
+func TestSelectionWakesOnTagChange(t *testing.T) {
+	topo, sa, sb := craftedReplicaSet(t)
+	hosts := []string{sa.Address(), sb.Address()}
+	topo.update(sb, secondaryDesc(sb.Address(), nil, hosts), nil, false, false)
+
+	rp := &sdam.ReadPref{Mode: sdam.Secondary, TagSets: []sdam.TagSet{{"dc": "east"}}}
+	type res struct {
+		s   *Server
+		err error
+		d   time.Duration
+	}
+	done := make(chan res, 1)
+	start := time.Now()
+	go func() {
+		s, err := topo.SelectServer(ctxTimeout(t, 4*time.Second), Criteria{ReadPref: rp})
+		done <- res{s, err, time.Since(start)}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	topo.update(sb, secondaryDesc(sb.Address(), map[string]string{"dc": "east"}, hosts), nil, false, false)
+	r := <-done
+	if r.err != nil || r.s != sb {
+		t.Fatalf("select: %v, %v after %v", r.s, r.err, r.d)
+	}
+	if r.d > 2*time.Second {
+		t.Fatalf("selected only after %v: the waiter was not woken by the tag change", r.d)
+	}
+}
+
+// The same for max staleness: a secondary that catches up (its
+// lastWriteDate moves, its type does not) must become selectable for a
+// waiting read with maxStalenessSeconds.
+func TestSelectionWakesWhenSecondaryCatchesUp(t *testing.T) {
+	topo, sa, sb := craftedReplicaSet(t)
+	hosts := []string{sa.Address(), sb.Address()}
+	now := time.Now()
+	pd := sdam.ServerDescription{Address: sa.Address(), Type: sdam.RSPrimary, SetName: "rs0", Hosts: hosts, Me: sa.Address(),
+		MinWireVersion: 8, MaxWireVersion: 25, LastUpdateTime: now, LastWriteDate: now, HasRTT: true, AvgRTT: time.Millisecond}
+	topo.update(sa, pd, nil, false, false)
+	stale := secondaryDesc(sb.Address(), nil, hosts)
+	stale.LastWriteDate = now.Add(-10 * time.Minute)
+	topo.update(sb, stale, nil, false, false)
+
+	rp := &sdam.ReadPref{Mode: sdam.Secondary, MaxStaleness: 120 * time.Second}
+	type res struct {
+		s   *Server
+		err error
+		d   time.Duration
+	}
+	done := make(chan res, 1)
+	start := time.Now()
+	go func() {
+		s, err := topo.SelectServer(ctxTimeout(t, 4*time.Second), Criteria{ReadPref: rp})
+		done <- res{s, err, time.Since(start)}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	fresh := secondaryDesc(sb.Address(), nil, hosts)
+	fresh.LastWriteDate = now
+	topo.update(sb, fresh, nil, false, false)
+	r := <-done
+	if r.err != nil || r.s != sb {
+		t.Fatalf("select: %v, %v after %v", r.s, r.err, r.d)
+	}
+	if r.d > 2*time.Second {
+		t.Fatalf("selected only after %v: the waiter was not woken when the secondary caught up", r.d)
+	}
+}
+
+// SDAM: a state-change error whose topologyVersion is not newer than the
+// server's is stale and ignored; a newer one marks the server Unknown.
+// This is the proxy's path (exchange.onReply passes the reply's
+// topologyVersion in the *upstream.CommandError).
+func TestHandleErrorStaleTopologyVersion(t *testing.T) {
+	fake := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, TopologyVersion: true})
+	o := testOptions(&recorder{}, fake.Addr())
+	o.MonitoringMode = MonitoringPoll
+	o.HeartbeatInterval = time.Minute
+	o.MinHeartbeatInterval = time.Minute
+	topo := newTopology(t, o)
+	s := mustSelect(t, topo)
+	tv := s.Description().SDAM.TopologyVersion
+	if tv == nil {
+		t.Fatal("no topologyVersion in the server's description")
+	}
+	c := checkOut(t, s)
+	defer func() { _ = s.Pool().CheckIn(c) }()
+	stale := &upstream.CommandError{Code: 10107, CodeName: "NotWritablePrimary",
+		TopologyVersion: &upstream.TopologyVersion{ProcessID: tv.ProcessID, Counter: tv.Counter}}
+	s.HandleError(stale, c)
+	if st := s.State(); st != Usable {
+		t.Fatalf("a state-change error with the server's own topologyVersion made it %v", st)
+	}
+	newer := &upstream.CommandError{Code: 10107, CodeName: "NotWritablePrimary",
+		TopologyVersion: &upstream.TopologyVersion{ProcessID: tv.ProcessID, Counter: tv.Counter + 1}}
+	s.HandleError(newer, c)
+	if st := s.State(); st != Unknown {
+		t.Fatalf("a newer topologyVersion left the server %v", st)
+	}
+	// Again with the same (now recorded) version: stale, and nothing is
+	// logged or checked again.
+	s.HandleError(newer, c)
+}
