@@ -320,8 +320,14 @@ func (m *monitor) failed(r checkResult) {
 	attrs := []any{slog.String("topology", s.topo.name), slog.String("address", s.addr),
 		slog.Duration("duration", r.dur), slog.Bool("awaited", r.awaited), slog.Bool("timeout", r.timeout),
 		slog.Any("error", r.err)}
-	if prev := s.Description(); prev.State == Usable || prev.LastError == nil || prev.LastError.Error() != r.err.Error() {
+	if prev := s.Description(); prev.State == Usable || prev.LastError == nil || failureClass(prev.LastError) != failureClass(r.err) {
 		s.topo.log.Warn("server check failed", attrs...)
+	} else {
+		// The same failure again: its text differs from the last one's by
+		// the monitoring connection's local port, or by which of a timeout
+		// and the close it caused was seen first, so comparing messages
+		// would log at every heartbeat.
+		s.topo.log.Debug("server check failed", attrs...)
 	}
 	if o.Pool.LoadBalanced {
 		// No SDAM behind a load balancer: a failed check says nothing
@@ -367,4 +373,14 @@ func (s *Server) closeMonitorConn() {
 		_ = s.mconn.Close()
 		s.mconn = nil
 	}
+}
+
+// failureClass groups check failures that are the same problem seen again:
+// the error's type, a connection error's stage, and whether it timed out.
+func failureClass(err error) string {
+	var ce *upstream.ConnectError
+	if errors.As(err, &ce) {
+		return fmt.Sprintf("connect %s timeout=%t", ce.Stage, isTimeout(err))
+	}
+	return fmt.Sprintf("%T timeout=%t", err, isTimeout(err))
 }

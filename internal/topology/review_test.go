@@ -5,11 +5,16 @@ package topology
 // path.
 
 import (
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
@@ -149,4 +154,53 @@ func TestHandleErrorStaleTopologyVersion(t *testing.T) {
 	// Again with the same (now recorded) version: stale, and nothing is
 	// logged or checked again.
 	s.HandleError(newer, c)
+}
+
+// A server that accepts connections and never answers fails every check
+// with a timeout whose text names the monitoring connection's local port,
+// new at every dial. The failure must be logged once (at Warn) while the
+// server stays down, not once per heartbeat.
+func TestHungServerCheckLoggedOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-acceptDone
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	})
+	var buf logbuf.Buffer
+	rec := &recorder{}
+	o := testOptions(rec, ln.Addr().String())
+	o.MonitoringMode = MonitoringPoll
+	o.HeartbeatInterval = 50 * time.Millisecond
+	o.MinHeartbeatInterval = 10 * time.Millisecond
+	o.HeartbeatTimeout = 50 * time.Millisecond
+	o.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	o.MonitorDialer = upstream.NewDialer(upstream.Options{AppName: monitorApp, ConnectTimeout: 50 * time.Millisecond, Logger: testLogger()})
+	newTopology(t, o)
+	eventually(t, "six failed checks", func() bool { return len(rec.topoEvents(HeartbeatFailed, "")) >= 6 })
+	if n := strings.Count(buf.String(), "server check failed"); n > 1 {
+		t.Fatalf("%d 'server check failed' lines for one server that stayed down:\n%s", n, buf.String())
+	}
 }
