@@ -7,6 +7,7 @@ package topology
 import (
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -202,5 +203,33 @@ func TestHungServerCheckLoggedOnce(t *testing.T) {
 	eventually(t, "six failed checks", func() bool { return len(rec.topoEvents(HeartbeatFailed, "")) >= 6 })
 	if n := strings.Count(buf.String(), "server check failed"); n > 1 {
 		t.Fatalf("%d 'server check failed' lines for one server that stayed down:\n%s", n, buf.String())
+	}
+}
+
+// A member of another replica set that the primary lists is removed, and
+// added back by the primary's next hello, as SDAM says. The bad input must
+// still be logged once, not at every heartbeat of the primary.
+func TestMisconfiguredMemberLoggedOnce(t *testing.T) {
+	if os.Getenv("MONGOBOUNCER_REVIEW_KNOWN_BUGS") == "" {
+		t.Skip("known bug (review18): the member flaps at every primary heartbeat and each flap logs 4 lines; set MONGOBOUNCER_REVIEW_KNOWN_BUGS=1 to run")
+	}
+	bad := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.ReplicaSetMember, SetName: "rs1"})
+	pAddr := deadAddr(t)
+	primary, err := fakemongo.Listen(pAddr, fakemongo.Options{Kind: fakemongo.ReplicaSetMember, SetName: "rs0",
+		Hosts: []string{pAddr, bad.Addr()}, Primary: pAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(primary.Close)
+	var buf logbuf.Buffer
+	rec := &recorder{}
+	o := testOptions(rec, pAddr)
+	o.ReplicaSet = "rs0"
+	o.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	topo := newTopology(t, o)
+	mustSelect(t, topo)
+	eventually(t, "ten checks of the primary", func() bool { return len(rec.topoEvents(HeartbeatSucceeded, pAddr)) >= 10 })
+	if n := strings.Count(buf.String(), "server removed from the topology"); n > 1 {
+		t.Fatalf("%d 'server removed' lines for one misconfigured member:\n%s", n, buf.String())
 	}
 }
