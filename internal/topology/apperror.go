@@ -80,8 +80,12 @@ func (s *Server) HandleError(err error, c *pool.Conn) {
 	if act.ClearPool {
 		// After publishing: no new selection picks s while it clears.
 		if s.loadBalancer {
-			if id, ok := c.ServiceID(); c != nil && ok {
-				s.pool.ClearService(id)
+			// Without a connection there is no serviceId to clear (and c
+			// may be nil: a checkout's error).
+			if c != nil {
+				if id, ok := c.ServiceID(); ok {
+					s.pool.ClearService(id)
+				}
 			}
 		} else {
 			s.pool.ClearWithError(err, act.InterruptInUse)

@@ -233,3 +233,20 @@ func TestMisconfiguredMemberLoggedOnce(t *testing.T) {
 		t.Fatalf("%d 'server removed' lines for one misconfigured member:\n%s", n, buf.String())
 	}
 }
+
+// HandleError documents that c may be nil. Behind a load balancer a
+// shutdown error (91) says to clear the pool; without a connection there
+// is no serviceId to clear, and nothing may panic.
+func TestLoadBalancedShutdownErrorWithoutConn(t *testing.T) {
+	fake := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, LoadBalanced: true})
+	o := testOptions(&recorder{}, fake.Addr())
+	o.Pool.LoadBalanced = true
+	o.Dialer = upstream.NewDialer(upstream.Options{AppName: poolApp, LoadBalanced: true, Logger: testLogger()})
+	o.MonitorDialer = upstream.NewDialer(upstream.Options{AppName: monitorApp, LoadBalanced: true, Logger: testLogger()})
+	topo := newTopology(t, o)
+	s := mustSelect(t, topo)
+	s.HandleError(&upstream.CommandError{Code: 91, CodeName: "ShutdownInProgress"}, nil)
+	if s.State() != Usable {
+		t.Fatal("a load-balanced server was marked Unknown")
+	}
+}
