@@ -376,11 +376,16 @@ func (s *Server) closeMonitorConn() {
 }
 
 // failureClass groups check failures that are the same problem seen again:
-// the error's type, a connection error's stage, and whether it timed out.
+// any timeout (a hung server times out in the dial or in the hello, as the
+// machine's load decides), else the error's type and a connection error's
+// stage.
 func failureClass(err error) string {
+	if isTimeout(err) {
+		return "timeout"
+	}
 	var ce *upstream.ConnectError
 	if errors.As(err, &ce) {
-		return fmt.Sprintf("connect %s timeout=%t", ce.Stage, isTimeout(err))
+		return "connect " + ce.Stage
 	}
-	return fmt.Sprintf("%T timeout=%t", err, isTimeout(err))
+	return fmt.Sprintf("%T", err)
 }
