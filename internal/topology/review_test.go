@@ -7,7 +7,6 @@ package topology
 import (
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -210,9 +209,6 @@ func TestHungServerCheckLoggedOnce(t *testing.T) {
 // added back by the primary's next hello, as SDAM says. The bad input must
 // still be logged once, not at every heartbeat of the primary.
 func TestMisconfiguredMemberLoggedOnce(t *testing.T) {
-	if os.Getenv("MONGOBOUNCER_REVIEW_KNOWN_BUGS") == "" {
-		t.Skip("known bug (review18): the member flaps at every primary heartbeat and each flap logs 4 lines; set MONGOBOUNCER_REVIEW_KNOWN_BUGS=1 to run")
-	}
 	bad := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.ReplicaSetMember, SetName: "rs1"})
 	pAddr := deadAddr(t)
 	primary, err := fakemongo.Listen(pAddr, fakemongo.Options{Kind: fakemongo.ReplicaSetMember, SetName: "rs0",
@@ -229,8 +225,12 @@ func TestMisconfiguredMemberLoggedOnce(t *testing.T) {
 	topo := newTopology(t, o)
 	mustSelect(t, topo)
 	eventually(t, "ten checks of the primary", func() bool { return len(rec.topoEvents(HeartbeatSucceeded, pAddr)) >= 10 })
-	if n := strings.Count(buf.String(), "server removed from the topology"); n > 1 {
-		t.Fatalf("%d 'server removed' lines for one misconfigured member:\n%s", n, buf.String())
+	log := buf.String()
+	if n := strings.Count(log, "server removed from the topology"); n != 1 {
+		t.Fatalf("%d 'server removed' lines for one misconfigured member:\n%s", n, log)
+	}
+	if n := strings.Count(log, "server discovered") + strings.Count(log, "topology changed"); n > 3 {
+		t.Fatalf("%d 'server discovered' and 'topology changed' lines for one primary and one misconfigured member:\n%s", n, log)
 	}
 }
 
@@ -248,5 +248,32 @@ func TestLoadBalancedShutdownErrorWithoutConn(t *testing.T) {
 	s.HandleError(&upstream.CommandError{Code: 91, CodeName: "ShutdownInProgress"}, nil)
 	if s.State() != Usable {
 		t.Fatal("a load-balanced server was marked Unknown")
+	}
+}
+
+// A server without topologyVersion (FerretDB, MongoDB 4.2) answers every
+// request in flight at a stepdown with NotWritablePrimary; none of those
+// errors is stale, but only the first one changes the server: one log line
+// at Info, not one per request.
+func TestStateChangeErrorsLoggedOncePerChange(t *testing.T) {
+	fake := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos})
+	var buf logbuf.Buffer
+	o := testOptions(&recorder{}, fake.Addr())
+	o.MonitoringMode = MonitoringPoll
+	o.HeartbeatInterval = time.Minute
+	o.MinHeartbeatInterval = time.Minute
+	o.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	topo := newTopology(t, o)
+	s := mustSelect(t, topo)
+	c := checkOut(t, s)
+	defer func() { _ = s.Pool().CheckIn(c) }()
+	for range 5 {
+		s.HandleError(&upstream.CommandError{Code: 10107, CodeName: "NotWritablePrimary"}, c)
+	}
+	if s.State() != Unknown {
+		t.Fatal("NotWritablePrimary left the server usable")
+	}
+	if n := strings.Count(buf.String(), "marked server Unknown after an operation error"); n != 1 {
+		t.Fatalf("%d lines for one change:\n%s", n, buf.String())
 	}
 }
