@@ -1,3 +1,5 @@
+// Regression test from the review of the replica-set work: cursor affinity
+// across a server that leaves the topology and comes back.
 package proxy
 
 import (

@@ -1,8 +1,9 @@
+// Regression tests from the review of the replica-set work: selection
+// waiters woken by every change a read preference depends on, the
+// stale-topologyVersion rule on the application error path, a nil
+// connection behind a load balancer, and log volume (repeated check
+// failures, state-change errors, members that flap).
 package topology
-
-// Review tests: selection waiters woken by every change a read preference
-// depends on, and the stale-topologyVersion rule on the application error
-// path.
 
 import (
 	"log/slog"
