@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
 // A server that leaves the topology and comes back (an SRV record dropped
@@ -56,5 +58,18 @@ func TestCursorAffinityFollowsServerReadded(t *testing.T) {
 				t.Fatalf("getMore on a cursor alive on %s failed after the server was re-added: %v", ups[0].Addr(), r)
 			}
 		})
+	}
+}
+
+// The proxy hands the topology a state-change reply's topologyVersion, so
+// that the topology can ignore a stale one.
+func TestStateChangeErrorCarriesTopologyVersion(t *testing.T) {
+	pid := bson.NewObjectID()
+	body := mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(10107)}, {Key: "errmsg", Value: "not primary"},
+		{Key: "topologyVersion", Value: bson.D{{Key: "processId", Value: pid}, {Key: "counter", Value: int64(7)}}}})
+	var ce *upstream.CommandError
+	if err := stateChangeError(10107, body); !errors.As(err, &ce) || ce.Code != 10107 || ce.TopologyVersion == nil ||
+		ce.TopologyVersion.ProcessID != pid || ce.TopologyVersion.Counter != 7 {
+		t.Fatalf("stateChangeError = %#v", err)
 	}
 }

@@ -278,3 +278,21 @@ func TestStateChangeErrorsLoggedOncePerChange(t *testing.T) {
 		t.Fatalf("%d lines for one change:\n%s", n, buf.String())
 	}
 }
+
+// directConnection=true to a secondary of a replica set: one server, a
+// Single topology, nothing discovered from its host list, and the server is
+// selectable for writes (SDAM: a Single topology's server is used as is).
+func TestDirectConnectionToMemberDiscoversNothing(t *testing.T) {
+	rs := fakemongo.StartReplicaSet(t, fakemongo.ReplicaSetOptions{})
+	o := testOptions(&recorder{}, rs.Member(1).Addr())
+	o.DirectConnection = true
+	topo := newTopology(t, o)
+	s := mustSelect(t, topo)
+	if s.Address() != rs.Member(1).Addr() || s.Kind() != KindRSSecondary {
+		t.Fatalf("selected %s (%v)", s.Address(), s.Kind())
+	}
+	time.Sleep(300 * time.Millisecond) // three heartbeats
+	if d := topo.Description(); d.Type != sdam.Single || len(d.Servers) != 1 || len(topo.Servers()) != 1 {
+		t.Fatalf("topology %v with %d servers (%d Servers)", d.Type, len(d.Servers), len(topo.Servers()))
+	}
+}
