@@ -149,6 +149,14 @@ func (x *exchange) affinity() *topology.Server {
 	case x.inTxn && !req.startTxn:
 		srv, _ = route.txns.get(x.key, now)
 	}
+	if srv != nil {
+		// A server that left the topology and came back is a new Server
+		// with a new pool, and still holds the cursor or transaction: follow
+		// its address, not the closed pool of the Server that left.
+		if cur := route.Topology.ServerByAddress(srv.Address()); cur != nil {
+			srv = cur
+		}
+	}
 	return srv
 }
 

@@ -73,6 +73,10 @@ func (s *Server) HandleError(err error, c *pool.Conn) {
 		return
 	}
 	var removed []*Server
+	// Only the error that changes the server is worth a line at Info: on a
+	// server without topologyVersion no later error is stale, and every
+	// request in flight at a stepdown reports one.
+	wasUsable := s.State() == Usable
 	if act.MarkUnknown {
 		removed = t.applyLocked(s, act.Unknown, nil)
 		t.publishLocked()
@@ -80,8 +84,12 @@ func (s *Server) HandleError(err error, c *pool.Conn) {
 	if act.ClearPool {
 		// After publishing: no new selection picks s while it clears.
 		if s.loadBalancer {
-			if id, ok := c.ServiceID(); c != nil && ok {
-				s.pool.ClearService(id)
+			// Without a connection there is no serviceId to clear (and c
+			// may be nil: a checkout's error).
+			if c != nil {
+				if id, ok := c.ServiceID(); ok {
+					s.pool.ClearService(id)
+				}
 			}
 		} else {
 			s.pool.ClearWithError(err, act.InterruptInUse)
@@ -98,7 +106,11 @@ func (s *Server) HandleError(err error, c *pool.Conn) {
 		s.RequestCheck()
 	}
 	if act.MarkUnknown {
-		t.log.Info("marked server Unknown after an operation error",
+		level := slog.LevelInfo
+		if !wasUsable {
+			level = slog.LevelDebug
+		}
+		t.log.Log(context.Background(), level, "marked server Unknown after an operation error",
 			slog.String("topology", t.name), slog.String("address", s.addr),
 			slog.Bool("poolCleared", act.ClearPool), slog.Any("error", err))
 	}

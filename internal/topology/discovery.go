@@ -7,8 +7,10 @@ package topology
 // paused and ready, publishes a new selection snapshot and logs the change.
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -139,7 +141,18 @@ func (t *Topology) syncServersLocked(prev *sdam.TopologyDescription, s *Server, 
 				continue
 			}
 			t.startMonitorLocked(srv)
-			t.log.Info("server discovered", slog.String("topology", t.name), slog.String("address", nsd.Address))
+			level := slog.LevelInfo
+			if t.goneIndex(nsd.Address) >= 0 {
+				// Back after a removal: a member that a primary lists but
+				// that removes itself again (another set's member, a `me`
+				// mismatch) comes back at every heartbeat of the primary;
+				// its removal was logged with the reason.
+				level = slog.LevelDebug
+			}
+			t.log.Log(context.Background(), level, "server discovered", slog.String("topology", t.name), slog.String("address", nsd.Address))
+		} else if i := t.goneIndex(nsd.Address); i >= 0 && nsd.Type != sdam.Unknown {
+			// Back for good: no longer one of the removed servers.
+			t.gone = slices.Delete(t.gone, i, i+1)
 		}
 		var hello *upstream.Hello
 		if srv == s && h != nil && nsd.Type == sd.Type {
@@ -159,19 +172,33 @@ func (t *Topology) syncServersLocked(prev *sdam.TopologyDescription, s *Server, 
 		}
 		removed = append(removed, srv)
 		why := removalReason(addr, prev, &next, sd)
+		level := slog.LevelWarn
+		if i := t.goneIndex(addr); i >= 0 {
+			if t.gone[i].Removed == why {
+				level = slog.LevelDebug // the same bad input again
+			}
+			t.gone = slices.Delete(t.gone, i, i+1)
+		}
 		t.gone = append(t.gone, ServerStatus{Address: addr, State: Unknown, Kind: srv.Kind(), Removed: why})
 		if len(t.gone) > maxGone {
 			t.gone = slices.Delete(t.gone, 0, len(t.gone)-maxGone)
 		}
-		t.log.Warn("server removed from the topology", slog.String("topology", t.name), slog.String("address", addr),
-			slog.String("reason", why))
+		t.log.Log(context.Background(), level, "server removed from the topology", slog.String("topology", t.name),
+			slog.String("address", addr), slog.String("reason", why))
 	}
 	if from, to := summary(prev), summary(&next); from != to {
 		attrs := []any{slog.String("topology", t.name), slog.String("from", from), slog.String("to", to)}
 		if sd.Error != nil {
 			attrs = append(attrs, slog.String("address", sd.Address), slog.Any("error", sd.Error))
 		}
-		t.log.Info("topology changed", attrs...)
+		level := slog.LevelInfo
+		// Removed servers coming back Unknown, or leaving again, are
+		// logged by the lines above; alone they are no change worth Info.
+		quiet := func(d sdam.ServerDescription) bool { return d.Type == sdam.Unknown && t.goneIndex(d.Address) >= 0 }
+		if summarySkipping(prev, quiet) == summarySkipping(&next, quiet) {
+			level = slog.LevelDebug
+		}
+		t.log.Log(context.Background(), level, "topology changed", attrs...)
 	}
 	if next.CompatibilityError != nil && (prev.CompatibilityError == nil || prev.CompatibilityError.Error() != next.CompatibilityError.Error()) {
 		t.log.Error("topology is incompatible", slog.String("topology", t.name), slog.Any("error", next.CompatibilityError))
@@ -261,14 +288,26 @@ func writable(tt sdam.TopologyType, st sdam.ServerType) bool {
 
 // readable summarizes what a read preference could select in td, so that a
 // waiter for a secondary wakes when one appears although no writable
-// server changed.
+// server changed. In a replica set it covers everything the suitability of
+// a member depends on besides its type: its tags (tag sets) and its
+// lastWriteDate and lastUpdateTime (max staleness), so a waiter also wakes
+// when a member is tagged or a lagging secondary catches up.
 func readable(td *sdam.TopologyDescription) string {
+	rs := td.Type == sdam.ReplicaSetWithPrimary || td.Type == sdam.ReplicaSetNoPrimary
 	var b strings.Builder
 	for _, sd := range td.Servers {
-		if sd.Type.DataBearing() {
-			b.WriteString(sd.Address)
-			b.WriteByte(byte('0' + int(sd.Type)))
+		if !sd.Type.DataBearing() {
+			continue
 		}
+		b.WriteString(sd.Address)
+		b.WriteByte(byte('0' + int(sd.Type)))
+		if !rs {
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(sd.Tags)) {
+			fmt.Fprintf(&b, "|%q=%q", k, sd.Tags[k])
+		}
+		fmt.Fprintf(&b, "|%d|%d;", sd.LastWriteDate.UnixNano(), sd.LastUpdateTime.UnixNano())
 	}
 	return b.String()
 }
@@ -276,20 +315,41 @@ func readable(td *sdam.TopologyDescription) string {
 // summary describes a topology for the log: its type and each server's
 // role.
 func summary(td *sdam.TopologyDescription) string {
+	return summarySkipping(td, func(sdam.ServerDescription) bool { return false })
+}
+
+// summarySkipping is summary without the servers skip selects.
+func summarySkipping(td *sdam.TopologyDescription, skip func(sdam.ServerDescription) bool) string {
 	var b strings.Builder
 	b.WriteString(td.Type.String())
 	if td.SetName != "" {
 		fmt.Fprintf(&b, " %q", td.SetName)
 	}
-	for i, sd := range td.Servers {
-		if i == 0 {
+	first := true
+	for _, sd := range td.Servers {
+		if skip(sd) {
+			continue
+		}
+		if first {
 			b.WriteString(": ")
+			first = false
 		} else {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(&b, "%s %s", sd.Address, sd.Type)
 	}
 	return b.String()
+}
+
+// goneIndex returns the index in t.gone of the removal of addr, or -1.
+// Called with mu held.
+func (t *Topology) goneIndex(addr string) int {
+	for i := len(t.gone) - 1; i >= 0; i-- {
+		if t.gone[i].Address == addr {
+			return i
+		}
+	}
+	return -1
 }
 
 // setDescLocked records the server's new SDAM description nsd (and its

@@ -320,8 +320,14 @@ func (m *monitor) failed(r checkResult) {
 	attrs := []any{slog.String("topology", s.topo.name), slog.String("address", s.addr),
 		slog.Duration("duration", r.dur), slog.Bool("awaited", r.awaited), slog.Bool("timeout", r.timeout),
 		slog.Any("error", r.err)}
-	if prev := s.Description(); prev.State == Usable || prev.LastError == nil || prev.LastError.Error() != r.err.Error() {
+	if prev := s.Description(); prev.State == Usable || prev.LastError == nil || failureClass(prev.LastError) != failureClass(r.err) {
 		s.topo.log.Warn("server check failed", attrs...)
+	} else {
+		// The same failure again: its text differs from the last one's by
+		// the monitoring connection's local port, or by which of a timeout
+		// and the close it caused was seen first, so comparing messages
+		// would log at every heartbeat.
+		s.topo.log.Debug("server check failed", attrs...)
 	}
 	if o.Pool.LoadBalanced {
 		// No SDAM behind a load balancer: a failed check says nothing
@@ -367,4 +373,19 @@ func (s *Server) closeMonitorConn() {
 		_ = s.mconn.Close()
 		s.mconn = nil
 	}
+}
+
+// failureClass groups check failures that are the same problem seen again:
+// any timeout (a hung server times out in the dial or in the hello, as the
+// machine's load decides), else the error's type and a connection error's
+// stage.
+func failureClass(err error) string {
+	if isTimeout(err) {
+		return "timeout"
+	}
+	var ce *upstream.ConnectError
+	if errors.As(err, &ce) {
+		return "connect " + ce.Stage
+	}
+	return fmt.Sprintf("%T", err)
 }
