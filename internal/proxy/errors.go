@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -118,4 +119,61 @@ func stateChangeError(code int32, body bsoncore.Document) error {
 		}
 	}
 	return e
+}
+
+// Shutdown codes: a server that says it is shutting down.
+const (
+	codeShutdownInProgress    = 91
+	codeInterruptedAtShutdown = 11600
+)
+
+// softenShutdown rewrites in place the shutdown codes (91
+// ShutdownInProgress, 11600 InterruptedAtShutdown) of a relayed reply body,
+// its own code and its writeConcernError's, to HostUnreachable (6), and
+// reports whether it changed anything.
+//
+// A driver that receives a shutdown code clears its whole pool to the
+// server that sent it, and that server is mongobouncer, which is not
+// shutting down: one member is. HostUnreachable is retried the same way
+// (reads by code, writes by the RetryableWriteError label the member
+// added), without costing the application its connections to mongobouncer.
+// The topology has already seen the original code. codeName and errmsg
+// stay as the member wrote them (they say what happened; a shorter name
+// would move every byte after it); drivers decide on the code.
+func softenShutdown(body []byte) bool {
+	return softenCodes(body, true)
+}
+
+// softenCodes does softenShutdown's work on one document; top says to look
+// into a writeConcernError too.
+func softenCodes(doc []byte, top bool) bool {
+	if len(doc) < 5 {
+		return false
+	}
+	changed := false
+	rest := doc[4 : len(doc)-1]
+	for len(rest) > 0 {
+		el, next, ok := bsoncore.ReadElement(rest)
+		if !ok {
+			break
+		}
+		rest = next
+		switch el.Key() {
+		case "code":
+			v := el.Value()
+			if v.Type != bsoncore.TypeInt32 || len(v.Data) != 4 {
+				continue
+			}
+			if c := int32(binary.LittleEndian.Uint32(v.Data)); c == codeShutdownInProgress || c == codeInterruptedAtShutdown {
+				// v.Data aliases doc.
+				binary.LittleEndian.PutUint32(v.Data, uint32(codeHostUnreachable))
+				changed = true
+			}
+		case "writeConcernError":
+			if d, ok := el.Value().DocumentOK(); ok && top {
+				changed = softenCodes(d, false) || changed
+			}
+		}
+	}
+	return changed
 }

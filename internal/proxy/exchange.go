@@ -276,6 +276,9 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 		// pool when they say so). The reply itself goes to the client,
 		// whose driver retries it; the retry waits for a new primary.
 		x.srv.HandleError(stateChangeError(code, body), x.pc)
+		if softenShutdown(body) && flags&wire.FlagChecksumPresent != 0 {
+			wire.UpdateChecksum(reply)
+		}
 	}
 	x.track(ri)
 	return stream, nil

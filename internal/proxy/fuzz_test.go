@@ -37,6 +37,13 @@ func FuzzRequestParsers(f *testing.F) {
 		}
 		_ = cursorIDs(doc)
 		_ = pipelineWrites(doc)
+		if wire.ValidateDocument(b) == nil {
+			c := append([]byte(nil), b...)
+			softenShutdown(c)
+			if wire.ValidateDocument(c) != nil {
+				t.Fatal("softenShutdown broke a valid document")
+			}
+		}
 		if wire.ValidateDocument(b) != nil {
 			return
 		}

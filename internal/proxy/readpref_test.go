@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
@@ -99,5 +100,38 @@ func TestReadPrefErrorReply(t *testing.T) {
 	}
 	if _, err := body.LookupErr("errorLabels"); err == nil {
 		t.Errorf("labels on a parse error: %v", body)
+	}
+}
+
+// A member's shutdown codes reach clients as HostUnreachable: a driver
+// would otherwise clear its whole pool to mongobouncer, which is not
+// shutting down. Other codes, and codes of another type, are left alone.
+func TestSoftenShutdown(t *testing.T) {
+	for _, c := range []struct {
+		doc     bson.D
+		changed bool
+		code    int32
+		wcCode  int32
+	}{
+		{bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(91)}, {Key: "codeName", Value: "ShutdownInProgress"}}, true, 6, 0},
+		{bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(11600)}}, true, 6, 0},
+		{bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(10107)}}, false, 10107, 0},
+		{bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int64(91)}}, false, 0, 0},
+		{bson.D{{Key: "ok", Value: 1.0}, {Key: "writeConcernError", Value: bson.D{{Key: "code", Value: int32(91)}}}}, true, 0, 6},
+		{bson.D{{Key: "ok", Value: 1.0}, {Key: "writeErrors", Value: bson.A{bson.D{{Key: "code", Value: int32(91)}}}}}, false, 0, 0},
+	} {
+		body := mustDoc(t, c.doc)
+		if got := softenShutdown(body); got != c.changed {
+			t.Errorf("%v: changed %v", c.doc, got)
+		}
+		if err := body.Validate(); err != nil {
+			t.Fatalf("%v: invalid after the rewrite: %v", c.doc, err)
+		}
+		if v, err := body.LookupErr("code"); err == nil && v.Type == bsoncore.TypeInt32 && v.Int32() != c.code {
+			t.Errorf("%v: code %d, want %d", c.doc, v.Int32(), c.code)
+		}
+		if v, err := body.LookupErr("writeConcernError", "code"); err == nil && v.Int32() != c.wcCode {
+			t.Errorf("%v: writeConcernError.code %d, want %d", c.doc, v.Int32(), c.wcCode)
+		}
 	}
 }
