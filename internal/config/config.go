@@ -166,6 +166,27 @@ func (io EventLoopIO) Valid() bool {
 	return io == "" || io == EventLoopIOAuto || io == EventLoopIOEpoll || io == EventLoopIOUring
 }
 
+// TLSMode says whether clients connect to mongobouncer with TLS (tls_mode).
+type TLSMode string
+
+// Client TLS modes.
+const (
+	// TLSModeDisable serves plain connections only (the default).
+	TLSModeDisable TLSMode = "disable"
+	// TLSModeAllow serves TLS and plain clients on the same listeners,
+	// told apart by the first bytes they send.
+	TLSModeAllow TLSMode = "allow"
+	// TLSModeRequire serves TLS clients only; a plain client gets an error
+	// reply and is disconnected.
+	TLSModeRequire TLSMode = "require"
+)
+
+// Valid reports whether m is one of the defined modes; empty means
+// disable.
+func (m TLSMode) Valid() bool {
+	return m == "" || m == TLSModeDisable || m == TLSModeAllow || m == TLSModeRequire
+}
+
 // Pool holds the pool and limit settings. Global carries the values for
 // every route; a Route may override each of them (see Overrides), and
 // EffectiveRoute carries the values in force for one route.
@@ -261,6 +282,20 @@ type Global struct {
 	// for a client that disconnects inside a transaction, and the fence
 	// after a request sent with moreToCome.
 	UpstreamCommandTimeout time.Duration
+	// TLSMode says whether clients connect with TLS (tls_mode).
+	TLSMode TLSMode
+	// TLSCertFile and TLSKeyFile are the PEM certificate (chain) and
+	// private key mongobouncer presents to TLS clients (tls_cert_file,
+	// tls_key_file); required unless TLSMode is disable.
+	TLSCertFile string
+	TLSKeyFile  string
+	// TLSCAFile, when set, makes client certificates required: they must
+	// be signed by a CA in this PEM file (tls_ca_file).
+	TLSCAFile string
+	// TLSHandshakeTimeout bounds a client's TLS handshake, and how long
+	// mongobouncer waits for a new client's first bytes to tell TLS from
+	// plain (tls_handshake_timeout); 0 means 10s.
+	TLSHandshakeTimeout time.Duration
 	// Pool holds the defaults for every route.
 	Pool
 }
@@ -335,6 +370,8 @@ func Default() Config {
 		UpstreamCommandTimeout: 5 * time.Second,
 		EventLoop:              true,
 		EventLoopIO:            EventLoopIOAuto,
+		TLSMode:                TLSModeDisable,
+		TLSHandshakeTimeout:    10 * time.Second,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,

@@ -98,9 +98,40 @@ func (v *validator) global() {
 	if g.ShutdownTimeout < 0 {
 		v.add(at("shutdown_timeout"), ErrInvalidValue, fmt.Sprintf("shutdown_timeout = %s: must not be negative", quote(g.ShutdownTimeout.String())))
 	}
+	v.clientTLS()
 	show := func(key string) string { return key + " = " + poolValue(g.Pool, key) }
 	for _, is := range poolIssues(g.Pool) {
 		v.add(at(is.keys[0]), ErrInvalidValue, is.msg(show))
+	}
+}
+
+// clientTLS checks the tls_* keys: a mode that serves TLS needs a
+// certificate and its key, and files given with TLS disabled are refused,
+// since whoever wrote them expects clients to be able to use TLS.
+func (v *validator) clientTLS() {
+	g := &v.c.Global
+	at := func(key string) []string { return []string{tableGlobal, key} }
+	if !g.TLSMode.Valid() {
+		v.add(at("tls_mode"), ErrInvalidValue, enumMsg("tls_mode", string(g.TLSMode), "disable", "allow", "require"))
+		return
+	}
+	files := []struct{ key, val string }{{"tls_cert_file", g.TLSCertFile}, {"tls_key_file", g.TLSKeyFile}, {"tls_ca_file", g.TLSCAFile}}
+	if g.TLSMode == TLSModeDisable || g.TLSMode == "" {
+		for _, f := range files {
+			if f.val != "" {
+				v.add(at(f.key), ErrInvalidValue, fmt.Sprintf(`%s is set but tls_mode = "disable": set tls_mode = "require" (or "allow") to serve TLS, or remove %s`, f.key, f.key))
+			}
+		}
+	} else {
+		for _, f := range files[:2] {
+			if f.val == "" {
+				v.add(at("tls_mode"), ErrInvalidValue, fmt.Sprintf("tls_mode = %s needs %s: the PEM file of the server's %s", quote(string(g.TLSMode)), f.key,
+					map[string]string{"tls_cert_file": "certificate", "tls_key_file": "private key"}[f.key]))
+			}
+		}
+	}
+	if g.TLSHandshakeTimeout < 0 {
+		v.add(at("tls_handshake_timeout"), ErrInvalidValue, fmt.Sprintf(`tls_handshake_timeout = %s: must not be negative, as in "10s"`, quote(g.TLSHandshakeTimeout.String())))
 	}
 }
 
