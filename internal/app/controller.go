@@ -15,6 +15,7 @@ var _ admin.Controller = (*App)(nil)
 // The proxy reports to metrics as its Observer; the assertion lives here
 // because metrics may not import proxy.
 var _ proxy.Observer = (*metrics.Metrics)(nil)
+var _ proxy.TLSObserver = (*metrics.Metrics)(nil)
 
 // sortedRoutes returns copies of the running routes, taken under the lock
 // (a reload updates their settings), by name with the catch-all last.
