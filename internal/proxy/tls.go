@@ -112,7 +112,7 @@ const tlsRecordHandshake = 0x16
 const maxRefusedRequest = 64 * 1024
 
 // startTLS runs on the client's goroutine before its first request. With
-// TLS off it does nothing. Otherwise it reads the client's first bytes
+// TLS off, or for a unix socket client, it does nothing. Otherwise it reads the client's first bytes
 // into rbuf, under the handshake timeout: a plain client keeps them there
 // for its first request (allow) or is refused (require); a TLS client's
 // bytes are replayed into the handshake, and c.nc becomes the TLS
@@ -120,6 +120,11 @@ const maxRefusedRequest = 64 * 1024
 func (c *client) startTLS() error {
 	ts := c.s.tls.Load()
 	if ts == nil || ts.Mode == TLSDisable {
+		return nil
+	}
+	if _, local := c.nc.(*net.UnixConn); local {
+		// As mongod: a unix socket is a local channel that the file
+		// system's permissions protect, and drivers do not speak TLS on it.
 		return nil
 	}
 	deadline := time.Now().Add(ts.HandshakeTimeout)

@@ -6,6 +6,7 @@ import (
 	"crypto/x509/pkix"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -249,5 +250,26 @@ func TestSniffTLSDecides(t *testing.T) {
 		if cl.rhi == 0 {
 			t.Errorf("% x: the bytes read were not kept", c.in)
 		}
+	}
+}
+
+// A unix socket client is served plain even when TLS is required, as by
+// mongod.
+func TestTLSRequireServesUnixSocketsPlain(t *testing.T) {
+	r := newTLSRig(t, TLSRequire, false, false, 0)
+	path := filepath.Join(t.TempDir(), "mb.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.s.Serve(ln, "") }()
+	nc, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	affOK(t, (&affConn{t: t, c: nc}).cmd(pingCmd))
+	if plain, _ := r.s.TLSRefusals(); plain != 0 {
+		t.Fatalf("%d plain refusals", plain)
 	}
 }
