@@ -218,3 +218,39 @@ func TestReloadRereadsUpstreamTLSFiles(t *testing.T) {
 		t.Fatal("a failed reload replaced the route")
 	}
 }
+
+// Client TLS files are read at New (and at every reload, through the same
+// clientTLS): a missing or bad file fails New naming the key.
+func TestClientTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	ca := certs.NewCA(t, "test CA")
+	srv := ca.Server(t, "127.0.0.1")
+	cert := certs.Write(t, dir, "cert.pem", srv.CertPEM())
+	key := certs.Write(t, dir, "key.pem", srv.KeyPEM(t))
+	other := certs.Write(t, dir, "other-key.pem", ca.KeyPEM(t))
+	build := func(certFile, keyFile, caFile string) (*App, error) {
+		cfg := config.Default()
+		cfg.Global.Listen = "127.0.0.1:0"
+		cfg.Global.TLSMode, cfg.Global.TLSCertFile, cfg.Global.TLSKeyFile, cfg.Global.TLSCAFile = config.TLSModeRequire, certFile, keyFile, caFile
+		cfg.Databases = map[string]config.Route{"*": {ConnectionString: "mongodb://127.0.0.1:1/"}}
+		return New(cfg, nil)
+	}
+	for _, bad := range []struct{ cert, key, ca, want string }{
+		{filepath.Join(dir, "none.pem"), key, "", "tls_cert_file"},
+		{cert, filepath.Join(dir, "none.pem"), "", "tls_key_file"},
+		{cert, other, "", "private key does not match public key"},
+		{cert, key, key, "tls_ca_file"},
+	} {
+		if a, err := build(bad.cert, bad.key, bad.ca); err == nil || !strings.Contains(err.Error(), bad.want) {
+			if a != nil {
+				closeApp(a)
+			}
+			t.Errorf("New with %+v: %v, want an error with %q", bad, err, bad.want)
+		}
+	}
+	a, err := build(cert, key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeApp(a)
+}

@@ -178,18 +178,27 @@ func (c *client) startTLS() error {
 // first request is a hello of a few hundred.
 func (c *client) sniffTLS() (bool, error) {
 	for {
-		if c.rhi > 0 && c.rbuf[0] != tlsRecordHandshake {
-			return false, nil
-		}
-		if c.rhi >= 3 {
-			return c.rbuf[1] == 3 && c.rbuf[2] >= 1 && c.rbuf[2] <= 4, nil
+		if isTLS, decided := tlsRecordStart(c.rbuf[:c.rhi]); decided {
+			return isTLS, nil
 		}
 		n, err := c.nc.Read(c.rbuf[c.rhi:])
 		c.rhi += n
-		if err != nil && (c.rhi == 0 || c.rbuf[0] == tlsRecordHandshake && c.rhi < 3) {
+		if _, decided := tlsRecordStart(c.rbuf[:c.rhi]); err != nil && !decided {
 			return false, err
 		}
 	}
+}
+
+// tlsRecordStart tells from a connection's first bytes whether they start
+// a TLS handshake record (see sniffTLS), and whether b is enough to tell.
+func tlsRecordStart(b []byte) (isTLS, decided bool) {
+	switch {
+	case len(b) > 0 && b[0] != tlsRecordHandshake:
+		return false, true
+	case len(b) >= 3:
+		return b[1] == 3 && b[2] >= 1 && b[2] <= 4, true
+	}
+	return false, false
 }
 
 // refusePlain answers a plain client's first request with an error that

@@ -273,3 +273,25 @@ func TestTLSRequireServesUnixSocketsPlain(t *testing.T) {
 		t.Fatalf("%d plain refusals", plain)
 	}
 }
+
+func FuzzTLSRecordStart(f *testing.F) {
+	for _, seed := range [][]byte{nil, {0x16}, {0x16, 0x03}, {0x16, 0x03, 0x01}, {0x16, 0x01, 0x00}, {0x3a, 0x01, 0x00, 0x00}} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		isTLS, decided := tlsRecordStart(b)
+		if isTLS && !decided {
+			t.Fatal("TLS without a decision")
+		}
+		if decided != (len(b) >= 3 || len(b) > 0 && b[0] != tlsRecordHandshake) {
+			t.Fatalf("% x: decided %v", b, decided)
+		}
+		// More bytes never change a decision.
+		if more, d := tlsRecordStart(append(append([]byte(nil), b...), 0x16, 0x03, 0x03)); decided && (!d || more != isTLS) {
+			t.Fatalf("% x: the decision changed with more bytes", b)
+		}
+		if isTLS && (b[0] != 0x16 || b[1] != 3) {
+			t.Fatalf("% x taken for TLS", b)
+		}
+	})
+}
