@@ -138,6 +138,16 @@ func TestTLSReloadNewCertificate(t *testing.T) {
 	if err := old.Ping(ctxT(t, 5*time.Second), nil); err != nil {
 		t.Fatalf("a client connected before the reload: %v", err)
 	}
+
+	// A key file that no longer parses fails the reload; the running
+	// certificate stays.
+	certs.Write(t, dir, "a-key.pem", []byte("not a key"))
+	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "tls_key_file") {
+		t.Fatalf("reload with a broken key: %v", err)
+	}
+	if _, err := tryDriver(t, addr, "&tls=true&tlsCAFile="+g.ca); err != nil {
+		t.Fatalf("after the failed reload: %v", err)
+	}
 }
 
 func mustRead(t *testing.T, path string) []byte {
