@@ -192,6 +192,11 @@ func (a *App) Config() map[string]any {
 		"event_loop":               g.EventLoop,
 		"event_loop_threads":       g.EventLoopThreads,
 		"event_loop_io":            string(g.EventLoopIO),
+		"tls_mode":                 string(g.TLSMode),
+		"tls_cert_file":            g.TLSCertFile,
+		"tls_key_file":             g.TLSKeyFile,
+		"tls_ca_file":              g.TLSCAFile,
+		"tls_handshake_timeout":    g.TLSHandshakeTimeout.String(),
 	}
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {
