@@ -72,6 +72,9 @@ type route struct {
 	eff   config.EffectiveRoute
 	proxy *proxy.Route
 	topo  *topology.Topology
+	// tlsDigest is tlsFilesDigest of the route's connection string when
+	// it was built: a reload that finds other file contents rebuilds it.
+	tlsDigest string
 }
 
 type listener struct {
@@ -184,6 +187,11 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		a.closeRest()
 		return nil, err
 	}
+	ctls, err := clientTLS(g)
+	if err != nil {
+		a.closeRest()
+		return nil, err
+	}
 	a.auth = newClientAuth(cfg, users)
 	a.server, err = proxy.New(proxy.Options{
 		Routes:            proxyRoutes,
@@ -198,6 +206,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		Observer:          a.metrics,
 		Admin:             a.admin,
 		Auth:              a.auth,
+		TLS:               ctls,
 	})
 	if err != nil {
 		a.closeRest()
@@ -311,6 +320,9 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	if err != nil {
 		return nil, fmt.Errorf("route %q: read preference: %w", er.Name, err)
 	}
+	// Before the files are read for the topology: a file replaced in
+	// between is then found changed by the next reload, not missed.
+	digest := tlsFilesDigest(er.Conn)
 	t, err := newTopology(er, a.log, a.metrics.PoolMonitor(er.Name), a.cfg.Global.EventLoop, a.resolver)
 	if err != nil {
 		return nil, err
@@ -318,7 +330,7 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	a.log.Info("route configured", "route", er.Name, "upstream", er.Conn.Redacted(), "pool_mode", mode.String(),
 		"max_pool_size", er.MaxPoolSize)
 	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: mode, Topology: t,
-		IdleTimeout: routeIdleTimeout(er), MaxMessageSize: er.MaxMessageSize, ReadPref: rp}, topo: t}, nil
+		IdleTimeout: routeIdleTimeout(er), MaxMessageSize: er.MaxMessageSize, ReadPref: rp}, topo: t, tlsDigest: digest}, nil
 }
 
 // routeIdleTimeout is er's client_idle_timeout for proxy.Route, whose zero

@@ -15,6 +15,7 @@ var _ admin.Controller = (*App)(nil)
 // The proxy reports to metrics as its Observer; the assertion lives here
 // because metrics may not import proxy.
 var _ proxy.Observer = (*metrics.Metrics)(nil)
+var _ proxy.TLSObserver = (*metrics.Metrics)(nil)
 
 // sortedRoutes returns copies of the running routes, taken under the lock
 // (a reload updates their settings), by name with the catch-all last.
@@ -195,6 +196,11 @@ func (a *App) Config() map[string]any {
 		"auth_file":                cfg.AuthFilePath(),
 		"auth_user":                g.AuthUser,
 		"admin_users":              append([]string{}, g.AdminUsers...),
+		"tls_mode":                 string(g.TLSMode),
+		"tls_cert_file":            g.TLSCertFile,
+		"tls_key_file":             g.TLSKeyFile,
+		"tls_ca_file":              g.TLSCAFile,
+		"tls_handshake_timeout":    g.TLSHandshakeTimeout.String(),
 	}
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {

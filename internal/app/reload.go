@@ -74,11 +74,21 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 		}
 		return err
 	}
+	// The client certificate files are read again, and a route's
+	// upstream TLS files too: a certificate replaced under the same path
+	// applies to new connections.
+	ctls, err := clientTLS(cfg.Global)
+	if err != nil {
+		return err
+	}
 	for _, er := range want {
 		old := a.routes[er.Name]
+		filesChanged := false
 		if old != nil && sameTopology(old.eff, er) {
-			next[er.Name] = old
-			continue
+			if filesChanged = old.tlsDigest != tlsFilesDigest(er.Conn); !filesChanged {
+				next[er.Name] = old
+				continue
+			}
 		}
 		r, err := a.buildRoute(er)
 		if err != nil {
@@ -86,9 +96,12 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 		}
 		built = append(built, r)
 		next[er.Name] = r
-		if old == nil {
+		switch {
+		case old == nil:
 			changes = append(changes, "added route "+er.Name)
-		} else {
+		case filesChanged:
+			changes = append(changes, "new upstream TLS files for route "+er.Name)
+		default:
 			changes = append(changes, "new upstream for route "+er.Name)
 		}
 	}
@@ -181,6 +194,12 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	}
 	g := cfg.Global
 	a.server.SetClientLimits(maxClients(g.MaxClientConn), g.ClientIdleTimeout)
+	if err := a.server.SetTLS(ctls); err != nil {
+		a.log.Warn("reload: client TLS not applied", "error", err) // cannot happen: clientTLS gives a config
+	}
+	if g.TLSMode != a.cfg.Global.TLSMode || g.TLSCertFile != a.cfg.Global.TLSCertFile || g.TLSKeyFile != a.cfg.Global.TLSKeyFile || g.TLSCAFile != a.cfg.Global.TLSCAFile {
+		changes = append(changes, fmt.Sprintf("client tls_mode %s", ctls.Mode))
+	}
 	if a.level != nil && g.LogLevel != a.cfg.Global.LogLevel {
 		a.level.Set(g.LogLevel.Level())
 		changes = append(changes, "log_level "+string(g.LogLevel))

@@ -3,13 +3,10 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
-	"os"
 	"slices"
 	"time"
 
@@ -166,29 +163,4 @@ func routeReadPref(er config.EffectiveRoute) (*sdam.ReadPref, error) {
 		return nil, err
 	}
 	return rp, nil
-}
-
-func tlsConfig(cs config.ConnString) (*tls.Config, error) {
-	c := &tls.Config{InsecureSkipVerify: cs.TLSInsecure, MinVersion: tls.VersionTLS12}
-	if cs.TLSCAFile != "" {
-		pem, err := os.ReadFile(cs.TLSCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tlsCAFile: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tlsCAFile %s: no certificate found", cs.TLSCAFile)
-		}
-	}
-	if cs.TLSCertificateKeyFile != "" {
-		if cs.TLSCertificateKeyFilePassword != "" {
-			return nil, errors.New("tlsCertificateKeyFilePassword: encrypted keys are not supported yet")
-		}
-		cert, err := tls.LoadX509KeyPair(cs.TLSCertificateKeyFile, cs.TLSCertificateKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tlsCertificateKeyFile: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
 }

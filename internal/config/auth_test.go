@@ -38,6 +38,7 @@ func TestAuthKeyErrors(t *testing.T) {
 		{"[mongobouncer]\nadmin_users = \"ops@admin\"\n", `t.toml:2: admin_users = "ops@admin": must be an array of strings`},
 		{"[mongobouncer]\nadmin_users = [1]\n", `t.toml:2: admin_users = [...]: must be an array of strings in quotes, as in ["ops@admin"]: an element is`},
 		{"[mongobouncer]\nauth_file = 3\n", `t.toml:2: auth_file = 3: must be a string`},
+		{"[mongobouncer]\nauth_type = \"x509\"\n", `t.toml:2: auth_type = "x509" logs clients in by their verified TLS certificates`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.doc+route), "t.toml")

@@ -186,6 +186,27 @@ func (t AuthType) Valid() bool {
 	return t == "" || t == AuthNone || t == AuthSCRAM || t == AuthX509
 }
 
+// TLSMode says whether clients connect to mongobouncer with TLS (tls_mode).
+type TLSMode string
+
+// Client TLS modes.
+const (
+	// TLSModeDisable serves plain connections only (the default).
+	TLSModeDisable TLSMode = "disable"
+	// TLSModeAllow serves TLS and plain clients on the same listeners,
+	// told apart by the first bytes they send.
+	TLSModeAllow TLSMode = "allow"
+	// TLSModeRequire serves TLS clients only; a plain client gets an error
+	// reply and is disconnected.
+	TLSModeRequire TLSMode = "require"
+)
+
+// Valid reports whether m is one of the defined modes; empty means
+// disable.
+func (m TLSMode) Valid() bool {
+	return m == "" || m == TLSModeDisable || m == TLSModeAllow || m == TLSModeRequire
+}
+
 // Pool holds the pool and limit settings. Global carries the values for
 // every route; a Route may override each of them (see Overrides), and
 // EffectiveRoute carries the values in force for one route.
@@ -294,6 +315,20 @@ type Global struct {
 	// AdminUsers ("user@db", admin_users) may run the admin commands once
 	// clients log in.
 	AdminUsers []string
+	// TLSMode says whether clients connect with TLS (tls_mode).
+	TLSMode TLSMode
+	// TLSCertFile and TLSKeyFile are the PEM certificate (chain) and
+	// private key mongobouncer presents to TLS clients (tls_cert_file,
+	// tls_key_file); required unless TLSMode is disable.
+	TLSCertFile string
+	TLSKeyFile  string
+	// TLSCAFile, when set, makes client certificates required: they must
+	// be signed by a CA in this PEM file (tls_ca_file).
+	TLSCAFile string
+	// TLSHandshakeTimeout bounds a client's TLS handshake, and how long
+	// mongobouncer waits for a new client's first bytes to tell TLS from
+	// plain (tls_handshake_timeout); 0 means 10s.
+	TLSHandshakeTimeout time.Duration
 	// Pool holds the defaults for every route.
 	Pool
 }
@@ -369,6 +404,8 @@ func Default() Config {
 		EventLoop:              true,
 		EventLoopIO:            EventLoopIOAuto,
 		AuthType:               AuthNone,
+		TLSMode:                TLSModeDisable,
+		TLSHandshakeTimeout:    10 * time.Second,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,

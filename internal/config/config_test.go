@@ -24,6 +24,7 @@ func TestDefault(t *testing.T) {
 		LogLevel: LogLevelInfo, LogFormat: LogFormatText, ShutdownTimeout: 30 * time.Second,
 		UpstreamCommandTimeout: 5 * time.Second,
 		EventLoop:              true, EventLoopIO: EventLoopIOAuto, AuthType: AuthNone,
+		TLSMode: TLSModeDisable, TLSHandshakeTimeout: 10 * time.Second,
 		Pool: Pool{
 			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MinPoolSize: 0, MaxIdleTime: 0,
 			MaxConnecting: 2, WaitQueueTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second,

@@ -117,6 +117,15 @@ type ConnString struct {
 	TLS bool
 	// TLSInsecure is tlsInsecure: skip certificate and host name checks.
 	TLSInsecure bool
+	// TLSAllowInvalidCertificates is tlsAllowInvalidCertificates: accept
+	// a server certificate whatever signed it (expired, self-signed,
+	// unknown CA), but still check that it names the host, unless
+	// TLSAllowInvalidHostnames is set too. The connection-string spec
+	// forbids it next to tlsInsecure.
+	TLSAllowInvalidCertificates bool
+	// TLSAllowInvalidHostnames is tlsAllowInvalidHostnames: verify the
+	// server's certificate chain but not that it names the host dialled.
+	TLSAllowInvalidHostnames bool
 	// TLSCAFile is tlsCAFile.
 	TLSCAFile string
 	// TLSCertificateKeyFile is tlsCertificateKeyFile.
@@ -369,6 +378,11 @@ func (cs *ConnString) setOptions(po parsedOptions, srv bool, nhosts int) error {
 	cs.ServerMonitoringMode = v["servermonitoringmode"]
 	cs.AppName = v["appname"]
 	cs.TLSInsecure = v["tlsinsecure"] == "true"
+	cs.TLSAllowInvalidCertificates = v["tlsallowinvalidcertificates"] == "true"
+	cs.TLSAllowInvalidHostnames = v["tlsallowinvalidhostnames"] == "true"
+	if err := tlsConflicts(v); err != nil {
+		return err
+	}
 	cs.TLSCAFile = v["tlscafile"]
 	cs.TLSCertificateKeyFile = v["tlscertificatekeyfile"]
 	cs.TLSCertificateKeyFilePassword = v["tlscertificatekeyfilepassword"]

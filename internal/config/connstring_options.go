@@ -100,6 +100,8 @@ var uriOptions = func() map[string]optSpec {
 	add(optSpec{name: "tlsCertificateKeyFile", kind: kindString})
 	add(optSpec{name: "tlsCertificateKeyFilePassword", kind: kindString})
 	add(optSpec{name: "tlsInsecure", kind: kindBool})
+	add(optSpec{name: "tlsAllowInvalidCertificates", kind: kindBool})
+	add(optSpec{name: "tlsAllowInvalidHostnames", kind: kindBool})
 	// Go's crypto/tls checks neither OCSP responders nor revocation
 	// lists, so these change nothing; they are kept so that the
 	// conflicts the spec defines with tlsInsecure are still found.
@@ -141,9 +143,6 @@ var uriOptions = func() map[string]optSpec {
 	for _, n := range []string{"proxyHost", "proxyPort", "proxyUsername", "proxyPassword"} {
 		add(optSpec{name: n, kind: kindString, use: useRefused, why: proxy})
 	}
-	const tlsPartial = "mongobouncer cannot relax only part of the certificate checks yet; use tlsInsecure=true to skip them all"
-	add(optSpec{name: "tlsAllowInvalidCertificates", kind: kindBool, use: useRefused, why: tlsPartial})
-	add(optSpec{name: "tlsAllowInvalidHostnames", kind: kindBool, use: useRefused, why: tlsPartial})
 	return m
 }()
 
@@ -341,4 +340,27 @@ func truncateOpt(s string) string {
 		return s[:40] + "..."
 	}
 	return s
+}
+
+// tlsConflicts checks the pairs of TLS options the URI-options spec forbids
+// together, whatever their values: tlsInsecure already means both
+// tlsAllowInvalid* options, and revocation options make no sense next to
+// an option that skips the certificate checks they belong to. (The Go
+// driver's parser checks the pairs with tlsInsecure but knows nothing of
+// tlsAllowInvalid*.)
+func tlsConflicts(v map[string]string) error {
+	pairs := [][2]string{
+		{"tlsInsecure", "tlsAllowInvalidCertificates"},
+		{"tlsInsecure", "tlsAllowInvalidHostnames"},
+		{"tlsAllowInvalidCertificates", "tlsDisableOCSPEndpointCheck"},
+		{"tlsAllowInvalidCertificates", "tlsDisableCertificateRevocationCheck"},
+	}
+	for _, p := range pairs {
+		_, a := v[strings.ToLower(p[0])]
+		_, b := v[strings.ToLower(p[1])]
+		if a && b {
+			return connStringError(ErrConnString, "%s and %s cannot be given together; keep one", p[0], p[1])
+		}
+	}
+	return nil
 }

@@ -185,7 +185,7 @@ func TestParseConnStringErrors(t *testing.T) {
 		{"mongodb://[::1/", "", ErrConnString},
 		{"mongodb://h%zz/", "host 1 of 1 is not valid percent-encoding", ErrConnString},
 		{"mongodb://h/?proxyHost=p&proxyPort=1", "option proxyHost is not supported", ErrConnString},
-		{"mongodb://h/?tlsAllowInvalidHostnames=true", "option tlsAllowInvalidHostnames is not supported", ErrConnString},
+		{"mongodb://h/?tlsInsecure=false&tlsAllowInvalidHostnames=true", "tlsInsecure and tlsAllowInvalidHostnames cannot be given together", ErrConnString},
 		{"mongodb://h/?w", `option "w" has no value`, ErrConnString},
 		{"mongodb://h/?tls=true&ssl=false", "tls=true and ssl=false disagree", ErrConnString},
 		{"mongodb://h/?tls=true&tls=false", "tls=true and tls=false disagree", ErrConnString},

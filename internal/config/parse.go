@@ -64,6 +64,11 @@ type rawGlobal struct {
 	AuthFile               any `toml:"auth_file"`
 	AuthUser               any `toml:"auth_user"`
 	AdminUsers             any `toml:"admin_users"`
+	TLSMode                any `toml:"tls_mode"`
+	TLSCertFile            any `toml:"tls_cert_file"`
+	TLSKeyFile             any `toml:"tls_key_file"`
+	TLSCAFile              any `toml:"tls_ca_file"`
+	TLSHandshakeTimeout    any `toml:"tls_handshake_timeout"`
 	rawPool
 }
 
@@ -87,10 +92,12 @@ var (
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
 		"read_preference", "read_preference_tags", "max_staleness", "local_threshold",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "auth_type", "auth_file", "auth_user", "admin_users"}
-	globalKeys     = append(slices.Clone(globalOnlyKeys), poolKeys...)
-	routeKeys      = append([]string{"connection_string", "listen"}, poolKeys...)
-	topLevelKeys   = []string{tableGlobal, tableDatabases}
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io",
+		"auth_type", "auth_file", "auth_user", "admin_users",
+		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout"}
+	globalKeys   = append(slices.Clone(globalOnlyKeys), poolKeys...)
+	routeKeys    = append([]string{"connection_string", "listen"}, poolKeys...)
+	topLevelKeys = []string{tableGlobal, tableDatabases}
 )
 
 // Load reads and parses the configuration file at path. Problems name the
@@ -429,6 +436,13 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.str(at("auth_file"), r.AuthFile, &g.AuthFile)
 	d.str(at("auth_user"), r.AuthUser, &g.AuthUser)
 	d.strings(at("admin_users"), r.AdminUsers, &g.AdminUsers)
+	if d.str(at("tls_mode"), r.TLSMode, &s) {
+		g.TLSMode = TLSMode(s)
+	}
+	d.str(at("tls_cert_file"), r.TLSCertFile, &g.TLSCertFile)
+	d.str(at("tls_key_file"), r.TLSKeyFile, &g.TLSKeyFile)
+	d.str(at("tls_ca_file"), r.TLSCAFile, &g.TLSCAFile)
+	d.duration(at("tls_handshake_timeout"), r.TLSHandshakeTimeout, &g.TLSHandshakeTimeout)
 
 	p, rp := &g.Pool, &r.rawPool
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {

@@ -37,12 +37,6 @@ var specRejected = map[string]struct{ option, why string }{
 	"proxy-options.json/host and non-default port present":             {"proxyHost", "no SOCKS5 proxy support"},
 	"proxy-options.json/replicaset, host and non-default port present": {"proxyHost", "no SOCKS5 proxy support"},
 	"proxy-options.json/all options present":                           {"proxyHost", "no SOCKS5 proxy support"},
-	// Relaxing only part of the certificate checks is not implemented;
-	// tlsInsecure (all of them) is.
-	"tls-options.json/tlsAllowInvalidCertificates is parsed correctly":      {"tlsAllowInvalidCertificates", "partial certificate checks not implemented; use tlsInsecure"},
-	"tls-options.json/Invalid tlsAllowInvalidCertificates causes a warning": {"tlsAllowInvalidCertificates", "the option is refused whatever its value"},
-	"tls-options.json/tlsAllowInvalidHostnames is parsed correctly":         {"tlsAllowInvalidHostnames", "partial certificate checks not implemented; use tlsInsecure"},
-	"tls-options.json/Invalid tlsAllowInvalidHostnames causes a warning":    {"tlsAllowInvalidHostnames", "the option is refused whatever its value"},
 }
 
 // specCase is one case of either suite.
@@ -316,6 +310,10 @@ func specOption(cs ConnString, k string) (any, bool) {
 		return str(cs.TLSCertificateKeyFilePassword)
 	case "tlsinsecure":
 		return flag(cs.TLSInsecure)
+	case "tlsallowinvalidcertificates":
+		return flag(cs.TLSAllowInvalidCertificates)
+	case "tlsallowinvalidhostnames":
+		return flag(cs.TLSAllowInvalidHostnames)
 	case "tlsdisableocspendpointcheck":
 		return flag(cs.TLSDisableOCSPEndpointCheck)
 	case "tlsdisablecertificaterevocationcheck":

@@ -99,6 +99,7 @@ func (v *validator) global() {
 		v.add(at("shutdown_timeout"), ErrInvalidValue, fmt.Sprintf("shutdown_timeout = %s: must not be negative", quote(g.ShutdownTimeout.String())))
 	}
 	v.auth()
+	v.clientTLS()
 	show := func(key string) string { return key + " = " + poolValue(g.Pool, key) }
 	for _, is := range poolIssues(g.Pool) {
 		v.add(at(is.keys[0]), ErrInvalidValue, is.msg(show))
@@ -115,6 +116,9 @@ func (v *validator) auth() {
 		v.add(at("auth_type"), ErrInvalidValue, enumMsg("auth_type", string(g.AuthType), "none", "scram", "x509"))
 		return
 	}
+	if g.AuthType == AuthX509 && (g.TLSCAFile == "" || g.TLSMode == TLSModeDisable || g.TLSMode == "") {
+		v.add(at("auth_type"), ErrInvalidValue, `auth_type = "x509" logs clients in by their verified TLS certificates: set tls_mode = "require" and tls_ca_file (the CA that signs the client certificates)`)
+	}
 	if g.AuthType == AuthSCRAM && g.AuthFile == "" {
 		v.add(at("auth_type"), ErrInvalidValue, `auth_type = "scram" needs an auth_file: add auth_file = "users.txt" (lines of "user@db" "secret"; see mongobouncer hash-password)`)
 	}
@@ -129,6 +133,36 @@ func (v *validator) auth() {
 		if _, _, ok := SplitUser(u); !ok {
 			v.add(at("admin_users"), ErrInvalidValue, fmt.Sprintf("admin_users: %s is not user@db", quote(u)))
 		}
+	}
+}
+
+// clientTLS checks the tls_* keys: a mode that serves TLS needs a
+// certificate and its key, and files given with TLS disabled are refused,
+// since whoever wrote them expects clients to be able to use TLS.
+func (v *validator) clientTLS() {
+	g := &v.c.Global
+	at := func(key string) []string { return []string{tableGlobal, key} }
+	if !g.TLSMode.Valid() {
+		v.add(at("tls_mode"), ErrInvalidValue, enumMsg("tls_mode", string(g.TLSMode), "disable", "allow", "require"))
+		return
+	}
+	files := []struct{ key, val string }{{"tls_cert_file", g.TLSCertFile}, {"tls_key_file", g.TLSKeyFile}, {"tls_ca_file", g.TLSCAFile}}
+	if g.TLSMode == TLSModeDisable || g.TLSMode == "" {
+		for _, f := range files {
+			if f.val != "" {
+				v.add(at(f.key), ErrInvalidValue, fmt.Sprintf(`%s is set but tls_mode = "disable": set tls_mode = "require" (or "allow") to serve TLS, or remove %s`, f.key, f.key))
+			}
+		}
+	} else {
+		for _, f := range files[:2] {
+			if f.val == "" {
+				v.add(at("tls_mode"), ErrInvalidValue, fmt.Sprintf("tls_mode = %s needs %s: the PEM file of the server's %s", quote(string(g.TLSMode)), f.key,
+					map[string]string{"tls_cert_file": "certificate", "tls_key_file": "private key"}[f.key]))
+			}
+		}
+	}
+	if g.TLSHandshakeTimeout < 0 {
+		v.add(at("tls_handshake_timeout"), ErrInvalidValue, fmt.Sprintf(`tls_handshake_timeout = %s: must not be negative, as in "10s"`, quote(g.TLSHandshakeTimeout.String())))
 	}
 }
 

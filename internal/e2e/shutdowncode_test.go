@@ -29,7 +29,7 @@ func TestUpstreamShutdownCodeKeepsClientPool(t *testing.T) {
 		})
 		_, addr := bouncer(t, up.URI(), nil)
 		var closed, cleared atomic.Int32
-		c, err := mongo.Connect(options.Client().ApplyURI("mongodb://"+addr+"/?serverSelectionTimeoutMS=10000").
+		c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + addr + "/?serverSelectionTimeoutMS=10000").
 			SetPoolMonitor(&event.PoolMonitor{Event: func(e *event.PoolEvent) {
 				switch e.Type {
 				case event.ConnectionClosed:

@@ -81,6 +81,7 @@ type Metrics struct {
 	bytesOut        *prometheus.CounterVec   // route
 	requestErrors   *prometheus.CounterVec   // route
 	upstreamErrors  *prometheus.CounterVec   // route, code
+	tlsRefused      *prometheus.CounterVec   // reason
 
 	// Totals for SHOW STATS; the client ones also back the client metrics.
 	clientsCurrent atomic.Int64
@@ -169,6 +170,11 @@ func New() *Metrics {
 		Help: "Error codes replied by upstreams or answered by mongobouncer when an upstream failed, by route and code (\"other\" beyond the first 64 codes).",
 	}, []string{"route", "code"})
 
+	m.tlsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: "client", Name: "tls_refused_total",
+		Help: "Client connections refused at their TLS step, by reason: plain (a plain client while tls_mode = \"require\"), handshake (a failed or timed-out TLS handshake).",
+	}, []string{"reason"})
+
 	clientsCurrent := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Subsystem: "client", Name: "connections",
 		Help: "Client connections open now.",
@@ -183,7 +189,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
-		clientsCurrent, clientsTotal,
+		m.tlsRefused, clientsCurrent, clientsTotal,
 		poolCollector{m}, serverCollector{&m.serverSrc},
 	)
 	return m

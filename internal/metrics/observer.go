@@ -38,6 +38,12 @@ func (m *Metrics) ClientDisconnected() {
 	m.clientsCurrent.Add(-1)
 }
 
+// ClientTLSRefused implements proxy.TLSObserver: a client was refused at
+// its TLS step; reason is "plain" or "handshake".
+func (m *Metrics) ClientTLSRefused(reason string) {
+	m.tlsRefused.WithLabelValues(reason).Inc()
+}
+
 // Request implements proxy.Observer: one forwarded request ended. It counts
 // the operation, its bytes and its duration, and the error reply if !ok.
 func (m *Metrics) Request(route, command string, bytesIn, bytesOut int, d time.Duration, ok bool) {

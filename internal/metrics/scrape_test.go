@@ -35,6 +35,7 @@ var allFamilies = map[string]dto.MetricType{
 	"mongobouncer_upstream_errors_total":             dto.MetricType_COUNTER,
 	"mongobouncer_server_info":                       dto.MetricType_GAUGE,
 	"mongobouncer_server_rtt_seconds":                dto.MetricType_GAUGE,
+	"mongobouncer_client_tls_refused_total":          dto.MetricType_COUNTER,
 }
 
 // A scrape of Handler parses as Prometheus text and holds every family
@@ -48,6 +49,7 @@ func TestHandlerScrape(t *testing.T) {
 	m.ClientConnected()
 	m.Request("app", "find", 10, 20, time.Millisecond, true)
 	m.UpstreamError("app", 11000)
+	m.ClientTLSRefused("plain")
 	m.SetServerSource(func() []ServerRole {
 		return []ServerRole{{Route: "app", Server: "db:27017", Role: "primary", RTT: time.Millisecond}}
 	})

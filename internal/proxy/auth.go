@@ -186,7 +186,7 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 	if db != externalDB {
 		return errorReply(2, "BadValue", "mongobouncer: MONGODB-X509 logs in on the $external database")
 	}
-	subject, ok := c.x509Subject()
+	subject, ok := c.peerSubject()
 	if !ok {
 		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "no verified client certificate")
 		return authFailed()
@@ -220,10 +220,10 @@ func (c *client) loggedIn(id *auth.Identity) {
 	c.sessMu.Unlock()
 }
 
-// x509Subject is the seam for x509 logins: the subject of the client's
-// verified TLS certificate, once the TLS listener records it on the
-// client. Until then there is none, and MONGODB-X509 logins fail.
-func (c *client) x509Subject() (string, bool) { return "", false }
+// peerSubject is who a MONGODB-X509 login is: the RFC 2253 subject of the
+// client's TLS certificate, verified against tls_ca_file; none for a plain
+// client or one without a verified certificate, whose login fails.
+func (c *client) peerSubject() (string, bool) { return c.tlsSubject() }
 
 // mechanismsText names what clients may log in with, for error messages.
 func (c *client) mechanismsText() string {

@@ -7,6 +7,7 @@ package proxy
 // the request state machine (exchange.go).
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -128,6 +129,13 @@ type client struct {
 	// lc is the event-loop state; it says whether the goroutine or the loop
 	// owns the client.
 	lc loopClient
+
+	// tlsConn is the client's TLS connection, nil for a plain client (set
+	// by startTLS; such a client never enters the loop).
+	tlsConn *tls.Conn
+	// quiet logs the client's end at debug: a client refused before it
+	// was served (startTLS), which logged why itself.
+	quiet bool
 }
 
 func newClient(s *Server, nc net.Conn, only string, listener string) *client {
@@ -172,7 +180,16 @@ var errClientGone = errors.New("client connection closed")
 
 // serve serves a new client on its goroutine.
 func (c *client) serve() {
-	c.log.Info("client connected")
+	if err := c.startTLS(); err != nil {
+		c.quiet = true
+		c.finish(err)
+		return
+	}
+	if c.tlsConn != nil {
+		c.log.Info("client connected", "tls", tls.VersionName(c.tlsConn.ConnectionState().Version))
+	} else {
+		c.log.Info("client connected")
+	}
 	c.run()
 }
 
@@ -223,7 +240,11 @@ func (c *client) finalize(err error) {
 	if err != nil && !errors.Is(err, errClientGone) {
 		attrs = append(attrs, "error", err)
 	}
-	c.log.Info("client disconnected", attrs...)
+	if c.quiet {
+		c.log.Debug("client disconnected", attrs...)
+	} else {
+		c.log.Info("client disconnected", attrs...)
+	}
 	s := c.s
 	s.clientsMu.Lock()
 	delete(s.clients, c)

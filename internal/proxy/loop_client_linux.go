@@ -38,7 +38,8 @@ func (c *client) initLoop() {}
 // without touching it.
 func (c *client) enterLoop() bool {
 	lc := &c.lc
-	if lc.off || c.hasPinOrOpen() {
+	// A TLS client never: the loop reads and writes the raw socket.
+	if lc.off || c.tlsConn != nil || c.hasPinOrOpen() {
 		return false
 	}
 	l := c.s.loopsFor()

@@ -72,6 +72,9 @@ type Options struct {
 	// LoopIO chooses the event loop's I/O: LoopIOAuto (io_uring where the
 	// kernel allows it, else epoll) or LoopIOEpoll.
 	LoopIO string
+	// TLS is the TLS offered to clients; the zero value offers none.
+	// SetTLS changes it live.
+	TLS ClientTLS
 }
 
 func (o *Options) setDefaults() {
@@ -147,6 +150,12 @@ type Server struct {
 	txnMu sync.Mutex // guards txnOwners
 	// txnOwners maps an open transaction to the client that began it.
 	txnOwners map[txnKey]*client
+
+	// tls is the client TLS in force (SetTLS); new clients read it.
+	tls atomic.Pointer[ClientTLS]
+	// tlsPlainRefused and tlsHandshakeFailed count TLSRefusals.
+	tlsPlainRefused    atomic.Uint64
+	tlsHandshakeFailed atomic.Uint64
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -170,6 +179,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.table.Store(t)
+	if err := s.SetTLS(opts.TLS); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -175,6 +175,18 @@ func (d *Dialer) Dial(ctx context.Context, address string, id int64) (*Conn, err
 		if cfg.ServerName == "" {
 			cfg = cfg.Clone()
 			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+			if verify := cfg.VerifyConnection; verify != nil {
+				// crypto/tls leaves ConnectionState.ServerName empty
+				// for an IP address (it sends no SNI for one), and a
+				// VerifyConnection that checks the name needs it.
+				name := cfg.ServerName
+				cfg.VerifyConnection = func(st tls.ConnectionState) error {
+					if st.ServerName == "" {
+						st.ServerName = name
+					}
+					return verify(st)
+				}
+			}
 		}
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {

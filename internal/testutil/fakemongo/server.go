@@ -2,6 +2,7 @@ package fakemongo
 
 import (
 	"cmp"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -104,6 +105,10 @@ type Options struct {
 
 	// Logger receives the server's diagnostics; nil discards them.
 	Logger *slog.Logger
+
+	// TLSConfig, when set, makes the server accept TLS connections only
+	// (tls.go).
+	TLSConfig *tls.Config
 }
 
 // Server is a running fake server. Its methods are safe for concurrent use.
@@ -219,6 +224,7 @@ func listen(addr string, opts Options, member *Member, shared *store) (*Server, 
 	if err != nil {
 		return nil, fmt.Errorf("fakemongo: listen: %w", err)
 	}
+	ln = withTLS(ln, opts.TLSConfig)
 	s := &Server{
 		opts:      opts,
 		ln:        ln,

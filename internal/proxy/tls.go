@@ -1,0 +1,274 @@
+package proxy
+
+// TLS for clients: telling a TLS client from a plain one by its first
+// bytes, the handshake on the client's own goroutine (never on the accept
+// loop, always under a deadline), and the refusal of plain clients when TLS
+// is required. A TLS client stays on its goroutine for its whole life: the
+// event loop reads raw sockets and cannot decrypt (enterLoop).
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// TLSMode says whether clients connect with TLS.
+type TLSMode int
+
+// Client TLS modes.
+const (
+	// TLSDisable serves plain clients only.
+	TLSDisable TLSMode = iota
+	// TLSAllow serves TLS and plain clients on the same listeners.
+	TLSAllow
+	// TLSRequire refuses plain clients.
+	TLSRequire
+)
+
+// String returns the configuration spelling.
+func (m TLSMode) String() string {
+	switch m {
+	case TLSAllow:
+		return "allow"
+	case TLSRequire:
+		return "require"
+	}
+	return "disable"
+}
+
+// ParseTLSMode parses a tls_mode value; "" is disable.
+func ParseTLSMode(s string) (TLSMode, error) {
+	switch s {
+	case "", "disable":
+		return TLSDisable, nil
+	case "allow":
+		return TLSAllow, nil
+	case "require":
+		return TLSRequire, nil
+	}
+	return TLSDisable, fmt.Errorf("tls mode %q: must be disable, allow or require", s)
+}
+
+// DefaultTLSHandshakeTimeout is ClientTLS.HandshakeTimeout's default.
+const DefaultTLSHandshakeTimeout = 10 * time.Second
+
+// ClientTLS is the TLS offered to clients. The zero value disables it.
+type ClientTLS struct {
+	// Mode says which clients use TLS.
+	Mode TLSMode
+	// Config is the server configuration of the handshake (certificate,
+	// client CAs); required unless Mode is TLSDisable.
+	Config *tls.Config
+	// HandshakeTimeout bounds both the wait for a new client's first
+	// bytes and its handshake; 0 means DefaultTLSHandshakeTimeout.
+	HandshakeTimeout time.Duration
+}
+
+// ErrTLSConfig is returned by New and SetTLS for a mode that serves TLS
+// without a tls.Config.
+var ErrTLSConfig = errors.New("mongobouncer: client TLS mode without a TLS configuration")
+
+// SetTLS changes the client TLS settings (configuration reload): new
+// clients use them, connected ones keep theirs.
+func (s *Server) SetTLS(t ClientTLS) error {
+	if t.Mode != TLSDisable && t.Config == nil {
+		return ErrTLSConfig
+	}
+	if t.HandshakeTimeout <= 0 {
+		t.HandshakeTimeout = DefaultTLSHandshakeTimeout
+	}
+	s.tls.Store(&t)
+	return nil
+}
+
+// TLSRefusals returns how many clients were refused because they spoke
+// plain while TLS was required, and how many failed their TLS handshake
+// (no or a bad client certificate, a protocol error, the timeout).
+func (s *Server) TLSRefusals() (plain, handshake uint64) {
+	return s.tlsPlainRefused.Load(), s.tlsHandshakeFailed.Load()
+}
+
+// TLSObserver is implemented by an Observer that counts client TLS
+// refusals; reason is "plain" or "handshake".
+type TLSObserver interface {
+	ClientTLSRefused(reason string)
+}
+
+// errTLSRefused ends a client refused at its TLS step. It wraps
+// errClientGone: the refusal was logged already.
+var errTLSRefused = fmt.Errorf("TLS refused: %w", errClientGone)
+
+// tlsRecordHandshake is the first byte of a TLS handshake record.
+const tlsRecordHandshake = 0x16
+
+// maxRefusedRequest bounds what is read of a refused plain client's first
+// request (a hello, well under this), so that the close that follows the
+// error reply does not reset the connection before the client reads it.
+const maxRefusedRequest = 64 * 1024
+
+// startTLS runs on the client's goroutine before its first request. With
+// TLS off, or for a unix socket client, it does nothing. Otherwise it reads the client's first bytes
+// into rbuf, under the handshake timeout: a plain client keeps them there
+// for its first request (allow) or is refused (require); a TLS client's
+// bytes are replayed into the handshake, and c.nc becomes the TLS
+// connection.
+func (c *client) startTLS() error {
+	ts := c.s.tls.Load()
+	if ts == nil || ts.Mode == TLSDisable {
+		return nil
+	}
+	if _, local := c.nc.(*net.UnixConn); local {
+		// As mongod: a unix socket is a local channel that the file
+		// system's permissions protect, and drivers do not speak TLS on it.
+		return nil
+	}
+	deadline := time.Now().Add(ts.HandshakeTimeout)
+	_ = c.nc.SetDeadline(deadline)
+	isTLS, err := c.sniffTLS()
+	if err != nil {
+		// Connected and said nothing in time, or left: port scanners
+		// and TCP health checks.
+		c.log.Debug("client sent nothing before tls_handshake_timeout or closed", "error", err)
+		return errTLSRefused
+	}
+	if !isTLS {
+		_ = c.nc.SetDeadline(time.Time{})
+		if ts.Mode == TLSAllow {
+			return nil
+		}
+		c.s.tlsPlainRefused.Add(1)
+		if o, ok := c.s.opts.Observer.(TLSObserver); ok {
+			o.ClientTLSRefused("plain")
+		}
+		c.log.Debug("plain client refused: tls_mode = require")
+		c.refusePlain(`mongobouncer requires TLS (tls_mode = "require"): connect with tls=true`)
+		return errTLSRefused
+	}
+	raw := c.nc
+	pre := append([]byte(nil), c.rbuf[c.rlo:c.rhi]...)
+	c.rlo, c.rhi = 0, 0
+	tc := tls.Server(&replayConn{Conn: raw, pre: pre}, ts.Config)
+	if err := tc.Handshake(); err != nil {
+		c.s.tlsHandshakeFailed.Add(1)
+		if o, ok := c.s.opts.Observer.(TLSObserver); ok {
+			o.ClientTLSRefused("handshake")
+		}
+		c.log.Debug("client TLS handshake failed", "error", err)
+		return errTLSRefused
+	}
+	_ = raw.SetDeadline(time.Time{})
+	c.lc.ownMu.Lock() // disconnect reads c.nc under it
+	c.nc = &tlsClientConn{Conn: tc, raw: raw}
+	c.tlsConn = tc
+	c.lc.ownMu.Unlock()
+	return nil
+}
+
+// sniffTLS reads a new client's first bytes into rbuf until they tell a
+// TLS handshake record from a MongoDB message. The first byte alone does
+// not: 0x16 is also the low byte of a message length (a 278-byte hello
+// starts with it). A TLS record continues with the version 3.1 to 3.4 (TLS
+// 1.0 to 1.3 spell the record version 0x0301 to 0x0303), which for a
+// message would mean a first request of at least 66,326 bytes; a driver's
+// first request is a hello of a few hundred.
+func (c *client) sniffTLS() (bool, error) {
+	for {
+		if isTLS, decided := tlsRecordStart(c.rbuf[:c.rhi]); decided {
+			return isTLS, nil
+		}
+		n, err := c.nc.Read(c.rbuf[c.rhi:])
+		c.rhi += n
+		if _, decided := tlsRecordStart(c.rbuf[:c.rhi]); err != nil && !decided {
+			return false, err
+		}
+	}
+}
+
+// tlsRecordStart tells from a connection's first bytes whether they start
+// a TLS handshake record (see sniffTLS), and whether b is enough to tell.
+func tlsRecordStart(b []byte) (isTLS, decided bool) {
+	switch {
+	case len(b) > 0 && b[0] != tlsRecordHandshake:
+		return false, true
+	case len(b) >= 3:
+		return b[1] == 3 && b[2] >= 1 && b[2] <= 4, true
+	}
+	return false, false
+}
+
+// refusePlain answers a plain client's first request with an error that
+// says TLS is required, then the caller closes it. Its first bytes are in
+// rbuf.
+func (c *client) refusePlain(reason string) {
+	_ = c.nc.SetDeadline(time.Now().Add(2 * time.Second))
+	for c.rhi < wire.HeaderLen {
+		n, err := c.nc.Read(c.rbuf[c.rhi:])
+		c.rhi += n
+		if err != nil && c.rhi < wire.HeaderLen {
+			return
+		}
+	}
+	h, err := wire.ParseHeader(c.rbuf[:wire.HeaderLen])
+	if err != nil {
+		return
+	}
+	if rest := int(h.MessageLength) - c.rhi; rest > 0 && rest <= maxRefusedRequest {
+		_, _ = io.CopyN(io.Discard, c.nc, int64(rest))
+	}
+	c.rlo, c.rhi = 0, 0
+	doc := errorReply(6, "HostUnreachable", reason)
+	if h.OpCode == wire.OpQuery {
+		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+		return
+	}
+	_ = c.writeError(h.RequestID, false, 0, doc)
+}
+
+// replayConn gives back the bytes read to tell TLS from plain before
+// reading on.
+type replayConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (r *replayConn) Read(b []byte) (int, error) {
+	if len(r.pre) > 0 {
+		n := copy(b, r.pre)
+		r.pre = r.pre[n:]
+		return n, nil
+	}
+	return r.Conn.Read(b)
+}
+
+// tlsClientConn is a client's TLS connection. Close closes the socket
+// without sending close_notify: tls.Conn.Close may block up to 5 s writing
+// it to a client that does not read, and Close runs under the client's
+// ownMu (disconnect) and at shutdown for every client in turn. Drivers do
+// not need the alert; they see the connection end either way.
+type tlsClientConn struct {
+	*tls.Conn
+	raw net.Conn
+}
+
+func (t *tlsClientConn) Close() error { return t.raw.Close() }
+
+// tlsSubject returns the subject of the client's verified certificate as
+// an RFC 2253 distinguished name (most specific first, as MongoDB writes
+// the user names of the MONGODB-X509 mechanism), and whether there is one:
+// only a TLS client that presented a certificate verified against
+// tls_ca_file has one.
+func (c *client) tlsSubject() (string, bool) {
+	if c.tlsConn == nil {
+		return "", false
+	}
+	st := c.tlsConn.ConnectionState()
+	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return "", false
+	}
+	return x509Subject(st.VerifiedChains[0][0].RawSubject)
+}
