@@ -33,8 +33,11 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 			return nil, fmt.Errorf("route %q: %w", er.Name, err)
 		}
 	}
-	if cs.Username != "" || cs.AuthMechanism != "" {
-		return nil, fmt.Errorf("route %q: upstream authentication is not supported yet; remove the credentials from its connection string", er.Name)
+	// The route's service user: pooled connections log in as it,
+	// monitors never (the auth spec), so mo below has no Authenticator.
+	auth, err := upstreamAuthenticator(cs)
+	if err != nil {
+		return nil, fmt.Errorf("route %q: upstream authentication: %w", er.Name, err)
 	}
 	if cs.LoadBalanced {
 		return nil, fmt.Errorf("route %q: loadBalanced upstreams are not supported yet", er.Name)
@@ -61,6 +64,7 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 		Logger:         log,
 	}
 	mo := uo
+	uo.Authenticator = auth
 	// Only pooled connections of routes the loop serves: it never sees a
 	// monitor's, nor a session-mode route's. (Either kind works for both
 	// models; this only decides which is cheaper. A reload that changes
