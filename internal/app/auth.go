@@ -7,7 +7,9 @@ package app
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
+	"strings"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
@@ -71,4 +73,32 @@ func upstreamAuthenticator(cs config.ConnString) (upstream.Authenticator, error)
 		return nil, errors.New("MONGODB-X509 needs TLS with a client certificate (tls=true&tlsCertificateKeyFile=...)")
 	}
 	return upstream.NewAuthenticator(*cred)
+}
+
+// applyTXTAuthSource gives a mongodb+srv:// route the authSource of its
+// TXT record (the initial DNS seedlist discovery spec) when the string
+// names none. X.509 keeps $external, the only source it has.
+func applyTXTAuthSource(cs *config.ConnString, txt string) {
+	if txt == "" || cs.AuthMechanism == upstream.MechanismX509 || setsOption(*cs, "authSource") {
+		return
+	}
+	cs.AuthSource = txt
+}
+
+// setsOption reports whether the connection string names the option (by
+// the spec, case-insensitively), as written: the parsed ConnString holds
+// the defaults too. The redacted form keeps every option name.
+func setsOption(cs config.ConnString, name string) bool {
+	s := cs.Redacted()
+	i := strings.IndexByte(s, '?')
+	if i < 0 {
+		return false
+	}
+	for pair := range strings.SplitSeq(s[i+1:], "&") {
+		k, _, _ := strings.Cut(pair, "=")
+		if k, err := url.QueryUnescape(k); err == nil && strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
 }

@@ -141,6 +141,7 @@ func resolveSRV(cs config.ConnString, r srv.Resolver) (config.ConnString, *topol
 	if cs.ReplicaSet == "" {
 		cs.ReplicaSet = res.TXT.ReplicaSet
 	}
+	applyTXTAuthSource(&cs, res.TXT.AuthSource)
 	if res.TXT.LoadBalanced != nil && *res.TXT.LoadBalanced {
 		return cs, nil, fmt.Errorf("%s: its TXT record says loadBalanced=true: loadBalanced upstreams are not supported yet", cs.SRVHost)
 	}
