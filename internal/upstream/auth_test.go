@@ -202,7 +202,7 @@ func TestSCRAMWrongPassword(t *testing.T) {
 // new connections after the first cost only the round trips. The user has
 // a high iteration count, which makes the difference large.
 func TestSCRAMCachesKeys(t *testing.T) {
-	const iters = 400_000
+	const iters = 100_000
 	s := fakemongo.Start(t, fakemongo.Options{Users: []fakemongo.User{
 		{Name: testUser, Password: testPassword, Iterations: iters, Mechanisms: []string{fakemongo.MechSCRAMSHA256}},
 	}})
@@ -228,8 +228,10 @@ func TestSCRAMCachesKeys(t *testing.T) {
 		rest += dial()
 	}
 	t.Logf("first login %v, next %d: %v on average", first, n, rest/n)
-	if 2*rest >= first {
-		t.Fatalf("%d logins after the first took %v, the first %v: keys not cached", n, rest, first)
+	// Without the cache each login would take as long as the first (the
+	// derivation is nearly all of it); a loaded machine slows both alike.
+	if 4*(rest/n) >= first {
+		t.Fatalf("logins after the first took %v on average, the first %v: keys not cached", rest/n, first)
 	}
 }
 
