@@ -28,7 +28,7 @@ type specExchange struct {
 }
 
 var (
-	reGiven   = regexp.MustCompile(`username of "([^"]*)" and a password of "([^"]*)" and an r value of "([^"]*)"`)
+	reGiven   = regexp.MustCompile(`(?s)username\W+\w*\W*"([^"]*)".*?password\W+\w*\W*"([^"]*)".*?r value\W+\w*\W*"([^"]*)"`)
 	reMsg     = regexp.MustCompile(`(?m)^(?:CMD|RESP) = "([^"]*)"$`)
 	reBinData = regexp.MustCompile(`BinData\(0, ?"([^"]*)"\)`)
 )
