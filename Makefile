@@ -4,11 +4,14 @@
 GO        ?= go
 BIN       := $(CURDIR)/bin
 DEVMONGO  := $(BIN)/devmongo
+FERRETDB  := $(BIN)/ferretdb
 PKGS      := ./...
 # Tests find the embedded FerretDB server and the CMAP suite through these.
 export MONGOBOUNCER_DEVMONGO := $(DEVMONGO)
+# ... and FerretDB's own command, the upstream with authentication.
+export MONGOBOUNCER_FERRETDB := $(FERRETDB)
 
-.PHONY: all build devmongo node-tools python-tools browser-tools test vet fmt-check bench fuzz demo clean
+.PHONY: all build devmongo ferretdb node-tools python-tools browser-tools test vet fmt-check bench fuzz demo clean
 
 all: build
 
@@ -27,6 +30,14 @@ demo: build
 devmongo: $(DEVMONGO)
 $(DEVMONGO): $(shell find tools/devmongo -name '*.go' -o -name go.mod -o -name go.sum 2>/dev/null)
 	cd tools/devmongo && $(GO) build -o $(DEVMONGO) .
+
+# ferretdb is FerretDB's own command (cmd/ferretdb, the version
+# tools/devmongo pins), the only FerretDB that offers SCRAM authentication:
+# the upstream of the tests of mongobouncer's service-user login. The
+# published module cannot be built as it is (see tools/ferretdb/build.sh).
+ferretdb: $(FERRETDB)
+$(FERRETDB): tools/ferretdb/build.sh tools/ferretdb/go.mod tools/ferretdb/go.sum tools/devmongo/go.mod
+	GO=$(GO) sh tools/ferretdb/build.sh $(FERRETDB)
 
 # node-tools installs mongosh (pinned in tools/node/package-lock.json) for
 # the end-to-end tests. The stamp lives inside node_modules, so a missing
@@ -68,7 +79,7 @@ fmt-check:
 # loop on epoll and on io_uring) as subtests of their own. The allocation
 # test skips under -race (counts mean nothing there), so it runs once more
 # without it.
-test: devmongo node-tools python-tools browser-tools fmt-check vet
+test: devmongo ferretdb node-tools python-tools browser-tools fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 	$(GO) test -count=1 -timeout 2m -run '^TestProxiedRequestDoesNotAllocate$$' ./internal/e2e/
 

@@ -71,7 +71,7 @@ func TestRouteErrorReleasesListeners(t *testing.T) {
 	cfg := config.Default()
 	cfg.Global.Listen = addrs[0]
 	cfg.Global.AdminListen = addrs[1]
-	cfg.Databases = map[string]config.Route{"*": {ConnectionString: "mongodb://user:secret@127.0.0.1:1/"}}
+	cfg.Databases = map[string]config.Route{"*": {ConnectionString: "mongodb://user:secret@127.0.0.1:1/?authMechanism=PLAIN"}}
 	if _, err := New(cfg, nil); err == nil || !strings.Contains(err.Error(), "authentication") {
 		t.Fatalf("New: %v, want the upstream authentication error", err)
 	}

@@ -30,8 +30,11 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 			return nil, fmt.Errorf("route %q: %w", er.Name, err)
 		}
 	}
-	if cs.Username != "" || cs.AuthMechanism != "" {
-		return nil, fmt.Errorf("route %q: upstream authentication is not supported yet; remove the credentials from its connection string", er.Name)
+	// The route's service user: pooled connections log in as it,
+	// monitors never (the auth spec), so mo below has no Authenticator.
+	auth, err := upstreamAuthenticator(cs)
+	if err != nil {
+		return nil, fmt.Errorf("route %q: upstream authentication: %w", er.Name, err)
 	}
 	if cs.LoadBalanced {
 		return nil, fmt.Errorf("route %q: loadBalanced upstreams are not supported yet", er.Name)
@@ -58,6 +61,7 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 		Logger:         log,
 	}
 	mo := uo
+	uo.Authenticator = auth
 	// Only pooled connections of routes the loop serves: it never sees a
 	// monitor's, nor a session-mode route's. (Either kind works for both
 	// models; this only decides which is cheaper. A reload that changes
@@ -135,9 +139,7 @@ func resolveSRV(cs config.ConnString, r srv.Resolver) (config.ConnString, *topol
 	if cs.ReplicaSet == "" {
 		cs.ReplicaSet = res.TXT.ReplicaSet
 	}
-	if !cs.AuthSourceSet && res.TXT.AuthSource != "" {
-		cs.AuthSource = res.TXT.AuthSource
-	}
+	applyTXTAuthSource(&cs, res.TXT.AuthSource)
 	if res.TXT.LoadBalanced != nil && *res.TXT.LoadBalanced {
 		return cs, nil, fmt.Errorf("%s: its TXT record says loadBalanced=true: loadBalanced upstreams are not supported yet", cs.SRVHost)
 	}

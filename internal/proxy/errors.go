@@ -49,6 +49,12 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 		// The client's mistake: not retryable, and nothing upstream.
 		msg := fmt.Sprintf("mongobouncer: %v (route %q, command %s)", rpe, route.Name, req.name())
 		return errorReply(codeFailedToParse, "FailedToParse", msg)
+	case upstreamAuthFailure(err, &sel, &cleared):
+		// The route's service user was refused: no retry can help until
+		// the configuration is fixed, so the server's code 18, no labels.
+		s.opts.Observer.UpstreamError(route.Name, upstream.CodeAuthenticationFailed)
+		msg := fmt.Sprintf("mongobouncer: authentication of route %q to its upstream failed (command %s): %v", route.Name, req.name(), err)
+		return errorReply(upstream.CodeAuthenticationFailed, "AuthenticationFailed", msg)
 	case errors.Is(err, errShuttingDown):
 		code, codeName = 91, "ShutdownInProgress"
 		what = "shutting down"
@@ -79,6 +85,31 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 	s.opts.Observer.UpstreamError(route.Name, code)
 	msg := fmt.Sprintf("mongobouncer: %s (route %q, command %s): %v", what, route.Name, req.name(), err)
 	return errorReply(code, codeName, msg, labelsFor(req, inTxn)...)
+}
+
+// upstreamAuthFailure reports whether the upstream refused the route's
+// credentials (code 18): on this request's own connection attempt, on
+// another's that cleared the pool it waited in, or as the reason the
+// servers selection gave up on are Unknown.
+func upstreamAuthFailure(err error, sel **topology.SelectionError, cleared **pool.PoolClearedError) bool {
+	refused := func(err error) bool {
+		var ae *upstream.AuthError
+		return errors.As(err, &ae) && ae.AuthenticationFailed()
+	}
+	switch {
+	case refused(err):
+		return true
+	case errors.As(err, cleared) && (*cleared).Cause != nil:
+		return refused((*cleared).Cause)
+	case errors.As(err, sel) && len((*sel).Servers) > 0:
+		for _, st := range (*sel).Servers {
+			if !refused(st.Err) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // labelsFor chooses the error labels that make drivers retry correctly.

@@ -105,7 +105,17 @@ func (s *Server) HandleError(err error, c *pool.Conn) {
 	if act.MarkUnknown || act.RequestCheck {
 		s.RequestCheck()
 	}
-	if act.MarkUnknown {
+	var authErr *upstream.AuthError
+	switch {
+	case act.MarkUnknown && errors.As(err, &authErr):
+		// Once per pool generation: the failure clears the pool, and the
+		// failures of the attempts already under way are stale. The error
+		// names the user and mechanism, never the password.
+		t.log.Warn("authentication to the upstream failed; server marked Unknown and its pool paused until the next successful check",
+			slog.String("topology", t.name), slog.String("address", s.addr),
+			slog.String("mechanism", authErr.Mechanism), slog.String("user", authErr.Username),
+			slog.String("authSource", authErr.Source), slog.Any("error", err))
+	case act.MarkUnknown:
 		level := slog.LevelInfo
 		if !wasUsable {
 			level = slog.LevelDebug

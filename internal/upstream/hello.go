@@ -61,6 +61,10 @@ type Hello struct {
 	// order decides, not this one).
 	Compression        []string
 	SaslSupportedMechs []string
+	// SpeculativeAuthenticate is the server's answer to the
+	// speculativeAuthenticate of the handshake (the first step of the
+	// authentication conversation), nil when it gave none.
+	SpeculativeAuthenticate bsoncore.Document
 	// TopologyVersion is nil when the server did not send one.
 	TopologyVersion *TopologyVersion
 
@@ -114,6 +118,8 @@ func ParseHello(raw bsoncore.Document) (*Hello, error) {
 			h.Compression, ok = stringArray(v)
 		case "saslSupportedMechs":
 			h.SaslSupportedMechs, ok = stringArray(v)
+		case "speculativeAuthenticate":
+			h.SpeculativeAuthenticate, ok = v.DocumentOK()
 		case "minWireVersion":
 			h.MinWireVersion, ok = int32Value(v)
 		case "maxWireVersion":

@@ -59,7 +59,10 @@ type Options struct {
 	// TLSConfig, when set, wraps TCP connections with tls.Client. When its
 	// ServerName is empty the host of the address is used.
 	TLSConfig *tls.Config
-	// Authenticator, when set, runs after hello on every new connection.
+	// Authenticator, when set, runs after hello on every new connection
+	// (not on an arbiter's, which cannot authenticate). A
+	// HandshakeAuthenticator also adds to that connection's hello.
+	// Monitoring dialers must not have one (the auth spec).
 	Authenticator Authenticator
 	// MaxMessageSize bounds the replies read before hello has told us the
 	// server's maxMessageSizeBytes (which bounds them afterwards). Default
@@ -195,8 +198,16 @@ func (d *Dialer) Dial(ctx context.Context, address string, id int64) (*Conn, err
 		nc = tc
 	}
 
+	hello, auth := d.hello, d.opts.Authenticator
+	if ha, ok := auth.(HandshakeAuthenticator); ok {
+		elems, finish, err := ha.StartHandshake()
+		if err != nil {
+			return fail("auth", err)
+		}
+		hello, auth = withElems(d.hello, elems), finish
+	}
 	c := newConn(nc, raw, address, id, d.opts.MaxMessageSize)
-	reply, err := c.RoundTrip(ctx, "admin", d.hello)
+	reply, err := c.RoundTrip(ctx, "admin", hello)
 	if err != nil {
 		return fail("hello", err)
 	}
@@ -224,8 +235,8 @@ func (d *Dialer) Dial(ctx context.Context, address string, id int64) (*Conn, err
 		}
 	}
 
-	if d.opts.Authenticator != nil {
-		if err := d.opts.Authenticator.Authenticate(ctx, c, h); err != nil {
+	if auth != nil && !h.ArbiterOnly {
+		if err := auth.Authenticate(ctx, c, h); err != nil {
 			return fail("auth", err)
 		}
 	}

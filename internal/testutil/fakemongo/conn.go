@@ -70,6 +70,9 @@ type conn struct {
 	// that is sleeping rather than reading. Guarded by mu.
 	killable, interrupted bool
 	intr                  chan struct{}
+
+	// auth is the connection's login state (auth.go).
+	auth connAuth
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -299,6 +302,9 @@ func (c *conn) serveOne() error {
 		}
 	}
 
+	if r, refuse := c.s.needsAuth(req, c); refuse {
+		return c.finish(req, r, compressor, compressed)
+	}
 	if h := (*c.s.handlers.Load())[req.Command]; h != nil {
 		return c.finish(req, h(req), compressor, compressed)
 	}
@@ -581,6 +587,20 @@ func (s *Server) builtin(req *Request, c *conn) Reply {
 			s.store.endSessions(req.Body)
 		}
 		return okReply()
+	case "saslStart":
+		if c != nil && s.users != nil {
+			return s.saslStart(c, req.Body, req.DB)
+		}
+	case "saslContinue":
+		if c != nil && s.users != nil {
+			return s.saslContinue(c, req)
+		}
+	case "authenticate":
+		if c != nil && s.users != nil {
+			return s.authenticateX509(c, req.Body, req.DB)
+		}
+	case "connectionStatus":
+		return s.connectionStatus(c)
 	case "configureFailPoint":
 		fp, err := ParseFailPoint(req.Body)
 		if err != nil {

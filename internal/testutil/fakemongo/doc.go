@@ -14,6 +14,11 @@
 //     clients, compression negotiation, and optionally topologyVersion with
 //     awaitable (and exhaust-streamed) hello;
 //   - ping, buildInfo, endSessions, configureFailPoint ("failCommand");
+//   - with Options.Users, logins as mongod does them (auth.go): SCRAM-SHA-1
+//     and SCRAM-SHA-256 (short or long conversation, speculativeAuthenticate
+//     and saslSupportedMechs in hello, code 18 for a wrong password),
+//     MONGODB-X509 from the TLS peer certificate (Options.TLSConfig), and
+//     connectionStatus; other commands then need a logged-in connection;
 //   - with Options.InMemory, a tiny in-memory insert / update / delete /
 //     find / getMore / killCursors / drop engine (equality filters; update
 //     by replacement or top-level $set) with per-server cursor ids, and transaction

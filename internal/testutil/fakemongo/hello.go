@@ -129,6 +129,7 @@ func (s *Server) appendHello(dst []byte, req *Request, compressors []string, cou
 	if lb, _ := req.Lookup("loadBalanced").BooleanOK(); lb && o.LoadBalanced {
 		dst = bsoncore.AppendObjectIDElement(dst, "serviceId", s.serviceID)
 	}
+	dst = s.appendHelloAuth(dst, req)
 	dst = append(dst, s.helloTail...)
 	dst = bsoncore.AppendDoubleElement(dst, "ok", 1)
 	return endDoc(dst, idx)

@@ -103,12 +103,22 @@ type Options struct {
 	AnswerMoreToCome      bool
 	AnswerMoreToComeAfter time.Duration
 
+	// Users turns on authentication (see auth.go): clients log in as one
+	// of them with SCRAM-SHA-1, SCRAM-SHA-256 or MONGODB-X509, and other
+	// commands than hello, ping and the like need a logged-in connection.
+	Users []User
+	// AuthLongForm makes SCRAM conversations end with the empty exchange
+	// even when the client asks to skip it (as FerretDB and servers
+	// before 4.4 do).
+	AuthLongForm bool
+	// NoSpeculativeAuth ignores speculativeAuthenticate in hello (as
+	// FerretDB and servers before 4.4 do).
+	NoSpeculativeAuth bool
+	// TLSConfig, when set, makes the server speak TLS only (see tls.go).
+	TLSConfig *tls.Config
+
 	// Logger receives the server's diagnostics; nil discards them.
 	Logger *slog.Logger
-
-	// TLSConfig, when set, makes the server accept TLS connections only
-	// (tls.go).
-	TLSConfig *tls.Config
 }
 
 // Server is a running fake server. Its methods are safe for concurrent use.
@@ -122,7 +132,8 @@ type Server struct {
 	// a lone server); it decides the hello state and refuses writes and
 	// reads the member's state forbids.
 	member    *Member
-	helloTail []byte // HelloExtra's elements, appended to hello replies
+	helloTail []byte     // HelloExtra's elements, appended to hello replies
+	users     *authUsers // nil without Options.Users
 	processID bson.ObjectID
 	serviceID bson.ObjectID
 
@@ -156,6 +167,9 @@ type Server struct {
 	// cmdCounts counts requests per command name. Guarded by cmdMu; the
 	// counters themselves are atomic and cached by each connection.
 	cmdCounts map[string]*cmdCounter
+
+	authAttempts atomic.Int64
+	authFailures atomic.Int64
 
 	nextConnID atomic.Int64
 	accepted   atomic.Int64
@@ -220,12 +234,16 @@ func listen(addr string, opts Options, member *Member, shared *store) (*Server, 
 	if opts.LogicalSessionTimeoutMinutes == 0 {
 		opts.LogicalSessionTimeoutMinutes = DefaultLogicalSessionTimeoutMinutes
 	}
-	ln, err := net.Listen("tcp", addr)
+	users, err := newAuthUsers(opts.Users)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := listenTLS(addr, opts.TLSConfig)
 	if err != nil {
 		return nil, fmt.Errorf("fakemongo: listen: %w", err)
 	}
-	ln = withTLS(ln, opts.TLSConfig)
 	s := &Server{
+		users:     users,
 		opts:      opts,
 		ln:        ln,
 		addr:      ln.Addr().String(),

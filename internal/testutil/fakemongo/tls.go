@@ -1,16 +1,20 @@
 package fakemongo
 
+// A TLS listener, for tests of TLS clients and of MONGODB-X509 (whose
+// authenticate reads the peer certificate). Kept to the listener: the
+// certificates and whether to ask for a client's are the test's
+// tls.Config.
+
 import (
 	"crypto/tls"
 	"net"
 )
 
-// withTLS wraps ln so that every accepted connection speaks TLS with cfg
-// (Options.TLSConfig); a nil cfg leaves ln plain. The handshake happens at
-// the connection's first read, on its own goroutine.
-func withTLS(ln net.Listener, cfg *tls.Config) net.Listener {
-	if cfg == nil {
-		return ln
+// listenTLS listens on addr, with TLS when cfg is set.
+func listenTLS(addr string, cfg *tls.Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil || cfg == nil {
+		return ln, err
 	}
-	return tls.NewListener(ln, cfg)
+	return tls.NewListener(ln, cfg), nil
 }

@@ -1,0 +1,58 @@
+package proxy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+)
+
+// A route whose service user the upstream refused answers its clients with
+// AuthenticationFailed (18), naming the route, without retry labels: on
+// the request's own failed connection, after another request's failure
+// cleared the pool it waited in, and when selection gave up on servers
+// Unknown because of it. Other failures keep their retryable codes.
+func TestUpstreamAuthFailureReply(t *testing.T) {
+	s := &Server{opts: Options{Observer: nopObserver{}}}
+	refused := &upstream.AuthError{Mechanism: "SCRAM-SHA-256", Username: "svc", Source: "admin", Code: 18, CodeName: "AuthenticationFailed", Message: "Authentication failed."}
+	connErr := &pool.ConnectionError{Address: "db1:27017", Err: &upstream.ConnectError{Addr: "db1:27017", Stage: "auth", Err: refused}}
+	ours := &pool.ConnectionError{Address: "db1:27017", Err: &upstream.ConnectError{Addr: "db1:27017", Stage: "auth", Err: &upstream.AuthError{Mechanism: "SCRAM-SHA-256", Message: "bad signature"}}}
+	cases := []struct {
+		name string
+		err  error
+		code int32
+	}{
+		{"own connection", connErr, 18},
+		{"pool cleared by it", &pool.PoolClearedError{Address: "db1:27017", Cause: connErr}, 18},
+		{"selection gave up", &topology.SelectionError{Topology: "orders", Err: topology.ErrSelectionTimeout,
+			Servers: []topology.ServerStatus{{Address: "db1:27017", State: topology.Unknown, Err: connErr}}}, 18},
+		{"one server of two refused", &topology.SelectionError{Topology: "orders", Err: topology.ErrSelectionTimeout,
+			Servers: []topology.ServerStatus{{Address: "db1:27017", Err: connErr}, {Address: "db2:27017", Err: errors.New("connection refused")}}}, codeHostUnreachable},
+		{"conversation we ended", ours, codeHostUnreachable},
+		{"pool cleared otherwise", &pool.PoolClearedError{Address: "db1:27017"}, codeHostUnreachable},
+	}
+	for _, c := range cases {
+		var req request
+		req.inspect(mustDoc(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}))
+		body := s.upstreamError(&Route{Name: "orders"}, c.err, &req, false)
+		if code := body.Lookup("code").Int32(); code != c.code {
+			t.Errorf("%s: code %d, want %d: %v", c.name, code, c.code, body)
+			continue
+		}
+		if c.code != 18 {
+			continue
+		}
+		msg, _ := body.Lookup("errmsg").StringValueOK()
+		if name, _ := body.Lookup("codeName").StringValueOK(); name != "AuthenticationFailed" || !strings.Contains(msg, `route "orders"`) || !strings.Contains(msg, "authentication") {
+			t.Errorf("%s: %v", c.name, body)
+		}
+		if _, err := body.LookupErr("errorLabels"); err == nil {
+			t.Errorf("%s: retry labels on an authentication failure: %v", c.name, body)
+		}
+	}
+}
