@@ -29,14 +29,14 @@ var specRejected = map[string]struct{ option, why string }{
 	// Unknown options: the spec ignores them with a warning; a pooler
 	// refuses them, since a misspelt option (maxPoolSise=5) would
 	// otherwise be silently ignored and change how it runs.
-	"valid-warnings.json/Unrecognized option keys are ignored":  {"foo", "unknown option refused, not ignored: a misspelling must not pass silently"},
-	"valid-warnings.json/Unsupported option values are ignored": {"fsync", "fsync is no option of the URI-options spec; refused as unknown"},
+	"valid-warnings/Unrecognized option keys are ignored":  {"foo", "unknown option refused, not ignored: a misspelling must not pass silently"},
+	"valid-warnings/Unsupported option values are ignored": {"fsync", "fsync is no option of the URI-options spec; refused as unknown"},
 	// SOCKS5 proxies: mongobouncer dials its upstreams itself.
-	"proxy-options.json/only host present":                             {"proxyHost", "no SOCKS5 proxy support: refused, not silently bypassed"},
-	"proxy-options.json/host and default port present":                 {"proxyHost", "no SOCKS5 proxy support"},
-	"proxy-options.json/host and non-default port present":             {"proxyHost", "no SOCKS5 proxy support"},
-	"proxy-options.json/replicaset, host and non-default port present": {"proxyHost", "no SOCKS5 proxy support"},
-	"proxy-options.json/all options present":                           {"proxyHost", "no SOCKS5 proxy support"},
+	"proxy-options/only host present":                             {"proxyHost", "no SOCKS5 proxy support: refused, not silently bypassed"},
+	"proxy-options/host and default port present":                 {"proxyHost", "no SOCKS5 proxy support"},
+	"proxy-options/host and non-default port present":             {"proxyHost", "no SOCKS5 proxy support"},
+	"proxy-options/replicaset, host and non-default port present": {"proxyHost", "no SOCKS5 proxy support"},
+	"proxy-options/all options present":                           {"proxyHost", "no SOCKS5 proxy support"},
 }
 
 // specCase is one case of either suite.
@@ -83,7 +83,8 @@ func runURISuite(t *testing.T, suite string, want int) {
 		if err := json.Unmarshal(data, &doc); err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
-		name := filepath.Base(file)
+		// Named like the other runners' subtests: the file without .json.
+		name := strings.TrimSuffix(filepath.Base(file), ".json")
 		t.Run(name, func(t *testing.T) {
 			// tls-options names ca.pem and cert.pem relative to the
 			// suite; nothing here opens them, but the path stays
