@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 )
 
@@ -68,6 +69,10 @@ type Config struct {
 	Database string
 	// Logger receives progress messages; nil discards them.
 	Logger *slog.Logger
+	// SourceAddrs are the local addresses the ping workload's connections
+	// come from, spread round-robin, when the target is a loopback address
+	// (ParseSourceAddrs; empty: the kernel picks).
+	SourceAddrs []netip.Addr
 	// Processes are the processes whose CPU time Compare reports per
 	// operation (Linux only; elsewhere nothing is reported).
 	Processes []Process
