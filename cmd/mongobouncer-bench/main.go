@@ -115,7 +115,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		refsAll    = fs.Bool("reference", false, "shorthand for -ref relays: the project's copy-only relays, the floor of what relaying costs on this machine")
 		haproxyBin = fs.String("haproxy", "", "haproxy binary for -ref haproxy (default: haproxy in PATH, or /usr/sbin/haproxy)")
 	)
-	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client) or driver (insert/find/update through the Go driver)")
+	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client), driver (insert/find/update through the Go driver) or find-insert (80 % findOne by _id, 20 % insertOne, through the Go driver)")
 	fs.DurationVar(&cfg.Duration, "duration", loadgen.DefaultDuration, "length of each run (each side of each round), warm-up included")
 	fs.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "leading part of each run excluded from the figures")
 	fs.IntVar(&cfg.Rounds, "rounds", loadgen.DefaultRounds, "direct+proxied round pairs, alternated to cancel machine noise")

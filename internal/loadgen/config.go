@@ -15,6 +15,10 @@ const (
 	// WorkloadDriver runs insertOne / findOne / updateOne through one
 	// shared official Go driver client.
 	WorkloadDriver = "driver"
+	// WorkloadFindInsert runs 80 % findOne by _id (of documents seeded
+	// before the run) and 20 % insertOne through one shared official Go
+	// driver client: the demo's workload.
+	WorkloadFindInsert = "find-insert"
 )
 
 // Defaults applied by Config for zero fields.
@@ -114,8 +118,8 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
-	case c.Workload != WorkloadPing && c.Workload != WorkloadDriver:
-		return fmt.Errorf("%w: unknown workload %q (want %q or %q)", ErrInvalidConfig, c.Workload, WorkloadPing, WorkloadDriver)
+	case c.Workload != WorkloadPing && c.Workload != WorkloadDriver && c.Workload != WorkloadFindInsert:
+		return fmt.Errorf("%w: unknown workload %q (want %q, %q or %q)", ErrInvalidConfig, c.Workload, WorkloadPing, WorkloadDriver, WorkloadFindInsert)
 	case c.Clients < 1 || c.Clients > maxClients:
 		return fmt.Errorf("%w: clients %d out of range [1, %d]", ErrInvalidConfig, c.Clients, maxClients)
 	case c.Duration < 0:

@@ -77,3 +77,32 @@ func TestRunDriverUnreachable(t *testing.T) {
 		t.Fatalf("ops %d errors %d samples %q", res.Ops, res.Errors, res.ErrorSamples)
 	}
 }
+
+// TestRunFindInsert runs the demo's workload against FerretDB: every find
+// of a seeded document by _id finds it (a miss or a wrong document is an
+// error), the budget is spent, and the collection is dropped afterwards.
+func TestRunFindInsert(t *testing.T) {
+	s := devmongo.Start(t)
+	cfg := Config{Workload: WorkloadFindInsert, Clients: 3, Duration: 20 * time.Second, MaxOps: 400, MaxPoolSize: 3, Database: "fi"}
+	res, err := Run(context.Background(), s.Addr(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 0 || res.Ops != 400 {
+		t.Fatalf("ops %d errors %d: %q", res.Ops, res.Errors, res.ErrorSamples)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(s.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	names, err := client.Database("fi").ListCollectionNames(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 0 {
+		t.Fatalf("collections left behind: %v", names)
+	}
+}

@@ -132,6 +132,11 @@ func Run(ctx context.Context, addr string, cfg Config) (Result, error) {
 	if err := cfg.validate(); err != nil {
 		return Result{}, err
 	}
+	var prep *driverPrep
+	if cfg.Workload != WorkloadPing {
+		prep = prepareDriver(ctx, addr, cfg)
+		defer prep.close(ctx, cfg.Logger.Warn)
+	}
 	start := time.Now()
 	r := &run{cfg: cfg, measureFrom: start.Add(cfg.Warmup), deadline: start.Add(cfg.Duration)}
 	runCtx, cancel := context.WithDeadline(ctx, r.deadline)
@@ -141,8 +146,8 @@ func Run(ctx context.Context, addr string, cfg Config) (Result, error) {
 	switch cfg.Workload {
 	case WorkloadPing:
 		all = runPing(runCtx, addr, r)
-	case WorkloadDriver:
-		all = runDriver(runCtx, addr, r)
+	case WorkloadDriver, WorkloadFindInsert:
+		all = runDriver(runCtx, prep, r)
 	default:
 		return Result{}, fmt.Errorf("%w: unknown workload %q", ErrInvalidConfig, cfg.Workload)
 	}
