@@ -82,7 +82,7 @@ fmt-check:
 # loop on epoll and on io_uring) as subtests of their own. The allocation
 # test skips under -race (counts mean nothing there), so it runs once more
 # without it.
-test: devmongo node-tools python-tools browser-tools fmt-check vet
+test: devmongo node-tools python-tools browser-tools haproxy fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 	$(GO) test -count=1 -timeout 2m -run '^TestProxiedRequestDoesNotAllocate$$' ./internal/e2e/
 
