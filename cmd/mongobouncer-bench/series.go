@@ -62,38 +62,66 @@ func compareAll(ctx context.Context, out *output, w io.Writer, c comparison) err
 		return errors.New("nothing to compare with direct traffic (no -proxied, and no reference could start)")
 	}
 	for i, n := range c.counts {
-		for _, t := range targets {
-			cfg := c.cfg
-			cfg.Clients = n
-			cfg.Processes = base
-			if t.proc != 0 {
-				cfg.Processes = slices.Concat(base, []loadgen.Process{{Name: t.procName, PID: t.proc, ProxiedOnly: true}})
+		reps, err := interleave(ctx, c, base, targets, n)
+		for j, t := range targets {
+			rep := &reps[j]
+			if len(rep.Runs) == 0 {
+				continue
 			}
 			fmt.Fprintf(w, "\n== %d clients: direct %s against %s %s\n", n, c.direct, t.name, t.addr)
-			rep, err := loadgen.Compare(ctx, c.direct, t.addr, cfg)
-			if len(rep.Runs) > 0 {
-				_ = rep.WriteTable(w)
-				out.Series = append(out.Series, seriesEntry{Clients: n, Target: t.name, Compare: &rep})
-				if i == 0 {
-					if t.name == "mongobouncer" {
-						out.Compare = &rep
-						if cpu, ok := rep.Proxied.ProcessCPU("mongobouncer"); ok {
-							out.CPUPerOp = cpu.PerOp
-						}
-					} else {
-						out.References = append(out.References, reference{Relay: loadgen.RelayKind(t.name), Compare: &rep})
+			_ = rep.WriteTable(w)
+			out.Series = append(out.Series, seriesEntry{Clients: n, Target: t.name, Compare: rep})
+			if i == 0 {
+				if t.name == "mongobouncer" {
+					out.Compare = rep
+					if cpu, ok := rep.Proxied.ProcessCPU("mongobouncer"); ok {
+						out.CPUPerOp = cpu.PerOp
 					}
+				} else {
+					out.References = append(out.References, reference{Relay: loadgen.RelayKind(t.name), Compare: rep})
 				}
 			}
-			if err != nil {
-				return err
-			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if len(out.Series) > 1 {
 		return writeSummary(w, out.Series, targets)
 	}
 	return nil
+}
+
+// interleave compares every target with direct traffic at n clients, one
+// round at a time: round r runs each target's direct/proxied pair (in the
+// order the round's parity gives, as Compare alternates), the targets in an
+// order rotated by r, so that a slow stretch of the shared machine hits
+// every target alike and their ratios compare with each other, not only
+// with direct. It returns each target's merged report, with what was
+// measured before an error.
+func interleave(ctx context.Context, c comparison, base []loadgen.Process, targets []target, n int) ([]loadgen.Report, error) {
+	reps := make([]loadgen.Report, len(targets))
+	rounds := max(c.cfg.Rounds, 1)
+	for r := range rounds {
+		for k := range targets {
+			j := (k + r) % len(targets)
+			t := targets[j]
+			cfg := c.cfg
+			cfg.Clients, cfg.Rounds, cfg.RoundOffset = n, 1, r
+			cfg.Processes = base
+			if t.proc != 0 {
+				cfg.Processes = slices.Concat(base, []loadgen.Process{{Name: t.procName, PID: t.proc, ProxiedOnly: true}})
+			}
+			rep, err := loadgen.Compare(ctx, c.direct, t.addr, cfg)
+			if len(rep.Runs) > 0 {
+				reps[j].Merge(rep)
+			}
+			if err != nil {
+				return reps, fmt.Errorf("%d clients, %s, round %d: %w", n, t.name, r, err)
+			}
+		}
+	}
+	return reps, nil
 }
 
 // writeSummary prints one row per client count and target: the target's

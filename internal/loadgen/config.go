@@ -61,6 +61,11 @@ type Config struct {
 	// Rounds is the number of direct+proxied round pairs Compare runs.
 	// Run ignores it.
 	Rounds int
+	// RoundOffset numbers Compare's rounds from this value, and its
+	// alternation follows the number (even: direct first), so that a
+	// comparison run one round at a time, interleaved with others and
+	// joined with Report.Merge, alternates as one run would.
+	RoundOffset int
 	// OpTimeout bounds each operation (a hung server costs at most this
 	// long, and never outlives the run).
 	OpTimeout time.Duration
@@ -130,6 +135,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max ops %d must be positive", ErrInvalidConfig, c.MaxOps)
 	case c.Rounds < 1:
 		return fmt.Errorf("%w: rounds %d must be positive", ErrInvalidConfig, c.Rounds)
+	case c.RoundOffset < 0:
+		return fmt.Errorf("%w: negative round offset %d", ErrInvalidConfig, c.RoundOffset)
 	case c.OpTimeout < 0 || c.DialTimeout < 0:
 		return fmt.Errorf("%w: negative timeout", ErrInvalidConfig)
 	}
