@@ -182,11 +182,21 @@ func findInsertLoop(ctx context.Context, r *run, coll *mongo.Collection, g int64
 			st.success(r, start, end)
 			continue
 		}
-		if ctx.Err() != nil || !end.Before(r.deadline) {
+		if cutByRunEnd(ctx, r, start, end, err) {
 			return
 		}
 		st.failure(r, fmt.Errorf("%s: %w", op, err))
 	}
+}
+
+// cutByRunEnd reports whether an operation that ran from start to end
+// failed because the run ended, which is not the server's fault: the run
+// was cancelled or is over, or the operation's deadline was the run's end
+// and it expired (the driver also refuses, before sending, an operation
+// whose remaining time is below its measured round-trip time).
+func cutByRunEnd(ctx context.Context, r *run, start, end time.Time, err error) bool {
+	return ctx.Err() != nil || !end.Before(r.deadline) ||
+		errors.Is(err, context.DeadlineExceeded) && r.opDeadline(start).Equal(r.deadline)
 }
 
 func driverLoop(ctx context.Context, r *run, coll *mongo.Collection, g int64, st *stats) {
@@ -221,8 +231,7 @@ func driverLoop(ctx context.Context, r *run, coll *mongo.Collection, g int64, st
 			st.success(r, start, end)
 			continue
 		}
-		// An operation cut by the run's end is not the server's fault.
-		if ctx.Err() != nil || !end.Before(r.deadline) {
+		if cutByRunEnd(ctx, r, start, end, err) {
 			return
 		}
 		st.failure(r, fmt.Errorf("%s: %w", [...]string{"insertOne", "findOne", "updateOne"}[step], err))

@@ -2,6 +2,8 @@ package loadgen
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +109,33 @@ func TestRunFindInsert(t *testing.T) {
 	}
 	if len(names) != 0 {
 		t.Fatalf("collections left behind: %v", names)
+	}
+}
+
+func TestCutByRunEnd(t *testing.T) {
+	now := time.Now()
+	r := &run{cfg: Config{OpTimeout: time.Second}, deadline: now.Add(10 * time.Second)}
+	ctx := context.Background()
+	late := now.Add(9500 * time.Millisecond) // its op deadline is the run's end
+	for _, c := range []struct {
+		name       string
+		start, end time.Time
+		err        error
+		want       bool
+	}{
+		{"a failure mid-run", now, now.Add(time.Millisecond), errors.New("boom"), false},
+		{"a timeout mid-run", now, now.Add(time.Second), context.DeadlineExceeded, false},
+		{"a timeout at the run's end", late, late.Add(10 * time.Millisecond), fmt.Errorf("not sent: %w", context.DeadlineExceeded), true},
+		{"another failure near the end", late, late.Add(10 * time.Millisecond), errors.New("boom"), false},
+		{"anything after the end", now, now.Add(11 * time.Second), errors.New("boom"), true},
+	} {
+		if got := cutByRunEnd(ctx, r, c.start, c.end, c.err); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if !cutByRunEnd(cctx, r, now, now, errors.New("boom")) {
+		t.Error("a cancelled run's failure counted")
 	}
 }
