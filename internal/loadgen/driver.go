@@ -31,8 +31,9 @@ func driverURI(addr string) string {
 }
 
 // poolFillTimeout bounds the wait for the find-insert workload's driver
-// pool to open all its connections before the run.
-const poolFillTimeout = 15 * time.Second
+// pool to open all its connections before the run; short, so that the
+// demo stays bounded on a loaded machine.
+const poolFillTimeout = 5 * time.Second
 
 // seedDocs is how many documents the find-insert workload inserts before
 // its run, for its finds to look up by _id.
