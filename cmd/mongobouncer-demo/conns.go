@@ -11,16 +11,34 @@ import (
 )
 
 // connSampler counts, every interval, the established TCP connections that
-// process pid (0: this one) holds to a port, and keeps the highest count.
+// process pid (0: this one) holds to a port.
 // It reads /proc, not any process's own accounting: the sockets of pid
 // (/proc/PID/fd) matched by inode with /proc/net/tcp's rows, so the count
 // of one process is not mixed with another's connections to the same port
 // (mongobouncer's pool stays open while the direct run goes on).
 type connSampler struct {
-	mu   sync.Mutex
-	max  int
-	done chan struct{}
-	wg   sync.WaitGroup
+	mu sync.Mutex
+	// samples is guarded by mu.
+	samples []connSample
+	done    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// connSample is one count and when it was read.
+type connSample struct {
+	at time.Time
+	n  int
+}
+
+// maxIn is the highest count read between from and to, or 0.
+func maxIn(samples []connSample, from, to time.Time) int {
+	m := 0
+	for _, s := range samples {
+		if !s.at.Before(from) && !s.at.After(to) {
+			m = max(m, s.n)
+		}
+	}
+	return m
 }
 
 // sampleInterval is how often a connSampler reads /proc.
@@ -34,7 +52,7 @@ func startConnSampler(pid, port int) *connSampler {
 		for {
 			n := countConns(pid, port)
 			s.mu.Lock()
-			s.max = max(s.max, n)
+			s.samples = append(s.samples, connSample{at: time.Now(), n: n})
 			s.mu.Unlock()
 			select {
 			case <-s.done:
@@ -46,11 +64,13 @@ func startConnSampler(pid, port int) *connSampler {
 	return s
 }
 
-// stop ends the sampling and returns the highest count seen.
-func (s *connSampler) stop() int {
+// stop ends the sampling and returns the highest count read between from
+// and to: the run's measured window, so that the connections a driver opens
+// and closes while it sets up or tears down are not counted.
+func (s *connSampler) stop(from, to time.Time) int {
 	close(s.done)
 	s.wg.Wait()
-	return s.max
+	return maxIn(s.samples, from, to)
 }
 
 // countConns counts pid's established connections to port.

@@ -216,7 +216,8 @@ func run(ctx context.Context, a demoArgs, w io.Writer) error {
 }
 
 // measure runs the workload against t with n clients, counting the
-// demo's connections to t and t's connections to devmongo meanwhile.
+// demo's connections to t and t's connections to devmongo during the
+// measured window (after the warm-up, before the run's end).
 func measure(ctx context.Context, a demoArgs, t demoTarget, n, dmPort int) result {
 	_, portS, _ := net.SplitHostPort(t.addr)
 	port, _ := strconv.Atoi(portS)
@@ -236,7 +237,8 @@ func measure(ctx context.Context, a demoArgs, t demoTarget, n, dmPort int) resul
 		OpTimeout: 30 * time.Second,
 		Database:  "demo",
 	})
-	return result{target: t, res: res, err: err, clientsN: clientSampler.stop(), upN: upSampler.stop()}
+	from, to := res.Start.Add(a.warmup), res.Start.Add(a.duration)
+	return result{target: t, res: res, err: err, clientsN: clientSampler.stop(from, to), upN: upSampler.stop(from, to)}
 }
 
 // writeTable prints one row per target, ratios against the first (direct).

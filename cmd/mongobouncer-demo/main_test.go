@@ -109,3 +109,18 @@ func TestCountConnsOwnSockets(t *testing.T) {
 		t.Fatalf("countConns on another port = %d, want 0", n)
 	}
 }
+
+func TestMaxIn(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	samples := []connSample{{at(0), 40}, {at(100), 11}, {at(200), 12}, {at(300), 11}, {at(400), 25}}
+	if got := maxIn(samples, at(100), at(300)); got != 12 {
+		t.Errorf("maxIn over the window = %d, want 12 (the ramp and the teardown left out)", got)
+	}
+	if got := maxIn(samples, at(0), at(400)); got != 40 {
+		t.Errorf("maxIn over everything = %d, want 40", got)
+	}
+	if got := maxIn(samples, at(500), at(600)); got != 0 {
+		t.Errorf("maxIn over an empty window = %d, want 0", got)
+	}
+}

@@ -28,6 +28,10 @@ type Result struct {
 	Errors int64 `json:"errors"`
 	// ErrorSamples holds the first few error messages.
 	ErrorSamples []string `json:"error_samples,omitempty"`
+	// Start is when the run's clock started, after any set-up (a driver
+	// workload's connections and seed documents): the measured window
+	// runs from Start + Warmup to Start + Duration at most.
+	Start time.Time `json:"start"`
 	// Elapsed is the measured window: from the end of the warm-up to the
 	// completion of the last operation.
 	Elapsed time.Duration `json:"elapsed_ns"`
@@ -152,7 +156,7 @@ func Run(ctx context.Context, addr string, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("%w: unknown workload %q", ErrInvalidConfig, cfg.Workload)
 	}
 
-	res := Result{Addr: addr, Workload: cfg.Workload, Clients: cfg.Clients, hist: NewHistogram()}
+	res := Result{Addr: addr, Workload: cfg.Workload, Clients: cfg.Clients, Start: start, hist: NewHistogram()}
 	var end time.Time
 	for _, s := range all {
 		res.Ops += s.ops
