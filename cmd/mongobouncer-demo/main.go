@@ -183,12 +183,11 @@ func run(ctx context.Context, a demoArgs, w io.Writer) error {
 	warm.duration, warm.warmup = a.warmup, 0
 	_ = measure(ctx, warm, targets[0], a.clients[0], dmPort)
 	var failures []string
-	for _, n := range a.clients {
+	for i, n := range a.clients {
 		fmt.Fprintf(w, "\n== %d driver clients, 80 %% findOne by _id / 20 %% insertOne, %v per target (first %v left out) ...\n", n, a.duration, a.warmup)
-		var rows []result
-		for _, t := range targets {
-			r := measure(ctx, a, t, n, dmPort)
-			rows = append(rows, r)
+		rows := make([]result, len(targets))
+		for _, j := range runOrder(len(targets), i) {
+			rows[j] = measure(ctx, a, targets[j], n, dmPort)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -213,6 +212,21 @@ func run(ctx context.Context, a demoArgs, w io.Writer) error {
 		return errors.New(strings.Join(failures, "; "))
 	}
 	return nil
+}
+
+// runOrder is the order in which the targets run at the i-th client count:
+// as listed, then reversed, and so on, so that a machine that speeds up or
+// slows down during the demo does not favour the target that always runs
+// first (FerretDB's speed here drifts by a factor of two within a minute).
+func runOrder(targets, i int) []int {
+	out := make([]int, targets)
+	for k := range out {
+		out[k] = k
+		if i%2 == 1 {
+			out[k] = targets - 1 - k
+		}
+	}
+	return out
 }
 
 // measure runs the workload against t with n clients, counting the

@@ -124,3 +124,11 @@ func TestMaxIn(t *testing.T) {
 		t.Errorf("maxIn over an empty window = %d, want 0", got)
 	}
 }
+
+func TestRunOrder(t *testing.T) {
+	for i, want := range [][]int{{0, 1, 2}, {2, 1, 0}, {0, 1, 2}} {
+		if got := runOrder(3, i); !slices.Equal(got, want) {
+			t.Errorf("runOrder(3, %d) = %v, want %v", i, got, want)
+		}
+	}
+}
