@@ -1,3 +1,6 @@
+// The references -ref starts beside mongobouncer: HAProxy and the
+// project's relays, each in a process of its own in front of the upstream.
+
 package main
 
 import (

@@ -1,3 +1,6 @@
+// Comparisons at several client counts and targets, interleaved round by
+// round, with their summary table; idle probes at several counts with theirs.
+
 package main
 
 import (

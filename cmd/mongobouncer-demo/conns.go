@@ -1,3 +1,5 @@
+// Connection counts per process, read from /proc, for the demo's table.
+
 package main
 
 import (

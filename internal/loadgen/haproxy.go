@@ -1,3 +1,10 @@
+// HAProxy as a reference: a production TCP relay (Debian's haproxy
+// package) in front of the same upstream as mongobouncer, measured in the
+// same run. Like the project's own relays (relay.go) it gives every client
+// a dedicated upstream connection and copies bytes, with no pooling and no
+// protocol work; unlike them it is what an operator would deploy instead of
+// a pooler, so "at least as fast as HAProxy" is a claim a reader can check.
+
 package loadgen
 
 import (
@@ -14,13 +21,6 @@ import (
 	"syscall"
 	"time"
 )
-
-// HAProxy as a reference: a production TCP relay (Debian's haproxy
-// package) in front of the same upstream as mongobouncer, measured in the
-// same run. Like the project's own relays (relay.go) it gives every client
-// a dedicated upstream connection and copies bytes, with no pooling and no
-// protocol work; unlike them it is what an operator would deploy instead of
-// a pooler, so "at least as fast as HAProxy" is a claim a reader can check.
 
 // ErrNoHAProxy reports that no haproxy binary was found; a comparison then
 // skips the HAProxy column.

@@ -1,3 +1,10 @@
+// Source addresses: a TCP connection is named by its four-tuple, so one
+// client address can hold at most one connection per ephemeral port to a
+// given server address (about 28,000 with Linux's default
+// ip_local_port_range). To open 100,000 connections to one loopback port
+// the load tool spreads them over several source addresses: every address
+// of 127.0.0.0/8 is local on Linux without configuration.
+
 package loadgen
 
 import (
@@ -6,13 +13,6 @@ import (
 	"net/netip"
 	"strings"
 )
-
-// Source addresses: a TCP connection is named by its four-tuple, so one
-// client address can hold at most one connection per ephemeral port to a
-// given server address (about 28,000 with Linux's default
-// ip_local_port_range). To open 100,000 connections to one loopback port
-// the load tool spreads them over several source addresses: every address
-// of 127.0.0.0/8 is local on Linux without configuration.
 
 // DefaultSourceAddrs is the load tool's default spread: eight loopback
 // addresses, room for over 200,000 connections to one port.
