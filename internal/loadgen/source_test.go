@@ -149,3 +149,29 @@ func TestSourceAddrsSpreadConnections(t *testing.T) {
 		t.Errorf("ping clients came from %v, want %v", seen, want)
 	}
 }
+
+// FuzzParseSourceAddrs: no input panics, a result never exceeds the bound,
+// and an accepted list is all valid addresses.
+func FuzzParseSourceAddrs(f *testing.F) {
+	for _, s := range []string{"", DefaultSourceAddrs, "127.0.0.1", "::1-::9", "127.0.0.5,127.0.0.9-127.0.0.10",
+		"127.0.0.0-127.0.255.255", "1.2.3.4-::1", "-", ",,", "127.0.0.1-"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseSourceAddrs(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidConfig) || got != nil {
+				t.Fatalf("ParseSourceAddrs(%q) = %v, %v", s, got, err)
+			}
+			return
+		}
+		if len(got) > maxSourceAddrs {
+			t.Fatalf("ParseSourceAddrs(%q): %d addresses", s, len(got))
+		}
+		for _, a := range got {
+			if !a.IsValid() {
+				t.Fatalf("ParseSourceAddrs(%q): invalid %v", s, a)
+			}
+		}
+	})
+}
