@@ -147,13 +147,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usage("-idle: %v", err)
 	}
 	idleCounts = slices.DeleteFunc(idleCounts, func(n int) bool { return n == 0 })
+	if *refsAll {
+		*refsArg += ",relays"
+	}
 	refNames, err := parseRefs(*refsArg)
 	if err != nil {
 		return usage("-ref: %v", err)
-	}
-	if *refsAll {
-		more, _ := parseRefs("relays")
-		refNames = slices.Compact(append(refNames, more...))
 	}
 	if cfg.SourceAddrs, err = loadgen.ParseSourceAddrs(*sources); err != nil {
 		return usage("-source: %v", err)

@@ -281,6 +281,11 @@ func TestParseRefsAndCounts(t *testing.T) {
 	if err != nil || len(relays) < 2 || relays[0] != refRelayGoroutine || relays[1] != refRelayEpoll {
 		t.Errorf("parseRefs(relays) = %v, %v", relays, err)
 	}
+	// -ref relay-epoll -reference: the epoll relay once, where -ref put it.
+	if got, err := parseRefs("relay-epoll,haproxy,relays"); err != nil || len(got) < 3 ||
+		!slices.Equal(got[:3], []string{refRelayEpoll, refHAProxy, refRelayGoroutine}) {
+		t.Errorf("parseRefs with relays after relay-epoll = %v, %v", got, err)
+	}
 	if got, err := parseRefs(""); err != nil || len(got) != 0 {
 		t.Errorf("parseRefs(\"\") = %v, %v", got, err)
 	}
