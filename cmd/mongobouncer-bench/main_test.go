@@ -196,7 +196,10 @@ func TestSpawnWithReference(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, haproxyErr := loadgen.FindHAProxy("")
-	cmd := exec.CommandContext(ctx, bench, "-spawn", bouncer, "-reference", "-ref", "haproxy", "-clients", "4,2", "-duration", "300ms",
+	// 1 s per run: five processes share the cores with the race detector,
+	// and a freshly started relay may take a few hundred milliseconds to
+	// answer its first hello on a loaded machine.
+	cmd := exec.CommandContext(ctx, bench, "-spawn", bouncer, "-reference", "-ref", "haproxy", "-clients", "4,2", "-duration", "1s",
 		"-warmup", "50ms", "-rounds", "1", "-json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
