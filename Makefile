@@ -11,7 +11,7 @@ export MONGOBOUNCER_DEVMONGO := $(DEVMONGO)
 # ... and FerretDB's own command, the upstream with authentication.
 export MONGOBOUNCER_FERRETDB := $(FERRETDB)
 
-.PHONY: all build devmongo ferretdb node-tools python-tools browser-tools test vet fmt-check bench fuzz demo clean
+.PHONY: all build devmongo ferretdb node-tools python-tools browser-tools haproxy test vet fmt-check bench fuzz demo clean
 
 all: build
 
@@ -20,8 +20,11 @@ build: devmongo
 	$(GO) build -o $(BIN)/mongobouncer-bench ./cmd/mongobouncer-bench
 	$(GO) build -o $(BIN)/mongobouncer-demo ./cmd/mongobouncer-demo
 
-# demo runs mongobouncer for real: embedded FerretDB upstream, the pooler,
-# and a bounded workload of 100 clients through a pool of 10 for 10 s.
+# demo runs mongobouncer for real: embedded FerretDB upstream, the pooler
+# with a pool of 10, and HAProxy beside it when installed (`make haproxy`;
+# not a prerequisite, so that the demo stays about a minute on a fresh
+# machine), and the same driver workload (80 % find by _id, 20 % insert)
+# direct, through mongobouncer and through HAProxy, at 100 and 10 clients.
 demo: build
 	$(BIN)/mongobouncer-demo -mongobouncer $(BIN)/mongobouncer
 
@@ -69,6 +72,17 @@ browser-tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
 	else echo "browser-tools: as root, run: apt-get install chromium"; fi
 
+# haproxy installs Debian's HAProxy, the reference the load tool
+# (`mongobouncer-bench -ref haproxy`) and `make demo` measure mongobouncer
+# against: a plain TCP relay with one upstream connection per client. It
+# needs root for apt-get; without root it only says what to run, and the
+# HAProxy column is skipped with a message (its tests skip too).
+haproxy:
+	@if command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends haproxy; \
+	else echo "haproxy: as root, run: apt-get install haproxy"; fi
+
 vet:
 	$(GO) vet $(PKGS)
 
@@ -79,7 +93,7 @@ fmt-check:
 # loop on epoll and on io_uring) as subtests of their own. The allocation
 # test skips under -race (counts mean nothing there), so it runs once more
 # without it.
-test: devmongo ferretdb node-tools python-tools browser-tools fmt-check vet
+test: devmongo ferretdb node-tools python-tools browser-tools haproxy fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 	$(GO) test -count=1 -timeout 2m -run '^TestProxiedRequestDoesNotAllocate$$' ./internal/e2e/
 

@@ -7,10 +7,17 @@
 //	mongobouncer-bench -direct 127.0.0.1:27017 -proxied 127.0.0.1:27018 -workload ping -clients 16
 //	mongobouncer-bench -proxied 127.0.0.1:27018 -idle 5000 -pid $(pidof mongobouncer)
 //	mongobouncer-bench -spawn bin/mongobouncer -clients 100 -idle 10000
+//	mongobouncer-bench -spawn bin/mongobouncer -ref haproxy,relay-epoll -clients 1,10,100,1000
+//	mongobouncer-bench -spawn bin/mongobouncer -idle 1000,5000,10000,19000 -idle-repeat 3
 //
 // With -spawn, the tool starts a fast fake upstream (this binary again, in
-// a process of its own) and the given mongobouncer binary in front of it, compares the two, probes the
-// idle cost against that mongobouncer's PID, and stops both.
+// a process of its own) and the given mongobouncer binary in front of it,
+// compares the two, probes the idle cost against that mongobouncer's PID,
+// and stops both. -ref adds references in front of the same upstream
+// (-direct), each compared with direct traffic in the same run: HAProxy in
+// TCP mode (started here on a configuration written here) and the
+// project's copy-only relays. With several -clients counts a summary table
+// closes the output.
 //
 // The logic lives in internal/loadgen; this is flag parsing and printing.
 package main
@@ -26,6 +33,8 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -47,21 +56,36 @@ func main() {
 
 // output is what -json prints.
 type output struct {
-	Compare *loadgen.Report     `json:"compare,omitempty"`
-	Idle    *loadgen.IdleReport `json:"idle,omitempty"`
+	// Compare is mongobouncer's comparison at the first -clients count.
+	Compare *loadgen.Report `json:"compare,omitempty"`
+	// Idle is the last idle probe (-idle); IdleRuns has every one.
+	Idle *loadgen.IdleReport `json:"idle,omitempty"`
+	// IdleRuns are every idle probe, by count and repetition.
+	IdleRuns []loadgen.IdleReport `json:"idle_runs,omitempty"`
 	// CPUPerOp is the spawned mongobouncer's CPU time per proxied
-	// operation, warm-up included (-spawn only; Compare.Proxied.CPU has
-	// every process's).
+	// operation at the first -clients count, warm-up included (-spawn
+	// only; Compare.Proxied.CPU has every process's).
 	CPUPerOp time.Duration `json:"cpu_per_op_ns,omitempty"`
-	// References are the reference relays' comparisons (-reference).
+	// References are the references' comparisons at the first -clients
+	// count.
 	References []reference `json:"references,omitempty"`
-	Error      string      `json:"error,omitempty"`
+	// Series has every comparison, by client count and target.
+	Series []seriesEntry `json:"series,omitempty"`
+	Error  string        `json:"error,omitempty"`
 }
 
-// reference is one reference relay's comparison with direct traffic.
+// reference is one reference's comparison with direct traffic.
 type reference struct {
+	// Relay names the reference: "haproxy" or a relay kind.
 	Relay   loadgen.RelayKind `json:"relay"`
 	Compare *loadgen.Report   `json:"compare"`
+}
+
+// seriesEntry is one target's comparison at one client count.
+type seriesEntry struct {
+	Clients int             `json:"clients"`
+	Target  string          `json:"target"`
+	Compare *loadgen.Report `json:"compare"`
 }
 
 // run parses args, runs what they ask for and returns the exit status:
@@ -70,31 +94,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mongobouncer-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		cfg      loadgen.Config
-		direct   = fs.String("direct", "", "address of the server without the proxy (host:port; a mongodb:// URI for -workload driver)")
-		proxied  = fs.String("proxied", "", "address of mongobouncer in front of the same server")
-		idle     = fs.Int("idle", 0, "open this many idle client connections to -proxied and report the RSS growth of -pid (0: skip)")
-		pid      = fs.Int("pid", 0, "process whose RSS the -idle probe measures (the proxy)")
-		settle   = fs.Duration("settle", loadgen.DefaultIdleSettle, "how long idle connections sit before RSS is read again")
-		asJSON   = fs.Bool("json", false, "print the results as JSON on stdout (the table then goes to stderr)")
-		verbose  = fs.Bool("v", false, "log progress to stderr")
-		maxOps   = fs.Int64("max-ops", loadgen.DefaultMaxOps, "maximum operations per run (each side of each round)")
-		poolSize = fs.Uint64("pool", loadgen.DefaultMaxPoolSize, "driver maxPoolSize (-workload driver)")
-		spawnBin = fs.String("spawn", "", "start a fake upstream here and this mongobouncer `binary` in front of it, and measure them")
-		bPool    = fs.Int("bouncer-pool", 100, "max_pool_size of the spawned mongobouncer (its default)")
-		bMode    = fs.String("bouncer-mode", "transaction", "pool_mode of the spawned mongobouncer (its default)")
-		bLoop    = fs.Bool("bouncer-event-loop", true, "run the spawned mongobouncer with --event-loop=true (its default on Linux) or false")
-		refs     = fs.Bool("reference", false, "with -spawn: also measure two reference relays in front of the same upstream (a goroutine per client, and epoll event loops), which copy messages and do nothing else: the floor of what relaying costs on this machine")
+		cfg        loadgen.Config
+		direct     = fs.String("direct", "", "address of the server without the proxy (host:port; a mongodb:// URI for -workload driver)")
+		proxied    = fs.String("proxied", "", "address of mongobouncer in front of the same server")
+		clientsArg = fs.String("clients", strconv.Itoa(loadgen.DefaultClients), "concurrent clients; a comma-separated list (1,10,100,1000) measures each count in turn and closes with a summary table; 0: no comparison")
+		idleArg    = fs.String("idle", "0", "open this many idle client connections to -proxied and report the RSS growth of -pid; a comma-separated list probes each count (0: skip)")
+		idleRepeat = fs.Int("idle-repeat", 1, "probe each -idle count this many times and report the median per client")
+		pid        = fs.Int("pid", 0, "process whose RSS the -idle probe measures (the proxy)")
+		settle     = fs.Duration("settle", loadgen.DefaultIdleSettle, "how long idle connections sit before RSS is read again")
+		sources    = fs.String("source", loadgen.DefaultSourceAddrs, "local addresses the ping and idle connections come from, round-robin, when the target is a loopback IP (a range FIRST-LAST or a list; \"\": the kernel picks): one address holds at most ~28,000 connections to one port")
+		asJSON     = fs.Bool("json", false, "print the results as JSON on stdout (the table then goes to stderr)")
+		verbose    = fs.Bool("v", false, "log progress to stderr")
+		maxOps     = fs.Int64("max-ops", loadgen.DefaultMaxOps, "maximum operations per run (each side of each round)")
+		poolSize   = fs.Uint64("pool", loadgen.DefaultMaxPoolSize, "driver maxPoolSize (-workload driver)")
+		spawnBin   = fs.String("spawn", "", "start a fake upstream here and this mongobouncer `binary` in front of it, and measure them")
+		bPool      = fs.Int("bouncer-pool", 100, "max_pool_size of the spawned mongobouncer (its default)")
+		bMode      = fs.String("bouncer-mode", "transaction", "pool_mode of the spawned mongobouncer (its default)")
+		bLoop      = fs.Bool("bouncer-event-loop", true, "run the spawned mongobouncer with --event-loop=true (its default on Linux) or false")
+		refsArg    = fs.String("ref", "", "references to measure beside mongobouncer, in front of -direct, each in a process of its own: a comma-separated list of haproxy (Debian's HAProxy in TCP mode; skipped with a message when not installed), relay-goroutine, relay-epoll, relay-uring, or relays (every project relay)")
+		refsAll    = fs.Bool("reference", false, "shorthand for -ref relays: the project's copy-only relays, the floor of what relaying costs on this machine")
+		haproxyBin = fs.String("haproxy", "", "haproxy binary for -ref haproxy (default: haproxy in PATH, or /usr/sbin/haproxy)")
 	)
-	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client) or driver (insert/find/update through the Go driver)")
-	fs.IntVar(&cfg.Clients, "clients", loadgen.DefaultClients, "concurrent clients")
+	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client), driver (insert/find/update through the Go driver) or find-insert (80 % findOne by _id, 20 % insertOne, through the Go driver)")
 	fs.DurationVar(&cfg.Duration, "duration", loadgen.DefaultDuration, "length of each run (each side of each round), warm-up included")
 	fs.DurationVar(&cfg.Warmup, "warmup", 200*time.Millisecond, "leading part of each run excluded from the figures")
 	fs.IntVar(&cfg.Rounds, "rounds", loadgen.DefaultRounds, "direct+proxied round pairs, alternated to cancel machine noise")
 	fs.DurationVar(&cfg.OpTimeout, "op-timeout", loadgen.DefaultOpTimeout, "timeout of each operation")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: mongobouncer-bench -direct ADDR -proxied ADDR [flags]\n"+
-			"       mongobouncer-bench -proxied ADDR -idle K -pid PID [flags]\n\n")
+			"       mongobouncer-bench -proxied ADDR -idle K -pid PID [flags]\n"+
+			"       mongobouncer-bench -spawn BINARY [-ref haproxy,relays] [flags]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -103,16 +132,42 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if *refs && *spawnBin == "" {
-		fmt.Fprintln(stderr, "mongobouncer-bench: -reference needs -spawn")
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "mongobouncer-bench: "+format+"\n", a...)
 		return 2
+	}
+	clientCounts, err := parseCounts(*clientsArg)
+	if err != nil {
+		return usage("-clients: %v", err)
+	}
+	// -clients 0: no comparison (with -spawn, an idle probe alone).
+	clientCounts = slices.DeleteFunc(clientCounts, func(n int) bool { return n == 0 })
+	idleCounts, err := parseCounts(*idleArg)
+	if err != nil {
+		return usage("-idle: %v", err)
+	}
+	idleCounts = slices.DeleteFunc(idleCounts, func(n int) bool { return n == 0 })
+	if *refsAll {
+		*refsArg += ",relays"
+	}
+	refNames, err := parseRefs(*refsArg)
+	if err != nil {
+		return usage("-ref: %v", err)
+	}
+	if cfg.SourceAddrs, err = loadgen.ParseSourceAddrs(*sources); err != nil {
+		return usage("-source: %v", err)
+	}
+	if *idleRepeat < 1 {
+		return usage("-idle-repeat must be at least 1")
+	}
+	if len(refNames) > 0 && *spawnBin == "" && (*direct == "" || strings.Contains(*direct, "://")) {
+		return usage("-ref and -reference need -spawn, or -direct as host:port for the references to relay to")
 	}
 	spawnedPID := 0
 	var sp *spawned
 	if *spawnBin != "" {
 		if *direct != "" || *proxied != "" || *pid != 0 {
-			fmt.Fprintln(stderr, "mongobouncer-bench: -spawn sets -direct, -proxied and -pid itself")
-			return 2
+			return usage("-spawn sets -direct, -proxied and -pid itself")
 		}
 		var err error
 		sp, err = spawn(*spawnBin, *bPool, *bMode, fmt.Sprintf("--event-loop=%v", *bLoop))
@@ -121,15 +176,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer sp.stop()
-		if *refs {
-			if err := sp.spawnRelays(sp.direct); err != nil {
-				fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)
-				return 1
-			}
-		}
 		spawnedPID = sp.pid()
 		*direct, *proxied = sp.direct, sp.proxied
-		if *idle > 0 {
+		if len(idleCounts) > 0 {
 			*pid = sp.pid()
 		}
 		io := "goroutine per client"
@@ -139,20 +188,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "spawned: fake upstream %s, mongobouncer %s (pid %d, pool %d, %s mode, %s)\n",
 			sp.direct, sp.proxied, sp.pid(), *bPool, *bMode, io)
 	}
-	compare := *direct != "" || *proxied != "" && *idle == 0
+	compare := (*direct != "" || *proxied != "" && len(idleCounts) == 0) && len(clientCounts) > 0
 	switch {
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "mongobouncer-bench: unexpected arguments %q\n", fs.Args())
-		return 2
-	case compare && (*direct == "" || *proxied == ""):
-		fmt.Fprintln(stderr, "mongobouncer-bench: a comparison needs both -direct and -proxied")
-		return 2
-	case !compare && *idle == 0:
+		return usage("unexpected arguments %q", fs.Args())
+	case compare && *direct == "":
+		return usage("a comparison needs -direct")
+	case compare && *proxied == "" && len(refNames) == 0:
+		return usage("a comparison needs both -direct and -proxied (or -ref)")
+	case !compare && len(idleCounts) == 0:
 		fs.Usage()
 		return 2
-	case *idle < 0 || *idle > 0 && (*pid <= 0 || *proxied == ""):
-		fmt.Fprintln(stderr, "mongobouncer-bench: -idle K needs -proxied and the proxy's -pid")
-		return 2
+	case len(idleCounts) > 0 && (*pid <= 0 || *proxied == ""):
+		return usage("-idle K needs -proxied and the proxy's -pid")
 	}
 	level := slog.LevelWarn
 	if *verbose {
@@ -171,52 +219,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		table = stderr
 	}
 	var out output
-	var err error
 	if compare {
-		var procs []loadgen.Process
-		mcfg := cfg
-		if sp != nil {
-			// Every process of the comparison, so that the report shows
-			// where a proxied operation's CPU goes (see docs/performance.md).
-			procs = []loadgen.Process{{Name: "bench", PID: 0}, {Name: "upstream", PID: sp.fake.cmd.Process.Pid}}
-			mcfg.Processes = slices.Concat(procs, []loadgen.Process{{Name: "mongobouncer", PID: spawnedPID, ProxiedOnly: true}})
-		}
-		var rep loadgen.Report
-		rep, err = loadgen.Compare(ctx, *direct, *proxied, mcfg)
-		if len(rep.Runs) > 0 {
-			out.Compare = &rep
-			_ = rep.WriteTable(table)
-		}
-		if c, ok := rep.Proxied.ProcessCPU("mongobouncer"); ok {
-			out.CPUPerOp = c.PerOp
-		}
-		if err == nil && sp != nil && len(sp.relays) > 0 {
-			summary := fmt.Sprintf("proxied/direct throughput (CPU ratio): mongobouncer %.3f (%.3f)", rep.ThroughputRatio, rep.CPURatio)
-			for _, r := range sp.relays {
-				fmt.Fprintf(table, "\nreference: %s relay at %s (no pool, no inspection)\n", r.kind, r.addr)
-				rcfg := cfg
-				rcfg.Processes = slices.Concat(procs, []loadgen.Process{{Name: string(r.kind) + "-relay", PID: r.proc.cmd.Process.Pid, ProxiedOnly: true}})
-				var rrep loadgen.Report
-				rrep, err = loadgen.Compare(ctx, *direct, r.addr, rcfg)
-				if len(rrep.Runs) > 0 {
-					_ = rrep.WriteTable(table)
-					out.References = append(out.References, reference{Relay: r.kind, Compare: &rrep})
-				}
-				if err != nil {
-					break
-				}
-				summary += fmt.Sprintf(", %s relay %.3f (%.3f)", r.kind, rrep.ThroughputRatio, rrep.CPURatio)
-			}
-			fmt.Fprintf(table, "\n%s\n", summary)
-		}
+		err = compareAll(ctx, &out, table, comparison{cfg: cfg, counts: clientCounts, direct: *direct, proxied: *proxied,
+			sp: sp, spawnedPID: spawnedPID, refNames: refNames, haproxyBin: *haproxyBin})
 	}
-	if err == nil && *idle > 0 {
-		var rep loadgen.IdleReport
-		rep, err = loadgen.ProbeIdle(ctx, *proxied, loadgen.IdleConfig{Conns: *idle, PID: *pid, Settle: *settle, DialTimeout: cfg.OpTimeout, Logger: logger})
-		if err == nil {
-			out.Idle = &rep
-			_ = rep.WriteTable(table)
+	if err == nil && len(idleCounts) > 0 {
+		var fresh func() (idleTarget, error)
+		if sp != nil {
+			fresh = func() (idleTarget, error) {
+				s, err := spawn(*spawnBin, *bPool, *bMode, fmt.Sprintf("--event-loop=%v", *bLoop))
+				if err != nil {
+					return idleTarget{}, err
+				}
+				return idleTarget{addr: s.proxied, pid: s.pid(), stop: s.stop}, nil
+			}
 		}
+		err = probeIdleAll(ctx, &out, table, idleCounts, *idleRepeat, loadgen.IdleConfig{PID: *pid, Settle: *settle,
+			DialTimeout: cfg.OpTimeout, SourceAddrs: cfg.SourceAddrs, Logger: logger}, *proxied, fresh)
 	}
 	if err != nil {
 		out.Error = err.Error()

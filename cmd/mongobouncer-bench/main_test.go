@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,7 +104,13 @@ func TestUsage(t *testing.T) {
 		{"-nosuchflag"},
 		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-workload", "nope"},
 		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-duration", "100ms", "-warmup", "200ms"},
-		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-reference"},
+		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-ref", "nope"},
+		{"-proxied", "127.0.0.1:2", "-ref", "haproxy"},
+		{"-direct", "mongodb://127.0.0.1:1/", "-ref", "haproxy"},
+		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-clients", "ten"},
+		{"-direct", "127.0.0.1:1", "-proxied", "127.0.0.1:2", "-source", "127.0.0.9-127.0.0.1"},
+		{"-clients", "0"},
+		{"-proxied", "127.0.0.1:1", "-idle", "5", "-pid", "1", "-idle-repeat", "0"},
 	} {
 		if code, _, stderr := runArgs(args...); code != 2 || stderr == "" {
 			t.Errorf("%q: exit %d, stderr %q; want 2 with a message", args, code, stderr)
@@ -188,7 +195,11 @@ func TestSpawnWithReference(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bench, "-spawn", bouncer, "-reference", "-clients", "4", "-duration", "300ms",
+	_, haproxyErr := loadgen.FindHAProxy("")
+	// 1 s per run: five processes share the cores with the race detector,
+	// and a freshly started relay may take a few hundred milliseconds to
+	// answer its first hello on a loaded machine.
+	cmd := exec.CommandContext(ctx, bench, "-spawn", bouncer, "-reference", "-ref", "haproxy", "-clients", "4,2", "-duration", "1s",
 		"-warmup", "50ms", "-rounds", "1", "-json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -202,13 +213,34 @@ func TestSpawnWithReference(t *testing.T) {
 	if out.Compare == nil || out.Compare.Proxied.Ops == 0 || out.Compare.Proxied.Errors != 0 || out.CPUPerOp <= 0 {
 		t.Fatalf("mongobouncer comparison: %+v", out)
 	}
-	wantRefs := 2
-	if uring.Supported() {
-		wantRefs = 3
+	// -ref haproxy comes first (its order on the command line), then the
+	// relays of -reference; haproxy is skipped, with a message, where it
+	// is not installed.
+	var want []loadgen.RelayKind
+	if haproxyErr == nil {
+		want = append(want, "haproxy")
+	} else if !strings.Contains(stderr.String(), "haproxy: skipped") {
+		t.Errorf("no message for the missing haproxy:\n%s", stderr.String())
 	}
-	if len(out.References) != wantRefs || out.References[0].Relay != loadgen.RelayGoroutine || out.References[1].Relay != loadgen.RelayEpoll ||
-		(wantRefs == 3 && out.References[2].Relay != loadgen.RelayUring) {
-		t.Fatalf("references %+v", out.References)
+	want = append(want, loadgen.RelayGoroutine, loadgen.RelayEpoll)
+	if uring.Supported() {
+		want = append(want, loadgen.RelayUring)
+	}
+	var got []loadgen.RelayKind
+	for _, r := range out.References {
+		got = append(got, r.Relay)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("references %v, want %v", got, want)
+	}
+	// Every target at both client counts, in order.
+	if len(out.Series) != 2*(1+len(want)) || out.Series[0].Clients != 4 || out.Series[0].Target != "mongobouncer" ||
+		out.Series[len(out.Series)-1].Clients != 2 {
+		t.Fatalf("series of %d entries: %+v", len(out.Series), out.Series)
+	}
+	byName := map[loadgen.RelayKind]*loadgen.Report{}
+	for _, r := range out.References {
+		byName[r.Relay] = r.Compare
 	}
 	for _, r := range out.References {
 		if r.Compare == nil || r.Compare.Proxied.Ops == 0 || r.Compare.Proxied.Errors != 0 || r.Compare.ThroughputRatio <= 0 {
@@ -223,9 +255,13 @@ func TestSpawnWithReference(t *testing.T) {
 		want []string
 	}{
 		{"mongobouncer", out.Compare, []string{"bench", "upstream", "mongobouncer"}},
-		{"goroutine relay", out.References[0].Compare, []string{"bench", "upstream", "goroutine-relay"}},
-		{"epoll relay", out.References[1].Compare, []string{"bench", "upstream", "epoll-relay"}},
+		{"goroutine relay", byName[loadgen.RelayGoroutine], []string{"bench", "upstream", "goroutine-relay"}},
+		{"epoll relay", byName[loadgen.RelayEpoll], []string{"bench", "upstream", "epoll-relay"}},
+		{"haproxy", byName["haproxy"], []string{"bench", "upstream", "haproxy"}},
 	} {
+		if c.rep == nil && c.name == "haproxy" && haproxyErr != nil {
+			continue
+		}
 		var got []string
 		for _, p := range c.rep.Proxied.CPU {
 			got = append(got, p.Name)
@@ -234,7 +270,68 @@ func TestSpawnWithReference(t *testing.T) {
 			t.Fatalf("%s: CPU measured for %v (direct %+v), ratio %v", c.name, got, c.rep.Direct.CPU, c.rep.CPURatio)
 		}
 	}
-	if !strings.Contains(stderr.String(), "proxied/direct throughput (CPU ratio): mongobouncer") {
-		t.Fatalf("summary line missing:\n%s", stderr.String())
+	if !strings.Contains(stderr.String(), "summary (each row") || !strings.Contains(stderr.String(), "proxy CPU/op") {
+		t.Fatalf("summary table missing:\n%s", stderr.String())
+	}
+}
+
+func TestParseRefsAndCounts(t *testing.T) {
+	got, err := parseRefs(" haproxy, relay-epoll ,haproxy,")
+	if err != nil || !slices.Equal(got, []string{refHAProxy, refRelayEpoll}) {
+		t.Errorf("parseRefs = %v, %v", got, err)
+	}
+	relays, err := parseRefs("relays")
+	if err != nil || len(relays) < 2 || relays[0] != refRelayGoroutine || relays[1] != refRelayEpoll {
+		t.Errorf("parseRefs(relays) = %v, %v", relays, err)
+	}
+	// -ref relay-epoll -reference: the epoll relay once, where -ref put it.
+	if got, err := parseRefs("relay-epoll,haproxy,relays"); err != nil || len(got) < 3 ||
+		!slices.Equal(got[:3], []string{refRelayEpoll, refHAProxy, refRelayGoroutine}) {
+		t.Errorf("parseRefs with relays after relay-epoll = %v, %v", got, err)
+	}
+	if got, err := parseRefs(""); err != nil || len(got) != 0 {
+		t.Errorf("parseRefs(\"\") = %v, %v", got, err)
+	}
+	if _, err := parseRefs("nginx"); err == nil {
+		t.Error("parseRefs(nginx) accepted")
+	}
+	if got, err := parseCounts("1, 10,100,1000"); err != nil || !slices.Equal(got, []int{1, 10, 100, 1000}) {
+		t.Errorf("parseCounts = %v, %v", got, err)
+	}
+	for _, bad := range []string{"x", "-1", "1,,y"} {
+		if _, err := parseCounts(bad); err == nil {
+			t.Errorf("parseCounts(%q) accepted", bad)
+		}
+	}
+}
+
+// -ref haproxy in front of a -direct address, without -spawn: the
+// comparison runs (or, without haproxy, says it is skipped and fails for
+// want of a target).
+func TestRefHAProxyWithoutSpawn(t *testing.T) {
+	a := okServer(t)
+	code, stdout, stderr := runArgs("-direct", a, "-ref", "haproxy", "-clients", "1,2", "-duration", "300ms",
+		"-warmup", "50ms", "-rounds", "1", "-json")
+	if _, err := loadgen.FindHAProxy(""); err != nil {
+		if code != 1 || !strings.Contains(stderr, "haproxy: skipped") {
+			t.Fatalf("exit %d without haproxy:\n%s", code, stderr)
+		}
+		return
+	}
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	var out output
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Series) != 2 || out.Series[0].Target != "haproxy" || out.Series[1].Clients != 2 || out.Compare != nil {
+		t.Fatalf("series %+v", out.Series)
+	}
+	for _, s := range out.Series {
+		cpu, ok := s.Compare.Proxied.ProcessCPU("haproxy")
+		if s.Compare.Proxied.Ops == 0 || s.Compare.Proxied.Errors != 0 || !ok || cpu.Total < 0 {
+			t.Fatalf("%d clients: %+v", s.Clients, s.Compare.Proxied)
+		}
 	}
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/loadgen"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
-	"github.com/mongobouncer/mongobouncer/internal/uring"
 )
 
 // spawned is a fast fake upstream and a real mongobouncer in front of it,
@@ -25,8 +24,6 @@ type spawned struct {
 	fake, bouncer *child
 	direct        string
 	proxied       string
-	// relays are the reference relays (-reference), in front of the fake.
-	relays []spawnedRelay
 }
 
 // child is a started process with its exit watched.
@@ -139,13 +136,9 @@ func spawn(bin string, poolSize int, mode string, extra ...string) (*spawned, er
 
 func (s *spawned) pid() int { return s.bouncer.cmd.Process.Pid }
 
-// stop terminates mongobouncer and the reference relays, then the fake
-// upstream.
+// stop terminates mongobouncer, then the fake upstream.
 func (s *spawned) stop() {
 	s.bouncer.stop()
-	for _, r := range s.relays {
-		r.proc.stop()
-	}
 	s.fake.stop()
 }
 
@@ -183,36 +176,8 @@ func startAnnouncing(cmd *exec.Cmd) (*child, string, error) {
 }
 
 // relayFlag makes the bench binary serve a reference relay (see
-// serveRelay); -reference runs it as a child process: -serve-relay KIND UPSTREAM.
+// serveRelay); -ref runs it as a child process: -serve-relay KIND UPSTREAM.
 const relayFlag = "-serve-relay"
-
-// spawnedRelay is a reference relay in a process of its own.
-type spawnedRelay struct {
-	kind loadgen.RelayKind
-	proc *child
-	addr string
-}
-
-// spawnRelays starts one relay process of each kind in front of upstream;
-// the io_uring relay only where io_uring can be used.
-func (s *spawned) spawnRelays(upstream string) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	kinds := []loadgen.RelayKind{loadgen.RelayGoroutine, loadgen.RelayEpoll}
-	if uring.Supported() {
-		kinds = append(kinds, loadgen.RelayUring)
-	}
-	for _, kind := range kinds {
-		proc, addr, err := startAnnouncing(exec.Command(self, relayFlag, string(kind), upstream))
-		if err != nil {
-			return fmt.Errorf("start %s relay: %w", kind, err)
-		}
-		s.relays = append(s.relays, spawnedRelay{kind: kind, proc: proc, addr: addr})
-	}
-	return nil
-}
 
 // serveRelay runs a reference relay of kind in front of upstream on a free
 // loopback port, prints its address on stdout, and serves until SIGTERM or

@@ -1,22 +1,28 @@
-// Command mongobouncer-demo runs mongobouncer for real on this machine: it
-// starts the embedded FerretDB dev server and the mongobouncer binary on
-// loopback, drives a bounded workload of many driver connections through a
-// small pool, prints what happened, and stops everything.
+// Command mongobouncer-demo runs mongobouncer for real on this machine and
+// shows, side by side, what it changes: it starts the embedded FerretDB dev
+// server, mongobouncer in front of it with a small pool, and HAProxy (a
+// plain TCP relay, when installed) in front of it too; then it drives the
+// same driver workload (80 % findOne by _id, 20 % insertOne) directly, through
+// mongobouncer and through HAProxy, at 100 clients and at 10, and prints for
+// each the client and upstream connections, ops/s, p50 and p99. Every run
+// is bounded; the whole demo takes about a minute and a quarter.
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/loadgen"
@@ -24,38 +30,117 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	args, err := parseArgs(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mongobouncer-demo:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = run(ctx, args, os.Stdout)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	var (
-		bin      = flag.String("mongobouncer", "bin/mongobouncer", "mongobouncer binary")
-		clients  = flag.Int("clients", 100, "concurrent client connections")
-		poolSize = flag.Int("pool", 10, "mongobouncer max_pool_size")
-		duration = flag.Duration("duration", 10*time.Second, "workload duration")
-		mode     = flag.String("pool-mode", "transaction", "pool mode")
-	)
-	flag.Parse()
+// demoArgs are the demo's settings.
+type demoArgs struct {
+	bin      string
+	clients  []int
+	pool     int
+	duration time.Duration
+	warmup   time.Duration
+	mode     string
+	haproxy  string
+	// noHAProxy leaves HAProxy out even where it is installed.
+	noHAProxy bool
+}
 
-	fmt.Println("== starting devmongo (embedded FerretDB, SQLite) ...")
+// Bounds of the demo's settings: it must stay a demo.
+const (
+	maxDemoClients  = 1000
+	minDemoDuration = 2 * time.Second
+	maxDemoDuration = 60 * time.Second
+)
+
+// parseArgs parses and checks the command line.
+func parseArgs(args []string, stderr io.Writer) (demoArgs, error) {
+	fs := flag.NewFlagSet("mongobouncer-demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var a demoArgs
+	fs.StringVar(&a.bin, "mongobouncer", "bin/mongobouncer", "mongobouncer binary")
+	clients := fs.String("clients", "100,10", "driver clients of each round, comma-separated: each count runs direct, through mongobouncer and through HAProxy")
+	fs.IntVar(&a.pool, "pool", 10, "mongobouncer max_pool_size")
+	fs.DurationVar(&a.duration, "duration", 8*time.Second, "length of each run, warm-up included")
+	fs.StringVar(&a.mode, "pool-mode", "transaction", "mongobouncer pool mode (session, transaction or statement)")
+	fs.StringVar(&a.haproxy, "haproxy", "", "haproxy binary (default: haproxy in PATH, or /usr/sbin/haproxy)")
+	fs.BoolVar(&a.noHAProxy, "no-haproxy", false, "leave HAProxy out")
+	if err := fs.Parse(args); err != nil {
+		return a, err
+	}
+	if fs.NArg() > 0 {
+		return a, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for part := range strings.SplitSeq(*clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 1 || n > maxDemoClients {
+			return a, fmt.Errorf("-clients: %q is not a count in [1, %d]", part, maxDemoClients)
+		}
+		a.clients = append(a.clients, n)
+	}
+	switch {
+	case a.pool < 1:
+		return a, fmt.Errorf("-pool %d: must be at least 1", a.pool)
+	case a.duration < minDemoDuration || a.duration > maxDemoDuration:
+		return a, fmt.Errorf("-duration %v: must be in [%v, %v]", a.duration, minDemoDuration, maxDemoDuration)
+	case !slices.Contains([]string{"session", "transaction", "statement"}, a.mode):
+		return a, fmt.Errorf("-pool-mode %q: want session, transaction or statement", a.mode)
+	}
+	// A quarter of each run warms up (connections, FerretDB's caches) and
+	// is left out of the figures.
+	a.warmup = a.duration / 4
+	return a, nil
+}
+
+// demoTarget is one way to reach devmongo: directly, through mongobouncer
+// or through HAProxy.
+type demoTarget struct {
+	name string
+	addr string
+	// pid holds the upstream connections (0: the demo itself, direct).
+	pid int
+}
+
+// result is one run's figures.
+type result struct {
+	target   demoTarget
+	res      loadgen.Result
+	err      error
+	clientsN int
+	upN      int
+}
+
+func run(ctx context.Context, a demoArgs, w io.Writer) error {
+	fmt.Fprintln(w, "== starting devmongo (embedded FerretDB, SQLite) ...")
 	dm, err := devmongo.StartMain()
 	if err != nil {
 		return fmt.Errorf("devmongo: %w", err)
 	}
 	defer dm.Stop()
-	fmt.Println("   devmongo listening on", dm.Addr())
+	fmt.Fprintln(w, "   devmongo listening on", dm.Addr())
 
 	listen, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("== starting mongobouncer on %s (pool_mode=%s, max_pool_size=%d) ...\n", listen, *mode, *poolSize)
-	cmd := exec.Command(*bin, "--listen", listen, "--upstream", "mongodb://"+dm.Addr()+"/",
-		"--pool-mode", *mode, "--max-pool-size", strconv.Itoa(*poolSize), "--log-level", "warn")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	fmt.Fprintf(w, "== starting mongobouncer on %s (pool_mode=%s, max_pool_size=%d) ...\n", listen, a.mode, a.pool)
+	cmd := exec.Command(a.bin, "--listen", listen, "--upstream", "mongodb://"+dm.Addr()+"/",
+		"--pool-mode", a.mode, "--max-pool-size", strconv.Itoa(a.pool), "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = w, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start mongobouncer: %w", err)
 	}
@@ -71,42 +156,47 @@ func run() error {
 	if err := waitListening(listen, 10*time.Second, exited); err != nil {
 		return err
 	}
-
-	_, port, _ := net.SplitHostPort(dm.Addr())
-	sampler := startSampler(port)
-	_, listenPort, _ := net.SplitHostPort(listen)
-	clientSampler := startSampler(listenPort)
-	fmt.Printf("== running: %d clients through a pool of %d for %v ...\n", *clients, *poolSize, *duration)
-	ctx, cancel := context.WithTimeout(context.Background(), *duration+30*time.Second)
-	defer cancel()
-	res, runErr := loadgen.Run(ctx, listen, loadgen.Config{
-		Workload:    loadgen.WorkloadDriver,
-		Clients:     *clients,
-		Duration:    *duration,
-		Warmup:      time.Second,
-		MaxOps:      50_000_000,
-		MaxPoolSize: uint64(*clients),
-		Database:    "demo",
-	})
-	maxUp := sampler.stop()
-	maxClients := clientSampler.stop()
-
-	fmt.Println("== results")
-	if runErr != nil && !errors.Is(runErr, loadgen.ErrNoMeasurement) {
-		fmt.Println("   workload error:", runErr)
+	targets := []demoTarget{
+		{name: "direct", addr: dm.Addr()},
+		{name: fmt.Sprintf("mongobouncer (pool of %d)", a.pool), addr: listen, pid: cmd.Process.Pid},
 	}
-	fmt.Printf("   operations:      %d (%.0f ops/s)\n", res.Ops, res.OpsPerSec)
-	fmt.Printf("   latency:         p50 %v, p99 %v, max %v\n", res.Latency.P50.Round(time.Microsecond),
-		res.Latency.P99.Round(time.Microsecond), res.Latency.Max.Round(time.Microsecond))
-	fmt.Printf("   errors:          %d\n", res.Errors)
-	for _, e := range res.ErrorSamples {
-		fmt.Println("     -", e)
+	if !a.noHAProxy {
+		h, err := loadgen.StartHAProxy(ctx, loadgen.HAProxyOptions{Binary: a.haproxy, Upstream: dm.Addr()})
+		switch {
+		case errors.Is(err, loadgen.ErrNoHAProxy):
+			fmt.Fprintln(w, "   HAProxy is not installed: its column is skipped (as root: make haproxy)")
+		case err != nil:
+			fmt.Fprintln(w, "   HAProxy did not start, its column is skipped:", err)
+		default:
+			defer h.Stop()
+			fmt.Fprintf(w, "== started HAProxy on %s (TCP mode, one upstream connection per client)\n", h.Addr())
+			targets = append(targets, demoTarget{name: "HAProxy (TCP relay)", addr: h.Addr(), pid: h.PID()})
+		}
 	}
-	fmt.Printf("   client conns:    at most %d open to mongobouncer (%d workers, a driver pool of up to %d)\n", maxClients, *clients, *clients)
-	fmt.Printf("   upstream conns:  at most %d open to devmongo (pool of %d, plus 1 monitoring connection)\n", maxUp, *poolSize)
-	fmt.Println("   (the rate is FerretDB+SQLite's own; direct connections get the same: see docs/performance.md)")
 
-	fmt.Println("== stopping mongobouncer (SIGTERM) ...")
+	_, dmPortS, _ := net.SplitHostPort(dm.Addr())
+	dmPort, _ := strconv.Atoi(dmPortS)
+	// A first, unreported run against devmongo: a cold FerretDB (SQLite
+	// pages, query plans) would otherwise slow whichever target runs first.
+	fmt.Fprintf(w, "== warming devmongo up (%v, not reported) ...\n", a.warmup)
+	warm := a
+	warm.duration, warm.warmup = a.warmup, 0
+	_ = measure(ctx, warm, targets[0], a.clients[0], dmPort)
+	var failures []string
+	for i, n := range a.clients {
+		fmt.Fprintf(w, "\n== %d driver clients, 80 %% findOne by _id / 20 %% insertOne, %v per target (first %v left out) ...\n", n, a.duration, a.warmup)
+		rows := make([]result, len(targets))
+		for _, j := range runOrder(len(targets), i) {
+			rows[j] = measure(ctx, a, targets[j], n, dmPort)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		writeTable(w, rows)
+		failures = append(failures, check(a, rows)...)
+	}
+
+	fmt.Fprintln(w, "\n== stopping mongobouncer (SIGTERM) ...")
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-exited:
@@ -114,14 +204,111 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("mongobouncer exited: %w", err)
 		}
-		fmt.Println("   mongobouncer exited cleanly")
+		fmt.Fprintln(w, "   mongobouncer exited cleanly")
 	case <-time.After(40 * time.Second):
 		return errors.New("mongobouncer did not stop within 40s")
 	}
-	if runErr != nil || res.Errors > 0 || maxUp > *poolSize+1 {
-		return fmt.Errorf("demo saw errors or too many upstream connections")
+	if len(failures) > 0 {
+		return errors.New(strings.Join(failures, "; "))
 	}
 	return nil
+}
+
+// runOrder is the order in which the targets run at the i-th client count:
+// as listed, then reversed, and so on, so that a machine that speeds up or
+// slows down during the demo does not favour the target that always runs
+// first (FerretDB's speed here drifts by a factor of two within a minute).
+func runOrder(targets, i int) []int {
+	out := make([]int, targets)
+	for k := range out {
+		out[k] = k
+		if i%2 == 1 {
+			out[k] = targets - 1 - k
+		}
+	}
+	return out
+}
+
+// measure runs the workload against t with n clients, counting the
+// demo's connections to t and t's connections to devmongo during the
+// measured window (after the warm-up, before the run's end).
+func measure(ctx context.Context, a demoArgs, t demoTarget, n, dmPort int) result {
+	_, portS, _ := net.SplitHostPort(t.addr)
+	port, _ := strconv.Atoi(portS)
+	clientSampler := startConnSampler(0, port)
+	upSampler := startConnSampler(t.pid, dmPort)
+	rctx, cancel := context.WithTimeout(ctx, a.duration+time.Minute)
+	defer cancel()
+	res, err := loadgen.Run(rctx, t.addr, loadgen.Config{
+		Workload:    loadgen.WorkloadFindInsert,
+		Clients:     n,
+		Duration:    a.duration,
+		Warmup:      a.warmup,
+		MaxOps:      50_000_000,
+		MaxPoolSize: uint64(n),
+		// FerretDB's tail under 100 clients reaches seconds: an operation
+		// is a slow success, not a timeout, up to the run's end.
+		OpTimeout: 30 * time.Second,
+		Database:  "demo",
+	})
+	from, to := res.Start.Add(a.warmup), res.Start.Add(a.duration)
+	return result{target: t, res: res, err: err, clientsN: clientSampler.stop(from, to), upN: upSampler.stop(from, to)}
+}
+
+// writeTable prints one row per target, ratios against the first (direct).
+func writeTable(w io.Writer, rows []result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tclient conns\tupstream conns\tops/s\t×direct\tp50\tp99\terrors\t")
+	base := rows[0].res.OpsPerSec
+	for _, r := range rows {
+		ratio := "-"
+		if base > 0 {
+			ratio = fmt.Sprintf("%.2f", r.res.OpsPerSec/base)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%d\t\n", r.target.name, r.clientsN, r.upN, r.res.OpsPerSec, ratio,
+			fmtLatency(r.res.Latency.P50), fmtLatency(r.res.Latency.P99), r.res.Errors)
+	}
+	_ = tw.Flush()
+	for _, r := range rows {
+		if r.err != nil {
+			fmt.Fprintf(w, "   %s: %v\n", r.target.name, r.err)
+		}
+		for _, e := range r.res.ErrorSamples {
+			fmt.Fprintf(w, "   %s error: %s\n", r.target.name, e)
+		}
+	}
+	if len(rows) > 1 && base > 0 && rows[1].res.OpsPerSec > 0 {
+		d, m := rows[0], rows[1]
+		fmt.Fprintf(w, "   mongobouncer served %d client connections over %d upstream ones: %.2f× direct throughput, p99 %s against %s direct.\n",
+			m.clientsN, m.upN, m.res.OpsPerSec/base, fmtLatency(m.res.Latency.P99), fmtLatency(d.res.Latency.P99))
+	}
+}
+
+// check returns what makes the demo fail: errors or a failed run through
+// mongobouncer, or more upstream connections than its pool and monitoring
+// allow. Direct and HAProxy rows are shown, not judged.
+func check(a demoArgs, rows []result) []string {
+	var out []string
+	if len(rows) < 2 {
+		return nil
+	}
+	m := rows[1]
+	// The pool, plus a server's two monitoring connections.
+	if m.upN > a.pool+2 {
+		out = append(out, fmt.Sprintf("%s held %d upstream connections, more than its pool of %d and 2 monitoring", m.target.name, m.upN, a.pool))
+	}
+	if m.err != nil || m.res.Errors > 0 || m.res.Ops == 0 {
+		out = append(out, fmt.Sprintf("%s: %d operations, %d errors, %v", m.target.name, m.res.Ops, m.res.Errors, m.err))
+	}
+	return out
+}
+
+// fmtLatency prints a latency in ms, or s from one second.
+func fmtLatency(d time.Duration) string {
+	if d >= time.Second {
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.1f ms", float64(d)/1e6)
 }
 
 func freeAddr() (string, error) {
@@ -148,68 +335,4 @@ func waitListening(addr string, d time.Duration, exited <-chan error) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("mongobouncer not listening on %s after %v", addr, d)
-}
-
-// sampler counts established TCP connections to the upstream port, read
-// from /proc/net/tcp: what the upstream really sees, independent of
-// mongobouncer's own accounting.
-type sampler struct {
-	mu   sync.Mutex
-	max  int
-	done chan struct{}
-	wg   sync.WaitGroup
-}
-
-func startSampler(port string) *sampler {
-	p, _ := strconv.Atoi(port)
-	hexPort := fmt.Sprintf("%04X", p)
-	s := &sampler{done: make(chan struct{})}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			n := countEstablished(hexPort)
-			s.mu.Lock()
-			s.max = max(s.max, n)
-			s.mu.Unlock()
-			select {
-			case <-s.done:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return s
-}
-
-func (s *sampler) stop() int {
-	close(s.done)
-	s.wg.Wait()
-	return s.max
-}
-
-// countEstablished counts ESTABLISHED sockets whose remote port is port
-// (the client ends of connections to the upstream).
-func countEstablished(hexPort string) int {
-	n := 0
-	for _, path := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		f, err := os.Open(path)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 4 || fields[3] != "01" {
-				continue
-			}
-			if i := strings.LastIndexByte(fields[2], ':'); i >= 0 && fields[2][i+1:] == hexPort {
-				n++
-			}
-		}
-		f.Close()
-	}
-	return n
 }

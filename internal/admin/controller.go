@@ -27,7 +27,8 @@ type Controller interface {
 	Config() map[string]any
 	// Ready reports whether every route can serve a primary read now (a
 	// server that takes writes, with a ready pool), and if not, why (one
-	// line per route that is not).
+	// line per route that is not). Lines returned with true are warnings
+	// that do not fail readiness; /readyz prints them after "ok".
 	Ready() (bool, []string)
 
 	// Pause stops handing out upstream connections for route ("" = every

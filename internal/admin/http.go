@@ -185,14 +185,18 @@ func (h *httpHandler) readyz(w http.ResponseWriter, _ *http.Request) {
 	ready, reasons := h.c.ctl.Ready()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	if ready {
+	switch {
+	case ready:
+		// Ready with reasons: warnings a probe passes over but an operator
+		// reading the page should see (an open-file limit too low for
+		// max_client_conn).
 		_, _ = w.Write([]byte("ok\n"))
-		return
-	}
-	if len(reasons) == 0 {
+	case len(reasons) == 0:
 		reasons = []string{"not ready"}
+		fallthrough
+	default:
+		w.WriteHeader(http.StatusServiceUnavailable)
 	}
-	w.WriteHeader(http.StatusServiceUnavailable)
 	for _, r := range reasons {
 		// One reason per line, whatever the Controller put in it.
 		_, _ = w.Write([]byte(strings.ReplaceAll(r, "\n", " ") + "\n"))
@@ -219,7 +223,7 @@ GET  /status            status page (charts)
 GET  /status/data       the status page's data (JSON)
 GET  /metrics           Prometheus metrics
 GET  /healthz           200 while the process is alive
-GET  /readyz            200 when every route can serve a primary read, else 503 and why
+GET  /readyz            200 when every route can serve a primary read, else 503 and why (warnings follow "ok")
 GET  /admin/pools       showPools
 GET  /admin/stats       showStats
 GET  /admin/clients     showClients

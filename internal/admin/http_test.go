@@ -174,6 +174,12 @@ func TestHealthAndReady(t *testing.T) {
 		t.Fatalf("readyz ready: %d %q", w.Code, w.Body)
 	}
 	f.mu.Lock()
+	f.reasons = []string{"warning: the open-file limit\nis low"}
+	f.mu.Unlock()
+	if w := do(t, h, http.MethodGet, "/readyz"); w.Code != 200 || w.Body.String() != "ok\nwarning: the open-file limit is low\n" {
+		t.Fatalf("readyz ready with a warning: %d %q", w.Code, w.Body)
+	}
+	f.mu.Lock()
 	f.ready, f.reasons = false, []string{"route orders: no ready pool (127.0.0.1:27017: connection refused)", "route *: no server\nselected"}
 	f.mu.Unlock()
 	w := do(t, h, http.MethodGet, "/readyz")

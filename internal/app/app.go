@@ -61,6 +61,10 @@ type App struct {
 	adminL       net.Listener
 	adminSampler *admin.Sampler
 
+	// fds is the file-descriptor budget of cfg against the open-file
+	// limit read at New (guarded by mu); /readyz shows its warning.
+	fds FDBudget
+
 	wg           sync.WaitGroup // listener goroutines
 	serveErr     chan error
 	shutdown     chan struct{}
@@ -153,6 +157,8 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 			c.Global.AdminListen = o.AdminListen
 		}
 	}
+	a.fds = fdBudget(cfg, routes, raiseFileLimit(logger))
+	checkFDs(logger, a.fds)
 	// Bind first: an address in use fails before any upstream is dialled
 	// or monitored. Nothing is accepted until Start.
 	for _, want := range wantedListeners(cfg, routes) {

@@ -112,6 +112,10 @@ func statsInfo(t metrics.Totals) admin.StatsInfo {
 
 // Ready reports whether every route can serve a primary read now
 // (routeWritable), and for each route that cannot, what its servers are.
+// A max_client_conn that the open-file limit cannot hold adds a warning
+// line without failing readiness: the pooler serves every client it can,
+// and an orchestrator that took it out of rotation for a configuration
+// problem would turn a limit reached at peak into an outage now.
 func (a *App) Ready() (bool, []string) {
 	var why []string
 	for _, r := range a.sortedRoutes() {
@@ -122,7 +126,14 @@ func (a *App) Ready() (bool, []string) {
 	if a.server.Draining() {
 		why = append(why, "shutting down")
 	}
-	return len(why) == 0, why
+	ready := len(why) == 0
+	a.mu.Lock()
+	fds := a.fds
+	a.mu.Unlock()
+	if fds.Short() {
+		why = append(why, fds.Warning())
+	}
+	return ready, why
 }
 
 // Pause stops handing out connections for a route, or for all ("").

@@ -219,6 +219,10 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	}
 	a.routes = next
 	a.cfg = cfg
+	a.fds = fdBudget(cfg, want, a.fds.Limit)
+	if a.fds.Short() {
+		checkFDs(a.log, a.fds)
+	}
 	if len(changes) == 0 {
 		changes = []string{"no changes"}
 	}

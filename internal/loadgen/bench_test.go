@@ -15,7 +15,7 @@ func BenchmarkPingClient(b *testing.B) {
 	cfg := Config{Duration: time.Hour, MaxOps: 1 << 62}.withDefaults()
 	now := time.Now()
 	r := &run{cfg: cfg, measureFrom: now, deadline: now.Add(cfg.Duration)}
-	c := newPingClient(r, resp.addr())
+	c := newPingClient(r, resp.addr(), 0)
 	ctx := context.Background()
 	if err := c.connect(ctx); err != nil {
 		b.Fatal(err)

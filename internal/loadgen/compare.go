@@ -85,7 +85,8 @@ type Report struct {
 	Workload string `json:"workload"`
 	// Clients is the number of concurrent clients per run.
 	Clients int `json:"clients"`
-	// Rounds is the number of direct+proxied round pairs.
+	// Rounds is the number of direct+proxied round pairs (merged ones
+	// included).
 	Rounds int `json:"rounds"`
 	// Duration bounds each run.
 	Duration time.Duration `json:"duration_ns"`
@@ -154,7 +155,7 @@ func Compare(ctx context.Context, directAddr, proxiedAddr string, cfg Config) (r
 			rep.Steal = float64(steal1-steal0) / float64(total1-total0)
 		}
 	}()
-	for round := range cfg.Rounds {
+	for round := cfg.RoundOffset; round < cfg.RoundOffset+cfg.Rounds; round++ {
 		order := []string{SideDirect, SideProxied}
 		if round%2 == 1 {
 			order = []string{SideProxied, SideDirect}
@@ -195,6 +196,63 @@ func Compare(ctx context.Context, directAddr, proxiedAddr string, cfg Config) (r
 		rep.finish()
 	}
 	return rep, nil
+}
+
+// Merge adds the rounds of o, a comparison of the same addresses with the
+// same configuration run separately, to r: a tool that interleaves several
+// comparisons round by round (so that the machine's drift hits them alike)
+// runs each one round at a time (Config.RoundOffset) and merges them. A
+// zero r becomes o.
+func (r *Report) Merge(o Report) {
+	if len(r.Runs) == 0 && r.Rounds == 0 {
+		*r = o
+		return
+	}
+	if n, m := float64(r.Rounds), float64(o.Rounds); n+m > 0 {
+		r.Steal = (r.Steal*n + o.Steal*m) / (n + m)
+	}
+	r.Rounds += o.Rounds
+	r.Runs = append(r.Runs, o.Runs...)
+	r.RoundRatios = append(r.RoundRatios, o.RoundRatios...)
+	r.Direct.merge(&o.Direct)
+	r.Proxied.merge(&o.Proxied)
+	r.finish()
+}
+
+// merge adds o's runs to s.
+func (s *SideSummary) merge(o *SideSummary) {
+	if s.hist == nil {
+		s.hist = NewHistogram()
+	}
+	s.Ops += o.Ops
+	s.Errors += o.Errors
+	for _, m := range o.ErrorSamples {
+		if len(s.ErrorSamples) < maxErrorSamples {
+			s.ErrorSamples = append(s.ErrorSamples, m)
+		}
+	}
+	s.Elapsed += o.Elapsed
+	if s.Elapsed > 0 {
+		s.OpsPerSec = float64(s.Ops) / s.Elapsed.Seconds()
+	}
+	if o.hist != nil {
+		s.hist.Merge(o.hist)
+	}
+	s.Latency = s.hist.Summary()
+	s.completed += o.completed
+	for _, c := range o.CPU {
+		j := slices.IndexFunc(s.CPU, func(x ProcessCPU) bool { return x.Name == c.Name })
+		if j < 0 {
+			s.CPU = append(s.CPU, ProcessCPU{Name: c.Name})
+			j = len(s.CPU) - 1
+		}
+		s.CPU[j].Total += c.Total
+	}
+	for k := range s.CPU {
+		if s.completed > 0 {
+			s.CPU[k].PerOp = s.CPU[k].Total / time.Duration(s.completed)
+		}
+	}
 }
 
 // finish recomputes the derived figures from the sides and round ratios.

@@ -117,3 +117,54 @@ func TestCompareStalledSide(t *testing.T) {
 		t.Fatalf("err %v, want ErrNoMeasurement saying the server stalled", err)
 	}
 }
+
+// A comparison run one round at a time (RoundOffset) and merged is the
+// same report as one run in one go: rounds numbered on, the order
+// alternating, totals and CPU per operation over all runs.
+func TestCompareRoundOffsetAndMerge(t *testing.T) {
+	direct := startResponder(t, responderOpts{})
+	slow := startResponder(t, responderOpts{delay: time.Millisecond})
+	procs := []Process{{Name: "bench", PID: 0}}
+	var merged Report
+	for round := range 2 {
+		cfg := Config{Clients: 2, Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Rounds: 1,
+			RoundOffset: round, Processes: procs}
+		rep, err := Compare(context.Background(), direct.addr(), slow.addr(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		merged.Merge(rep)
+	}
+	wantOrder := []string{SideDirect, SideProxied, SideProxied, SideDirect}
+	if merged.Rounds != 2 || len(merged.Runs) != 4 || len(merged.RoundRatios) != 2 {
+		t.Fatalf("merged %d rounds, %d runs, %d ratios", merged.Rounds, len(merged.Runs), len(merged.RoundRatios))
+	}
+	var directOps, proxiedOps, completed int64
+	for i, run := range merged.Runs {
+		if run.Side != wantOrder[i] || run.Round != i/2 {
+			t.Fatalf("run %d is round %d %s, want round %d %s", i, run.Round, run.Side, i/2, wantOrder[i])
+		}
+		if run.Side == SideDirect {
+			directOps += run.Result.Ops
+		} else {
+			proxiedOps += run.Result.Ops
+			completed += run.Result.Ops + run.Result.WarmupOps
+		}
+	}
+	if merged.Direct.Ops != directOps || merged.Proxied.Ops != proxiedOps {
+		t.Fatalf("side totals %d/%d, runs sum to %d/%d", merged.Direct.Ops, merged.Proxied.Ops, directOps, proxiedOps)
+	}
+	if n := merged.Proxied.hist.Count(); n != uint64(proxiedOps) {
+		t.Fatalf("merged histogram counts %d, want %d", n, proxiedOps)
+	}
+	if want := merged.Proxied.OpsPerSec / merged.Direct.OpsPerSec; merged.ThroughputRatio != want || want <= 0 {
+		t.Fatalf("ratio %v, want %v", merged.ThroughputRatio, want)
+	}
+	cpu, ok := merged.Proxied.ProcessCPU("bench")
+	if !ok || completed == 0 || cpu.PerOp != cpu.Total/time.Duration(completed) {
+		t.Fatalf("bench CPU %+v over %d completed operations", cpu, completed)
+	}
+	if _, err := Compare(context.Background(), direct.addr(), slow.addr(), Config{RoundOffset: -1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("negative offset: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 )
 
@@ -14,6 +15,10 @@ const (
 	// WorkloadDriver runs insertOne / findOne / updateOne through one
 	// shared official Go driver client.
 	WorkloadDriver = "driver"
+	// WorkloadFindInsert runs 80 % findOne by _id (of documents seeded
+	// before the run) and 20 % insertOne through one shared official Go
+	// driver client: the demo's workload.
+	WorkloadFindInsert = "find-insert"
 )
 
 // Defaults applied by Config for zero fields.
@@ -56,6 +61,11 @@ type Config struct {
 	// Rounds is the number of direct+proxied round pairs Compare runs.
 	// Run ignores it.
 	Rounds int
+	// RoundOffset numbers Compare's rounds from this value, and its
+	// alternation follows the number (even: direct first), so that a
+	// comparison run one round at a time, interleaved with others and
+	// joined with Report.Merge, alternates as one run would.
+	RoundOffset int
 	// OpTimeout bounds each operation (a hung server costs at most this
 	// long, and never outlives the run).
 	OpTimeout time.Duration
@@ -68,6 +78,10 @@ type Config struct {
 	Database string
 	// Logger receives progress messages; nil discards them.
 	Logger *slog.Logger
+	// SourceAddrs are the local addresses the ping workload's connections
+	// come from, spread round-robin, when the target is a loopback address
+	// (ParseSourceAddrs; empty: the kernel picks).
+	SourceAddrs []netip.Addr
 	// Processes are the processes whose CPU time Compare reports per
 	// operation (Linux only; elsewhere nothing is reported).
 	Processes []Process
@@ -109,8 +123,8 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
-	case c.Workload != WorkloadPing && c.Workload != WorkloadDriver:
-		return fmt.Errorf("%w: unknown workload %q (want %q or %q)", ErrInvalidConfig, c.Workload, WorkloadPing, WorkloadDriver)
+	case c.Workload != WorkloadPing && c.Workload != WorkloadDriver && c.Workload != WorkloadFindInsert:
+		return fmt.Errorf("%w: unknown workload %q (want %q, %q or %q)", ErrInvalidConfig, c.Workload, WorkloadPing, WorkloadDriver, WorkloadFindInsert)
 	case c.Clients < 1 || c.Clients > maxClients:
 		return fmt.Errorf("%w: clients %d out of range [1, %d]", ErrInvalidConfig, c.Clients, maxClients)
 	case c.Duration < 0:
@@ -121,6 +135,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max ops %d must be positive", ErrInvalidConfig, c.MaxOps)
 	case c.Rounds < 1:
 		return fmt.Errorf("%w: rounds %d must be positive", ErrInvalidConfig, c.Rounds)
+	case c.RoundOffset < 0:
+		return fmt.Errorf("%w: negative round offset %d", ErrInvalidConfig, c.RoundOffset)
 	case c.OpTimeout < 0 || c.DialTimeout < 0:
 		return fmt.Errorf("%w: negative timeout", ErrInvalidConfig)
 	}

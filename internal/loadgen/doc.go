@@ -14,6 +14,14 @@
 //     then raw OP_MSG {ping: 1, $db: "admin"} in a closed loop.
 //   - "driver": N goroutines share one official Go driver client and run a
 //     mix of insertOne / findOne / updateOne on a throw-away collection.
+//   - "find-insert": the same, with 80 % findOne by _id of documents seeded
+//     before the run and 20 % insertOne (the demo's workload).
+//
+// References (compared with direct traffic like mongobouncer): the
+// project's copy-only relays (ListenRelay) and HAProxy in TCP mode
+// (StartHAProxy, on a configuration written by HAProxyConfig). Clients may
+// come from several loopback source addresses (Config.SourceAddrs), so that
+// one address's ephemeral ports do not bound their number.
 //
 // Every run is bounded by both a duration and a maximum operation count, and
 // stops early when its context is cancelled. Operations that complete during

@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -28,46 +30,174 @@ func driverURI(addr string) string {
 	return "mongodb://" + addr + "/?directConnection=true"
 }
 
-// runDriver runs the driver workload: cfg.Clients goroutines share one
-// driver client and cycle insertOne, findOne (of the document just
-// inserted) and updateOne (of the same document) on a collection created
-// for this run and dropped afterwards.
-func runDriver(ctx context.Context, addr string, r *run) []*stats {
-	cfg := r.cfg
-	all := make([]*stats, cfg.Clients)
-	for i := range all {
-		all[i] = newStats()
-	}
+// poolFillTimeout bounds the wait for the find-insert workload's driver
+// pool to open all its connections before the run; short, so that the
+// demo stays bounded on a loaded machine.
+const poolFillTimeout = 5 * time.Second
+
+// seedDocs is how many documents the find-insert workload inserts before
+// its run, for its finds to look up by _id.
+const seedDocs = 1000
+
+// driverPrep is a driver workload's client and collection, set up before
+// the run's clock starts (connecting and seeding are not operations).
+type driverPrep struct {
+	client *mongo.Client
+	coll   *mongo.Collection
+	name   string
+	// err is a set-up failure, reported as the run's first error.
+	err error
+}
+
+// prepareDriver connects a driver client to addr and, for the find-insert
+// workload, seeds a collection created for this run.
+func prepareDriver(ctx context.Context, addr string, cfg Config) *driverPrep {
 	opts := options.Client().ApplyURI(driverURI(addr)).
 		SetAppName("mongobouncer-bench").
 		SetMaxPoolSize(cfg.MaxPoolSize).
 		SetConnectTimeout(cfg.DialTimeout).
 		SetServerSelectionTimeout(cfg.OpTimeout)
+	var ready atomic.Int64
+	if cfg.Workload == WorkloadFindInsert {
+		// Open the whole pool before the clock starts: the driver opens
+		// two connections at a time (maxConnecting), so against a slow
+		// server a short run would otherwise measure the ramp, and a
+		// target that answers the handshake itself (a pooler) would look
+		// better for it.
+		opts.SetMinPoolSize(cfg.MaxPoolSize).SetPoolMonitor(&event.PoolMonitor{Event: func(e *event.PoolEvent) {
+			switch e.Type {
+			case event.ConnectionReady:
+				ready.Add(1)
+			case event.ConnectionClosed:
+				ready.Add(-1)
+			}
+		}})
+	}
 	client, err := mongo.Connect(opts)
 	if err != nil {
-		all[0].failure(r, fmt.Errorf("connect: %w", err))
+		return &driverPrep{err: fmt.Errorf("connect: %w", err)}
+	}
+	p := &driverPrep{client: client, name: fmt.Sprintf("run_%d_%08x", time.Now().UnixNano(), rand.Uint32())}
+	p.coll = client.Database(cfg.Database).Collection(p.name)
+	if cfg.Workload == WorkloadFindInsert {
+		docs := make([]any, seedDocs)
+		for i := range docs {
+			docs[i] = bson.D{{Key: "_id", Value: int64(i)}, {Key: "g", Value: int64(-1)}, {Key: "n", Value: int64(i)}}
+		}
+		sctx, cancel := context.WithTimeout(ctx, cleanupTimeout+cfg.OpTimeout)
+		defer cancel()
+		if _, err := p.coll.InsertMany(sctx, docs); err != nil {
+			p.err = fmt.Errorf("seeding %d documents: %w", seedDocs, err)
+			return p
+		}
+		wctx, cancel := context.WithTimeout(ctx, poolFillTimeout)
+		defer cancel()
+		waitPool(wctx, &ready, int64(cfg.MaxPoolSize))
+	}
+	return p
+}
+
+// waitPool waits, polling, until ready reaches want or ctx ends; a pool
+// that does not fill in time is measured as it is.
+func waitPool(ctx context.Context, ready *atomic.Int64, want int64) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for ready.Load() < want {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// close drops the run's collection and disconnects.
+func (p *driverPrep) close(ctx context.Context, log func(msg string, args ...any)) {
+	if p.client == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := p.coll.Drop(cctx); err != nil {
+		log("loadgen: dropping the driver workload collection failed", "collection", p.name, "err", err)
+	}
+	if err := p.client.Disconnect(cctx); err != nil {
+		log("loadgen: driver disconnect failed", "err", err)
+	}
+}
+
+// runDriver runs a driver workload: cfg.Clients goroutines share p's
+// client. WorkloadDriver cycles insertOne, findOne (of the document just
+// inserted) and updateOne (of the same document); WorkloadFindInsert does
+// 80 % findOne of a seeded document by _id and 20 % insertOne.
+func runDriver(ctx context.Context, p *driverPrep, r *run) []*stats {
+	cfg := r.cfg
+	all := make([]*stats, cfg.Clients)
+	for i := range all {
+		all[i] = newStats()
+	}
+	if p.err != nil {
+		all[0].failure(r, p.err)
 		return all
 	}
-	name := fmt.Sprintf("run_%d_%08x", time.Now().UnixNano(), rand.Uint32())
-	coll := client.Database(cfg.Database).Collection(name)
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if err := coll.Drop(cctx); err != nil {
-			cfg.Logger.Warn("loadgen: dropping the driver workload collection failed", "collection", name, "err", err)
-		}
-		if err := client.Disconnect(cctx); err != nil {
-			cfg.Logger.Warn("loadgen: driver disconnect failed", "err", err)
-		}
-	}()
-
 	var wg sync.WaitGroup
 	for g := range all {
 		st := all[g]
-		wg.Go(func() { driverLoop(ctx, r, coll, int64(g), st) })
+		if cfg.Workload == WorkloadFindInsert {
+			wg.Go(func() { findInsertLoop(ctx, r, p.coll, int64(g), st) })
+			continue
+		}
+		wg.Go(func() { driverLoop(ctx, r, p.coll, int64(g), st) })
 	}
 	wg.Wait()
 	return all
+}
+
+// findInsertLoop is one client of WorkloadFindInsert: the shape of a web
+// application's traffic, mostly reads of one document by key.
+func findInsertLoop(ctx context.Context, r *run, coll *mongo.Collection, g int64, st *stats) {
+	rng := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
+	var seq int64
+	for ctx.Err() == nil && r.take() {
+		start := time.Now()
+		opCtx, cancel := context.WithDeadline(ctx, r.opDeadline(start))
+		var err error
+		op := "findOne"
+		if rng.IntN(5) == 0 {
+			op = "insertOne"
+			seq++
+			_, err = coll.InsertOne(opCtx, bson.D{{Key: "_id", Value: (g+1)<<40 | seq}, {Key: "g", Value: g}, {Key: "n", Value: seq}})
+		} else {
+			id := rng.Int64N(seedDocs)
+			var doc bson.Raw
+			doc, err = coll.FindOne(opCtx, bson.D{{Key: "_id", Value: id}}).Raw()
+			if err == nil {
+				if got, ok := doc.Lookup("n").AsInt64OK(); !ok || got != id {
+					err = fmt.Errorf("findOne _id %d returned n %v", id, doc.Lookup("n"))
+				}
+			}
+		}
+		end := time.Now()
+		cancel()
+		if err == nil {
+			st.success(r, start, end)
+			continue
+		}
+		if cutByRunEnd(ctx, r, start, end, err) {
+			return
+		}
+		st.failure(r, fmt.Errorf("%s: %w", op, err))
+	}
+}
+
+// cutByRunEnd reports whether an operation that ran from start to end
+// failed because the run ended, which is not the server's fault: the run
+// was cancelled or is over, or the operation's deadline was the run's end
+// and it expired (the driver also refuses, before sending, an operation
+// whose remaining time is below its measured round-trip time).
+func cutByRunEnd(ctx context.Context, r *run, start, end time.Time, err error) bool {
+	return ctx.Err() != nil || !end.Before(r.deadline) ||
+		errors.Is(err, context.DeadlineExceeded) && r.opDeadline(start).Equal(r.deadline)
 }
 
 func driverLoop(ctx context.Context, r *run, coll *mongo.Collection, g int64, st *stats) {
@@ -102,8 +232,7 @@ func driverLoop(ctx context.Context, r *run, coll *mongo.Collection, g int64, st
 			st.success(r, start, end)
 			continue
 		}
-		// An operation cut by the run's end is not the server's fault.
-		if ctx.Err() != nil || !end.Before(r.deadline) {
+		if cutByRunEnd(ctx, r, start, end, err) {
 			return
 		}
 		st.failure(r, fmt.Errorf("%s: %w", [...]string{"insertOne", "findOne", "updateOne"}[step], err))

@@ -2,6 +2,8 @@ package loadgen
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +77,65 @@ func TestRunDriverUnreachable(t *testing.T) {
 	}
 	if res.Ops != 0 || res.Errors == 0 || !strings.Contains(res.ErrorSamples[0], "insertOne") {
 		t.Fatalf("ops %d errors %d samples %q", res.Ops, res.Errors, res.ErrorSamples)
+	}
+}
+
+// TestRunFindInsert runs the demo's workload against FerretDB: every find
+// of a seeded document by _id finds it (a miss or a wrong document is an
+// error), the budget is spent, and the collection is dropped afterwards.
+func TestRunFindInsert(t *testing.T) {
+	s := devmongo.Start(t)
+	// The budget is small and the duration long, but on a loaded machine
+	// FerretDB may still not finish it: any number of operations will do,
+	// as long as none failed.
+	cfg := Config{Workload: WorkloadFindInsert, Clients: 3, Duration: 20 * time.Second, MaxOps: 200, MaxPoolSize: 3, Database: "fi"}
+	res, err := Run(context.Background(), s.Addr(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 0 || res.Ops == 0 || res.Ops > 200 {
+		t.Fatalf("ops %d errors %d: %q", res.Ops, res.Errors, res.ErrorSamples)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(s.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	names, err := client.Database("fi").ListCollectionNames(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 0 {
+		t.Fatalf("collections left behind: %v", names)
+	}
+}
+
+func TestCutByRunEnd(t *testing.T) {
+	now := time.Now()
+	r := &run{cfg: Config{OpTimeout: time.Second}, deadline: now.Add(10 * time.Second)}
+	ctx := context.Background()
+	late := now.Add(9500 * time.Millisecond) // its op deadline is the run's end
+	for _, c := range []struct {
+		name       string
+		start, end time.Time
+		err        error
+		want       bool
+	}{
+		{"a failure mid-run", now, now.Add(time.Millisecond), errors.New("boom"), false},
+		{"a timeout mid-run", now, now.Add(time.Second), context.DeadlineExceeded, false},
+		{"a timeout at the run's end", late, late.Add(10 * time.Millisecond), fmt.Errorf("not sent: %w", context.DeadlineExceeded), true},
+		{"another failure near the end", late, late.Add(10 * time.Millisecond), errors.New("boom"), false},
+		{"anything after the end", now, now.Add(11 * time.Second), errors.New("boom"), true},
+	} {
+		if got := cutByRunEnd(ctx, r, c.start, c.end, c.err); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if !cutByRunEnd(cctx, r, now, now, errors.New("boom")) {
+		t.Error("a cancelled run's failure counted")
 	}
 }

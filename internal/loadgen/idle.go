@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -64,6 +65,10 @@ type IdleConfig struct {
 	// Parallel bounds concurrent connection attempts, so the probe does
 	// not overflow the target's accept backlog.
 	Parallel int
+	// SourceAddrs spread the connections over local addresses, as
+	// Config.SourceAddrs does, so that more than one address's ephemeral
+	// ports can be held open.
+	SourceAddrs []netip.Addr
 	// Logger receives progress messages; nil discards them.
 	Logger *slog.Logger
 }
@@ -88,6 +93,9 @@ type IdleReport struct {
 	// ClosedByPeer counts connections the target had closed by the end of
 	// the settle time; when non-zero the figure undercounts.
 	ClosedByPeer int `json:"closed_by_peer"`
+	// Answered counts the connections that answered a ping after the
+	// RSS was read: all of them, or the probe fails.
+	Answered int `json:"answered"`
 	// FileLimit is the soft RLIMIT_NOFILE the probe ran with.
 	FileLimit uint64 `json:"file_limit"`
 	// Settle is the settle time used.
@@ -100,8 +108,8 @@ type IdleReport struct {
 
 // WriteTable prints the report in one human-readable line.
 func (r *IdleReport) WriteTable(w io.Writer) error {
-	_, err := fmt.Fprintf(w, "idle: %d connections to %s: pid %d RSS %.1f MiB -> %.1f MiB, +%.0f bytes per idle client (settle %v, %d closed by peer)\n",
-		r.Conns, r.Addr, r.PID, float64(r.RSSBefore)/(1<<20), float64(r.RSSAfter)/(1<<20), r.BytesPerConn, r.Settle, r.ClosedByPeer)
+	_, err := fmt.Fprintf(w, "idle: %d connections to %s: pid %d RSS %.1f MiB -> %.1f MiB, +%.0f bytes per idle client (settle %v, %d closed by peer, %d answered a ping afterwards)\n",
+		r.Conns, r.Addr, r.PID, float64(r.RSSBefore)/(1<<20), float64(r.RSSAfter)/(1<<20), r.BytesPerConn, r.Settle, r.ClosedByPeer, r.Answered)
 	return err
 }
 
@@ -190,7 +198,54 @@ func ProbeIdle(ctx context.Context, addr string, cfg IdleConfig) (IdleReport, er
 	}
 	rep.Delta = rep.RSSAfter - rep.RSSBefore
 	rep.BytesPerConn = float64(rep.Delta) / float64(cfg.Conns)
+	// Idle is only worth measuring if the connections still work: every
+	// one must answer a ping after the settle time.
+	var firstErr error
+	rep.Answered, firstErr = pingAll(ctx, conns, cfg)
+	if firstErr != nil {
+		return rep, fmt.Errorf("loadgen: %d of %d idle connections answered a ping afterwards; first failure: %w", rep.Answered, cfg.Conns, firstErr)
+	}
 	return rep, nil
+}
+
+// pingAll sends one ping on every connection, cfg.Parallel at a time, and
+// returns how many answered and the first failure.
+func pingAll(ctx context.Context, conns []net.Conn, cfg IdleConfig) (int, error) {
+	var (
+		mu       sync.Mutex
+		answered int
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	next := make(chan net.Conn)
+	for range min(cfg.Parallel, len(conns)) {
+		wg.Go(func() {
+			for c := range next {
+				err := commandOnce(c, pingBody, time.Now().Add(cfg.DialTimeout))
+				mu.Lock()
+				if err == nil {
+					answered++
+				} else if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+feed:
+	for _, c := range conns {
+		select {
+		case next <- c:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	return answered, firstErr
 }
 
 // settledRSS reads the VmRSS of pid. When pid is this process the heap is
@@ -215,7 +270,7 @@ func openIdle(ctx context.Context, addr string, cfg IdleConfig) ([]net.Conn, err
 	for range min(cfg.Parallel, cfg.Conns) {
 		wg.Go(func() {
 			for i := range next {
-				c, err := dialHello(ctx, addr, cfg.DialTimeout)
+				c, err := dialHello(ctx, dialerFor(cfg.SourceAddrs, addr, i), addr, cfg.DialTimeout)
 				if err != nil {
 					cancel(fmt.Errorf("idle connection %d of %d: %w", i+1, cfg.Conns, err))
 					continue
@@ -242,11 +297,10 @@ feed:
 
 // dialHello connects and completes one OP_MSG hello, then clears the
 // deadline so the connection can sit idle.
-func dialHello(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
+func dialHello(ctx context.Context, d *net.Dialer, addr string, timeout time.Duration) (net.Conn, error) {
 	deadline := time.Now().Add(timeout)
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	var d net.Dialer
 	conn, err := d.DialContext(dctx, "tcp", addr)
 	if err != nil {
 		return nil, err
@@ -270,11 +324,18 @@ func dialHello(ctx context.Context, addr string, timeout time.Duration) (net.Con
 
 // helloOnce sends a hello on conn and checks the reply.
 func helloOnce(conn net.Conn, deadline time.Time) error {
+	return commandOnce(conn, helloBody, deadline)
+}
+
+// commandOnce sends the command body on conn, checks the reply, and
+// clears the deadline again so the connection can go on idling.
+func commandOnce(conn net.Conn, body []byte, deadline time.Time) error {
 	if err := conn.SetDeadline(deadline); err != nil {
 		return err
 	}
+	defer func() { _ = conn.SetDeadline(time.Time{}) }()
 	const reqID = 1
-	if _, err := conn.Write(wire.AppendMsg(nil, reqID, 0, 0, helloBody)); err != nil {
+	if _, err := conn.Write(wire.AppendMsg(nil, reqID, 0, 0, body)); err != nil {
 		return err
 	}
 	// A small reader: the probe holds many connections and must not keep

@@ -135,6 +135,8 @@ type pingClient struct {
 	r    *run
 	addr string
 	st   *stats
+	// dialer carries the client's source address (Config.SourceAddrs).
+	dialer *net.Dialer
 
 	// stopped is set (before any deadline is forced) when the run ends.
 	stopped atomic.Bool
@@ -151,8 +153,9 @@ type pingClient struct {
 	reqID int32
 }
 
-func newPingClient(r *run, addr string) *pingClient {
-	c := &pingClient{r: r, addr: addr, st: newStats(), rbuf: make([]byte, 0, 4096)}
+func newPingClient(r *run, addr string, i int) *pingClient {
+	c := &pingClient{r: r, addr: addr, st: newStats(), rbuf: make([]byte, 0, 4096),
+		dialer: dialerFor(r.cfg.SourceAddrs, addr, i)}
 	c.req = wire.AppendMsg(nil, 0, 0, 0, pingBody)
 	c.hello = wire.AppendMsg(nil, 0, 0, 0, helloBody)
 	return c
@@ -190,8 +193,7 @@ func (c *pingClient) connect(ctx context.Context) error {
 	}
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(dctx, "tcp", c.addr)
+	conn, err := c.dialer.DialContext(dctx, "tcp", c.addr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return errStopped
@@ -308,7 +310,7 @@ func runPing(ctx context.Context, addr string, r *run) []*stats {
 	clients := make([]*pingClient, r.cfg.Clients)
 	var wg sync.WaitGroup
 	for i := range clients {
-		c := newPingClient(r, addr)
+		c := newPingClient(r, addr, i)
 		clients[i] = c
 		wg.Go(func() { c.loop(ctx) })
 	}

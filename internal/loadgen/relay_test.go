@@ -103,7 +103,7 @@ func TestRelayCloseEndsConnections(t *testing.T) {
 			}
 			defer c.Close()
 			// A round trip proves the pair is set up before Close.
-			c2 := newPingClient(&run{cfg: Config{DialTimeout: time.Second}, deadline: time.Now().Add(5 * time.Second)}, relay.Addr())
+			c2 := newPingClient(&run{cfg: Config{DialTimeout: time.Second}, deadline: time.Now().Add(5 * time.Second)}, relay.Addr(), 0)
 			if err := c2.connect(context.Background()); err != nil {
 				t.Fatal(err)
 			}

@@ -28,6 +28,10 @@ type Result struct {
 	Errors int64 `json:"errors"`
 	// ErrorSamples holds the first few error messages.
 	ErrorSamples []string `json:"error_samples,omitempty"`
+	// Start is when the run's clock started, after any set-up (a driver
+	// workload's connections and seed documents): the measured window
+	// runs from Start + Warmup to Start + Duration at most.
+	Start time.Time `json:"start"`
 	// Elapsed is the measured window: from the end of the warm-up to the
 	// completion of the last operation.
 	Elapsed time.Duration `json:"elapsed_ns"`
@@ -132,6 +136,11 @@ func Run(ctx context.Context, addr string, cfg Config) (Result, error) {
 	if err := cfg.validate(); err != nil {
 		return Result{}, err
 	}
+	var prep *driverPrep
+	if cfg.Workload != WorkloadPing {
+		prep = prepareDriver(ctx, addr, cfg)
+		defer prep.close(ctx, cfg.Logger.Warn)
+	}
 	start := time.Now()
 	r := &run{cfg: cfg, measureFrom: start.Add(cfg.Warmup), deadline: start.Add(cfg.Duration)}
 	runCtx, cancel := context.WithDeadline(ctx, r.deadline)
@@ -141,13 +150,13 @@ func Run(ctx context.Context, addr string, cfg Config) (Result, error) {
 	switch cfg.Workload {
 	case WorkloadPing:
 		all = runPing(runCtx, addr, r)
-	case WorkloadDriver:
-		all = runDriver(runCtx, addr, r)
+	case WorkloadDriver, WorkloadFindInsert:
+		all = runDriver(runCtx, prep, r)
 	default:
 		return Result{}, fmt.Errorf("%w: unknown workload %q", ErrInvalidConfig, cfg.Workload)
 	}
 
-	res := Result{Addr: addr, Workload: cfg.Workload, Clients: cfg.Clients, hist: NewHistogram()}
+	res := Result{Addr: addr, Workload: cfg.Workload, Clients: cfg.Clients, Start: start, hist: NewHistogram()}
 	var end time.Time
 	for _, s := range all {
 		res.Ops += s.ops
