@@ -117,9 +117,19 @@ func BenchmarkCheckOutCheckInParallelUncapped(b *testing.B) {
 	benchParallel(b, 100, 100)
 }
 
-func benchParallel(b *testing.B, maxPoolSize, goroutines int) {
+// BenchmarkCheckOutCheckInParallelWaitQueueTimeout is BenchmarkCheckOutCheckInParallel
+// with a WaitQueueTimeout, as the proxy always has one: what a wait's timeout
+// costs on top of the hand-off.
+func BenchmarkCheckOutCheckInParallelWaitQueueTimeout(b *testing.B) {
+	benchParallel(b, 10, 100, 30*time.Second)
+}
+
+func benchParallel(b *testing.B, maxPoolSize, goroutines int, wqt ...time.Duration) {
 	o := pool.DefaultOptions()
 	o.MaxPoolSize = maxPoolSize
+	if len(wqt) > 0 {
+		o.WaitQueueTimeout = wqt[0]
+	}
 	p := benchPool(b, o)
 	procs := runtime.GOMAXPROCS(0)
 	b.SetParallelism((goroutines + procs - 1) / procs)
@@ -146,9 +156,16 @@ func benchParallel(b *testing.B, maxPoolSize, goroutines int) {
 // BenchmarkCheckOutFuncHandOff: the event loop's wait, without a goroutine. One
 // connection is held; each iteration queues a CheckOutFunc and checks the held
 // connection in, which hands it to the queued checkout through its callback.
-func BenchmarkCheckOutFuncHandOff(b *testing.B) {
+func BenchmarkCheckOutFuncHandOff(b *testing.B) { benchHandOff(b, 0) }
+
+// BenchmarkCheckOutFuncHandOffWaitQueueTimeout is BenchmarkCheckOutFuncHandOff with
+// the proxy's default WaitQueueTimeout: every wait has a timeout to keep.
+func BenchmarkCheckOutFuncHandOffWaitQueueTimeout(b *testing.B) { benchHandOff(b, 30*time.Second) }
+
+func benchHandOff(b *testing.B, wqt time.Duration) {
 	o := pool.DefaultOptions()
 	o.MaxPoolSize = 1
+	o.WaitQueueTimeout = wqt
 	p := benchPool(b, o)
 	held, err := p.CheckOut(context.Background())
 	if err != nil {

@@ -90,9 +90,11 @@ type Pool struct {
 	inUse            int
 	unclaimed        []*Conn // pending connections no checkout waits for, oldest first
 	queue            waitQueue
-	clearCause       error  // the error given to the last ClearWithError
-	interruptPending bool   // maintenance must interrupt in-use connections
-	interruptGen     uint64 // ...whose generation is <= this
+	expiry           *time.Timer // fails queued waiters at their deadline (expireWaiters)
+	expiryAt         instant     // the deadline expiry is armed for; 0: not armed
+	clearCause       error       // the error given to the last ClearWithError
+	interruptPending bool        // maintenance must interrupt in-use connections
+	interruptGen     uint64      // ...whose generation is <= this
 }
 
 // New creates a pool for address that establishes connections with c. The pool
@@ -304,6 +306,10 @@ func (p *Pool) Close() {
 		}
 	}
 	p.baseCancel()
+	if p.expiry != nil {
+		p.expiry.Stop()
+		p.expiryAt = 0
+	}
 	if p.mon != nil {
 		p.emitLocked(Event{Type: PoolClosed})
 	}
@@ -332,12 +338,10 @@ func (p *Pool) CheckOut(ctx context.Context) (*Conn, error) {
 	}
 	w := getWaiter()
 	w.start = start
-	w.state = waiterQueued
-	p.queue.pushBack(w)
+	p.enqueueLocked(w)
 	p.dispatchLocked()
-	wqt := p.opts.WaitQueueTimeout
 	p.mu.Unlock()
-	return p.await(ctx, w, wqt)
+	return p.await(ctx, w)
 }
 
 // beginLocked starts a checkout: the CheckOutStarted event, the checks that fail it at
@@ -396,84 +400,30 @@ func (p *Pool) CheckOutFunc(done func(*Conn, error)) (c *Conn, queued bool, err 
 	}
 	w := getWaiter()
 	w.start = start
-	w.state = waiterQueued
 	w.fn = done
-	w.pool.Store(p)
-	if wqt := p.opts.WaitQueueTimeout; wqt > 0 {
-		if w.expiry == nil {
-			w.expiry = time.AfterFunc(wqt, w.expire)
-		} else {
-			w.expiry.Reset(wqt)
-		}
-		w.armed = true
-	}
-	p.queue.pushBack(w)
+	p.enqueueLocked(w)
 	p.dispatchLocked()
 	return nil, true, nil
 }
 
-// expire is the WaitQueueTimeout of a CheckOutFunc waiter. A waiter that left the
-// queue meanwhile is left alone: once bound, the timeout no longer applies, and
-// once done, its result went to done (see callLocked for why it is not recycled
-// then).
-func (w *waiter) expire() {
-	p := w.pool.Load()
-	if p == nil {
-		return
-	}
-	p.mu.Lock()
-	if w.state != waiterQueued || w.pool.Load() != p {
+// await waits for w's result, and for ctx. WaitQueueTimeout is the pool's to
+// enforce (expireWaiters): a waiter it fails gets its error through w.ch.
+func (p *Pool) await(ctx context.Context, w *waiter) (*Conn, error) {
+	select {
+	case <-w.ch:
+		return finish(w)
+	case <-ctx.Done():
+		p.mu.Lock()
+		if w.state == waiterQueued || w.state == waiterBound {
+			err := p.abandonLocked(w, ctx.Err())
+			p.mu.Unlock()
+			putWaiter(w)
+			return nil, err
+		}
 		p.mu.Unlock()
-		return
-	}
-	err := p.abandonLocked(w, nil)
-	fn := w.fn
-	fn(nil, err)
-	p.mu.Unlock()
-	putWaiter(w)
-}
-
-// await waits for w's result, for WaitQueueTimeout while w is queued, and for ctx.
-func (p *Pool) await(ctx context.Context, w *waiter, wqt time.Duration) (*Conn, error) {
-	var timeout <-chan time.Time
-	if wqt > 0 {
-		if w.timer == nil {
-			w.timer = time.NewTimer(wqt)
-		} else {
-			w.timer.Reset(wqt)
-		}
-		timeout = w.timer.C
-	}
-	for {
-		select {
-		case <-w.ch:
-			return finish(w)
-		case <-timeout:
-			timeout = nil
-			p.mu.Lock()
-			if w.state == waiterQueued {
-				err := p.abandonLocked(w, nil)
-				p.mu.Unlock()
-				putWaiter(w)
-				return nil, err
-			}
-			// Bound: the spec's wait queue ends when establishment starts, so
-			// WaitQueueTimeout no longer applies (ctx still does). Done: the
-			// result token is in w.ch.
-			p.mu.Unlock()
-		case <-ctx.Done():
-			p.mu.Lock()
-			if w.state == waiterQueued || w.state == waiterBound {
-				err := p.abandonLocked(w, ctx.Err())
-				p.mu.Unlock()
-				putWaiter(w)
-				return nil, err
-			}
-			p.mu.Unlock()
-			// Served just before the context ended: the token is already in w.ch.
-			<-w.ch
-			return finish(w)
-		}
+		// Served just before the context ended: the token is already in w.ch.
+		<-w.ch
+		return finish(w)
 	}
 }
 
@@ -676,14 +626,11 @@ func (p *Pool) deliverLocked(w *waiter, c *Conn) {
 	w.ch <- struct{}{}
 }
 
-// callLocked gives a CheckOutFunc waiter its result, and recycles it unless its
-// timer's function has started: that function holds w and will find it done, so w
-// must not be reused under it.
+// callLocked gives a CheckOutFunc waiter its result and recycles it: nothing
+// else holds a waiter that is done (no timer of its own refers to it).
 func (p *Pool) callLocked(w *waiter, c *Conn, err error) {
 	fn := w.fn
-	if !w.armed || w.expiry.Stop() {
-		putWaiter(w)
-	}
+	putWaiter(w)
 	fn(c, err)
 }
 
