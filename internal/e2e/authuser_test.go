@@ -10,8 +10,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/ferretdb"
 )
 
 // authUserSetup starts a fakemongo with a service user (the route's),
@@ -92,5 +94,51 @@ func TestAuthUserLookupWrongAuthUserPassword(t *testing.T) {
 	}
 	if up.AuthFailures() < 2 {
 		t.Fatalf("%d failed auth_user logins upstream, want one per client login", up.AuthFailures())
+	}
+}
+
+// TestAuthUserLookupFerretDB: against FerretDB's own binary with SCRAM, a
+// user created upstream after mongobouncer started (so in no auth_file)
+// logs in through mongobouncer: FerretDB answers usersInfo with
+// showCredentials as mongod does.
+func TestAuthUserLookupFerretDB(t *testing.T) {
+	oneIO(t)
+	s := ferretdb.Start(t, ferretdb.Options{Database: "app", Username: "mbauth", Password: "mbauth-pw"})
+	users := filepath.Join(t.TempDir(), "users.txt")
+	if err := os.WriteFile(users, []byte(`"mbauth@app" "mbauth-pw"`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@app\"\n", users)
+	uri := fmt.Sprintf("mongodb://mbauth:mbauth-pw@%s/?authSource=app&directConnection=true", s.Addr())
+	_, addr, _ := fileBouncerLogging(t, baseTOML(uri, extra), nil)
+	ctx := ctxT(t, 60*time.Second)
+
+	admin, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Disconnect(ctxT(t, 5*time.Second)) })
+	if err := admin.Database("app").RunCommand(ctx, bson.D{{Key: "createUser", Value: "late"},
+		{Key: "pwd", Value: "late-pw"}, {Key: "roles", Value: bson.A{}}}).Err(); err != nil {
+		t.Fatalf("createUser upstream: %v", err)
+	}
+	connect := func(mech, pw string) *mongo.Client {
+		c, err := mongo.Connect(options.Client().ApplyURI("mongodb://"+addr+"/?serverSelectionTimeoutMS=10000").SetAuth(
+			options.Credential{AuthMechanism: mech, AuthSource: "app", Username: "late", Password: pw}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Disconnect(ctxT(t, 5*time.Second)) })
+		return c
+	}
+	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-1"} {
+		if _, err := connect(mech, "late-pw").Database("app").Collection("c").InsertOne(ctx, bson.D{{Key: "m", Value: mech}}); err != nil {
+			t.Fatalf("%s: a user known only to FerretDB: %v\nFerretDB log:\n%s", mech, err, s.Log())
+		}
+	}
+	err = connect("", "wrong").Ping(ctx, nil)
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) || ce.Code != 18 {
+		t.Fatalf("wrong password: %v, want code 18", err)
 	}
 }
