@@ -123,7 +123,7 @@ func TestAuthUserLookupFerretDB(t *testing.T) {
 		t.Fatalf("createUser upstream: %v", err)
 	}
 	connect := func(mech, pw string) *mongo.Client {
-		c, err := mongo.Connect(options.Client().ApplyURI("mongodb://"+addr+"/?serverSelectionTimeoutMS=10000").SetAuth(
+		c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + addr + "/?serverSelectionTimeoutMS=10000").SetAuth(
 			options.Credential{AuthMechanism: mech, AuthSource: "app", Username: "late", Password: pw}))
 		if err != nil {
 			t.Fatal(err)
