@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -51,5 +52,25 @@ func TestLoadAuthUsers(t *testing.T) {
 	cfg.Global.AuthType = config.AuthNone
 	if ca, _ := newClientAuth(cfg, nil, nil, nil, nil); ca != nil {
 		t.Fatal("auth_type none makes no ClientAuth")
+	}
+}
+
+// authLookup asks the route named after the user's database, else the
+// catch-all; with neither, the user is not found (cached negatively, no
+// upstream asked).
+func TestAuthLookupRoute(t *testing.T) {
+	l := &authLookup{}
+	cfg := config.Default()
+	cfg.Global.AuthUser = "mb@admin"
+	l.setConfig(cfg, []config.EffectiveRoute{{Name: "shop"}, {Name: config.CatchAll}})
+	if r, au, ok := l.route("shop"); !ok || r.Name != "shop" || au != "mb@admin" {
+		t.Fatalf("shop: %q %q %v", r.Name, au, ok)
+	}
+	if r, _, ok := l.route("admin"); !ok || r.Name != config.CatchAll {
+		t.Fatalf("admin: %q %v, want the catch-all", r.Name, ok)
+	}
+	l.setConfig(cfg, []config.EffectiveRoute{{Name: "shop"}})
+	if _, err := l.Lookup(context.Background(), "u", "admin"); !errors.Is(err, auth.ErrNotFound) || !errors.Is(err, errNoLookupRoute) {
+		t.Fatalf("no route for admin: %v", err)
 	}
 }
