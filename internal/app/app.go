@@ -42,6 +42,9 @@ type App struct {
 	// auth is client authentication, nil for auth_type none; a reload
 	// replaces its users (reload.go).
 	auth *proxy.ClientAuth
+	// authLookup asks upstreams for users missing from auth_file
+	// (auth_user), nil without auth_user; a reload gives it the new routes.
+	authLookup *authLookup
 
 	mu sync.Mutex // guards cfg, routes, listeners and draining
 	// cfg is the configuration in force.
@@ -198,7 +201,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		a.closeRest()
 		return nil, err
 	}
-	a.auth = newClientAuth(cfg, users)
+	a.auth, a.authLookup = newClientAuth(cfg, users, routes, a.resolver, logger)
 	a.server, err = proxy.New(proxy.Options{
 		Routes:            proxyRoutes,
 		MaxClientConn:     maxClients(g.MaxClientConn),

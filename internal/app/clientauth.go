@@ -5,10 +5,12 @@ package app
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
+	"github.com/mongobouncer/mongobouncer/internal/srv"
 )
 
 // loadAuthUsers reads cfg's auth_file for auth type t (the running one on
@@ -40,23 +42,28 @@ func loadAuthUsers(cfg config.Config, t config.AuthType) (*auth.Users, error) {
 }
 
 // newClientAuth builds the proxy's ClientAuth, or nil for auth_type none.
-func newClientAuth(cfg config.Config, users *auth.Users) *proxy.ClientAuth {
+// With auth_user set it also returns the lookup behind the auth_user
+// cache, which reloads must keep up to date (setConfig); nil otherwise.
+func newClientAuth(cfg config.Config, users *auth.Users, routes []config.EffectiveRoute, r srv.Resolver, log *slog.Logger) (*proxy.ClientAuth, *authLookup) {
 	g := cfg.Global
 	if g.AuthType == "" || g.AuthType == config.AuthNone {
-		return nil
+		return nil, nil
 	}
-	return &proxy.ClientAuth{
-		Users: auth.New(users, g.AdminUsers, authUserLookup(cfg, users)),
+	var (
+		cache *auth.Cache
+		l     *authLookup
+	)
+	if g.AuthUser != "" && g.AuthType == config.AuthSCRAM {
+		l = &authLookup{resolver: r, log: log}
+		l.setConfig(cfg, routes)
+		cache = auth.NewCache(l, auth.CacheOptions{})
+	}
+	ca := &proxy.ClientAuth{
+		Users: auth.New(users, g.AdminUsers, cache),
 		X509:  g.AuthType == config.AuthX509,
 	}
-}
-
-// authUserLookup is the seam for auth_user: a cache in front of a Lookup
-// that asks the upstream (usersInfo {user, db}, showCredentials: true, on
-// a connection logged in as auth_user with its password from users) for
-// the users the auth_file lacks. It needs upstream authentication, which
-// is not here yet, so no user is looked up: nil.
-func authUserLookup(cfg config.Config, users *auth.Users) *auth.Cache {
-	_, _ = cfg, users
-	return nil
+	if l != nil {
+		l.authn = ca.Users
+	}
+	return ca, l
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -34,7 +35,7 @@ func TestLoadAuthUsers(t *testing.T) {
 	if err != nil || users.Len() != 2 {
 		t.Fatalf("%v %v", users, err)
 	}
-	if ca := newClientAuth(cfg, users); ca == nil || ca.X509 || ca.Users.Users() != users {
+	if ca, _ := newClientAuth(cfg, users, nil, nil, nil); ca == nil || ca.X509 || ca.Users.Users() != users {
 		t.Fatalf("client auth %+v", ca)
 	}
 	write("\"broken\n")
@@ -49,7 +50,27 @@ func TestLoadAuthUsers(t *testing.T) {
 		t.Fatalf("scram running, no auth_file: %v", err)
 	}
 	cfg.Global.AuthType = config.AuthNone
-	if newClientAuth(cfg, nil) != nil {
+	if ca, _ := newClientAuth(cfg, nil, nil, nil, nil); ca != nil {
 		t.Fatal("auth_type none makes no ClientAuth")
+	}
+}
+
+// authLookup asks the route named after the user's database, else the
+// catch-all; with neither, the user is not found (cached negatively, no
+// upstream asked).
+func TestAuthLookupRoute(t *testing.T) {
+	l := &authLookup{}
+	cfg := config.Default()
+	cfg.Global.AuthUser = "mb@admin"
+	l.setConfig(cfg, []config.EffectiveRoute{{Name: "shop"}, {Name: config.CatchAll}})
+	if r, au, ok := l.route("shop"); !ok || r.Name != "shop" || au != "mb@admin" {
+		t.Fatalf("shop: %q %q %v", r.Name, au, ok)
+	}
+	if r, _, ok := l.route("admin"); !ok || r.Name != config.CatchAll {
+		t.Fatalf("admin: %q %v, want the catch-all", r.Name, ok)
+	}
+	l.setConfig(cfg, []config.EffectiveRoute{{Name: "shop"}})
+	if _, err := l.Lookup(context.Background(), "u", "admin"); !errors.Is(err, auth.ErrNotFound) || !errors.Is(err, errNoLookupRoute) {
+		t.Fatalf("no route for admin: %v", err)
 	}
 }

@@ -215,6 +215,9 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	keepRunning(a.log, "auth_type", &cfg.Global.AuthType, run.AuthType)
 	if a.auth != nil {
 		a.auth.Users.Update(users, cfg.Global.AdminUsers)
+		if a.authLookup != nil {
+			a.authLookup.setConfig(cfg, want)
+		}
 		changes = append(changes, fmt.Sprintf("auth_file: %d users", users.Len()))
 	}
 	a.routes = next

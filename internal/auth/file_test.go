@@ -161,3 +161,31 @@ func TestPrintingShowsNoSecret(t *testing.T) {
 		}
 	}
 }
+
+func TestCacheForgetAsksAgain(t *testing.T) {
+	var calls atomic.Int32
+	c := NewCache(LookupFunc(func(ctx context.Context, user, db string) (Creds, error) {
+		calls.Add(1)
+		return Creds{password: "x"}, nil
+	}), CacheOptions{PositiveTTL: time.Hour})
+	a := New(&Users{}, nil, c)
+	ctx := context.Background()
+	for range 3 {
+		if _, err := c.Get(ctx, "u", "db"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("%d lookups, want 1 (cached)", calls.Load())
+	}
+	a.Refresh("other", "db") // another user's refresh leaves u cached
+	_, _ = c.Get(ctx, "u", "db")
+	if calls.Load() != 1 {
+		t.Fatalf("%d lookups after another user's refresh", calls.Load())
+	}
+	a.Refresh("u", "db")
+	_, _ = c.Get(ctx, "u", "db")
+	if calls.Load() != 2 {
+		t.Fatalf("%d lookups after Refresh, want 2", calls.Load())
+	}
+}

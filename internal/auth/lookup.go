@@ -148,3 +148,20 @@ func (c *Cache) run(key string, e *cacheEntry, user, db string) {
 	}
 	close(e.done)
 }
+
+// Forget drops user@db's cached answer, so that the next login asks the
+// Lookup again. An upstream that refuses credentials the cache gave (code
+// 18 on a pass-through login) means they changed there: the entry is
+// stale. A lookup in flight is left to finish.
+func (c *Cache) Forget(user, db string) {
+	key := UserKey(user, db)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil {
+		select {
+		case <-e.done:
+			delete(c.entries, key)
+		default:
+		}
+	}
+}

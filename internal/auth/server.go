@@ -59,6 +59,16 @@ func (a *Authenticator) IsAdmin(id *Identity) bool {
 	return id != nil && a.state.Load().admins[id.Key()]
 }
 
+// Refresh forgets the auth_user lookup's cached credentials of user@db
+// (nothing for users of the auth_file). Call it when the upstream refused
+// a login made with them (code 18 AuthenticationFailed): the user's secret
+// changed upstream, and the next login looks it up again.
+func (a *Authenticator) Refresh(user, db string) {
+	if a.cache != nil {
+		a.cache.Forget(user, db)
+	}
+}
+
 // creds finds user@db: the auth_file first, then the lookup cache.
 func (a *Authenticator) creds(ctx context.Context, user, db string) (Creds, bool) {
 	if c, ok := a.state.Load().users.Lookup(user, db); ok {

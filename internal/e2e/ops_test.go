@@ -34,6 +34,12 @@ func fileBouncer(t *testing.T, toml string) (*app.App, string, string) {
 // only the log shows.
 func fileBouncerLogging(t *testing.T, toml string, logs io.Writer) (*app.App, string, string) {
 	t.Helper()
+	return fileBouncerLevel(t, toml, logs, slog.LevelInfo)
+}
+
+// fileBouncerLevel is fileBouncerLogging from level (to logs, when not nil).
+func fileBouncerLevel(t *testing.T, toml string, logs io.Writer, level slog.Level) (*app.App, string, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "mongobouncer.toml")
 	if err := os.WriteFile(path, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
@@ -45,7 +51,7 @@ func fileBouncerLogging(t *testing.T, toml string, logs io.Writer) (*app.App, st
 	ioModelOf(t).apply(&cfg)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if logs != nil {
-		log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
 	}
 	a, err := app.NewWithOptions(cfg, app.Options{Logger: log})
 	if err != nil {

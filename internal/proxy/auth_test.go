@@ -97,3 +97,32 @@ func codeOf(d bsoncore.Document) int32 {
 	v, _ := d.Lookup("code").AsInt32OK()
 	return v
 }
+
+// A client logging in stays on its goroutine (loginDue) from the hello
+// that asks its mechanisms to the end of the conversation; a hello
+// without the question, or a login over, lets it enter the loop.
+func TestLoginDue(t *testing.T) {
+	c := authClient(t)
+	plain, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}})
+	c.helloAuth(plain, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}))
+	if c.loginDue() {
+		t.Fatal("a monitoring hello: login due")
+	}
+	asks, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin.app"}})
+	c.helloAuth(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}))
+	if !c.loginDue() {
+		t.Fatal("after a hello asking saslSupportedMechs: no login due")
+	}
+	if c.loginDue() {
+		t.Fatal("the hello's hint outlived the next command")
+	}
+	c.conv = &auth.Conversation{}
+	if !c.loginDue() {
+		t.Fatal("a conversation in progress: no login due")
+	}
+	c.conv, c.ident = nil, &auth.Identity{User: "app", DB: "admin"}
+	c.helloAuth(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}))
+	if c.loginDue() {
+		t.Fatal("a logged-in client's hello: login due")
+	}
+}

@@ -107,6 +107,9 @@ type client struct {
 	// its login conversation in progress.
 	ident *auth.Identity
 	conv  *auth.Conversation
+	// mechsAsked is set by a hello that asked saslSupportedMechs before
+	// the client logged in: a login follows (loginDue).
+	mechsAsked bool
 
 	// x is the request being forwarded (exchange.go).
 	x exchange

@@ -38,8 +38,9 @@ func (c *client) initLoop() {}
 // without touching it.
 func (c *client) enterLoop() bool {
 	lc := &c.lc
-	// A TLS client never: the loop reads and writes the raw socket.
-	if lc.off || c.tlsConn != nil || c.hasPinOrOpen() {
+	// A TLS client never: the loop reads and writes the raw socket. Nor
+	// a client in the middle of logging in (loginDue).
+	if lc.off || c.tlsConn != nil || c.hasPinOrOpen() || c.loginDue() {
 		return false
 	}
 	l := c.s.loopsFor()

@@ -601,6 +601,10 @@ func (s *Server) builtin(req *Request, c *conn) Reply {
 		}
 	case "connectionStatus":
 		return s.connectionStatus(c)
+	case "usersInfo":
+		if s.users != nil {
+			return s.usersInfo(req)
+		}
 	case "configureFailPoint":
 		fp, err := ParseFailPoint(req.Body)
 		if err != nil {

@@ -1,0 +1,134 @@
+package app
+
+// The auth_user lookup: a user missing from the auth_file is asked of the
+// upstream with usersInfo {showCredentials: true}, on a connection logged
+// in as auth_user, and the answer goes through auth.Cache (TTLs, one
+// lookup in flight per user, a timeout).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/srv"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+)
+
+// errNoLookupRoute is wrapped when no route serves a user's database.
+var errNoLookupRoute = errors.New("no route serves the user's database")
+
+// authLookup implements auth.Lookup for auth_user. Which upstream is
+// asked: the route that serves the user's authentication database (the
+// route named after it), else the catch-all route. That is the deployment
+// the user's data lives on, so the deployment that knows the user. The
+// route and auth_user follow reloads (setConfig); auth_user's password is
+// read from the users in force at each lookup.
+type authLookup struct {
+	resolver srv.Resolver
+	log      *slog.Logger
+	// authn gives the users in force (auth_user's password); set once
+	// after auth.New, which needs the cache built on this lookup.
+	authn *auth.Authenticator
+
+	mu       sync.Mutex
+	authUser string
+	routes   map[string]config.EffectiveRoute
+}
+
+// setConfig takes auth_user and the routes of cfg (at start and reload).
+func (l *authLookup) setConfig(cfg config.Config, routes []config.EffectiveRoute) {
+	m := make(map[string]config.EffectiveRoute, len(routes))
+	for _, r := range routes {
+		m[r.Name] = r
+	}
+	l.mu.Lock()
+	l.authUser, l.routes = cfg.Global.AuthUser, m
+	l.mu.Unlock()
+}
+
+// route returns the route asked about users of db.
+func (l *authLookup) route(db string) (config.EffectiveRoute, string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.routes[db]; ok {
+		return r, l.authUser, true
+	}
+	r, ok := l.routes[config.CatchAll]
+	return r, l.authUser, ok
+}
+
+// Lookup implements auth.Lookup: it tries the route's hosts in order
+// until one answers usersInfo.
+func (l *authLookup) Lookup(ctx context.Context, user, db string) (auth.Creds, error) {
+	er, authUser, ok := l.route(db)
+	if !ok {
+		// An answer, not a failure to ask: cached with the negative TTL.
+		return auth.Creds{}, fmt.Errorf("%w: %w (%s)", auth.ErrNotFound, errNoLookupRoute, db)
+	}
+	if l.authn == nil {
+		return auth.Creds{}, errors.New("auth_user lookup: not ready")
+	}
+	auUser, auDB, _ := config.SplitUser(authUser)
+	creds, _ := l.authn.Users().Lookup(auUser, auDB)
+	pw, has := creds.Password()
+	if !has {
+		return auth.Creds{}, fmt.Errorf("auth_user %s has no plain password in auth_file", authUser)
+	}
+	cs := er.Conn
+	if cs.SRV {
+		var err error
+		if cs, _, err = resolveSRV(cs, l.resolver); err != nil {
+			return auth.Creds{}, fmt.Errorf("auth_user lookup on route %q: %w", er.Name, err)
+		}
+	}
+	a, err := upstream.NewAuthenticator(upstream.Credential{Username: auUser, Password: pw, Source: auDB})
+	if err != nil {
+		return auth.Creds{}, err
+	}
+	o := upstream.Options{AppName: er.AppName, ConnectTimeout: er.ConnectTimeout, MaxMessageSize: er.MaxMessageSize, Authenticator: a, Logger: l.log}
+	if cs.TLS {
+		if o.TLSConfig, err = tlsConfig(cs); err != nil {
+			return auth.Creds{}, fmt.Errorf("auth_user lookup on route %q: %w", er.Name, err)
+		}
+	}
+	d := upstream.NewDialer(o)
+	cmd := usersInfoCommand(user, db)
+	var last error
+	for _, h := range cs.Hosts {
+		c, err := d.Dial(ctx, h.Address, 0)
+		if err != nil {
+			last = err
+			continue
+		}
+		reply, err := c.RoundTrip(ctx, db, cmd)
+		c.Close()
+		if err != nil {
+			last = err
+			continue
+		}
+		return auth.CredsFromUsersInfo(reply, user, db)
+	}
+	if last == nil {
+		last = errors.New("no hosts")
+	}
+	return auth.Creds{}, fmt.Errorf("auth_user lookup of %s on route %q: %w", auth.UserKey(user, db), er.Name, last)
+}
+
+// usersInfoCommand is {usersInfo: {user, db}, showCredentials: true},
+// with primaryPreferred so that a replica set's secondary answers it too
+// (the host is dialled directly, as a driver's direct connection).
+func usersInfoCommand(user, db string) bsoncore.Document {
+	u := bsoncore.NewDocumentBuilder().AppendString("user", user).AppendString("db", db).Build()
+	rp := bsoncore.NewDocumentBuilder().AppendString("mode", "primaryPreferred").Build()
+	return bsoncore.NewDocumentBuilder().
+		AppendDocument("usersInfo", u).
+		AppendBoolean("showCredentials", true).
+		AppendDocument("$readPreference", rp).
+		Build()
+}
