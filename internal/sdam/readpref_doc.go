@@ -1,5 +1,8 @@
 package sdam
 
+// Encoding a read preference: the $readPreference document a route's
+// default read preference adds to the commands that carry none.
+
 import (
 	"slices"
 	"strconv"
