@@ -131,7 +131,7 @@ func New(name string, o Options) (*Topology, error) {
 			Interval: p.Interval, RetryInterval: o.HeartbeatInterval, Logger: t.log,
 			OnChange: func(hosts []string) {
 				if t.SetHosts(hosts) {
-					t.log.Info("SRV records changed the hosts", slog.String("topology", name), slog.Any("hosts", hosts))
+					t.log.Debug("SRV records changed the hosts", slog.String("topology", name), slog.Any("hosts", hosts))
 				}
 			}})
 		if err != nil {
