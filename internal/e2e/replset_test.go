@@ -28,9 +28,21 @@ import (
 // rsBouncer starts mongobouncer with its "*" route seeded by member 1 of rs
 // alone (a secondary, so the primary must be discovered) and waits until it
 // sees every member usable.
+//
+// Its latency window is wide (local_threshold 1s): on a loaded machine one
+// member's loopback round-trip time can spike past the default 15ms and
+// leave the window for a while, as the spec says it should; these tests
+// check where read preferences send reads, not the window (the selection
+// spec suites and the topology tests do).
 func rsBouncer(t *testing.T, rs *fakemongo.ReplicaSet, tweak func(*config.Config)) (*app.App, string) {
 	t.Helper()
-	a, addr := bouncer(t, rs.SeedURI(1), tweak)
+	wide := func(c *config.Config) {
+		c.Global.LocalThreshold = time.Second
+		if tweak != nil {
+			tweak(c)
+		}
+	}
+	a, addr := bouncer(t, rs.SeedURI(1), wide)
 	waitUsable(t, a, len(rs.Members()))
 	return a, addr
 }
