@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/childproc"
 	"io"
 	"net"
 	"os"
@@ -57,7 +58,7 @@ type Server struct {
 	socket string
 	dir    string
 	cmd    *exec.Cmd
-	stderr *tailBuffer
+	stderr *childproc.TailBuffer
 
 	// done is closed when the process has exited; waitErr is set before.
 	done    chan struct{}
@@ -114,7 +115,7 @@ func StartMainWith(o Options) (*Server, error) {
 }
 
 func start(bin, dir string, o Options) (*Server, error) {
-	s := &Server{dir: dir, stderr: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
+	s := &Server{dir: dir, stderr: &childproc.TailBuffer{Max: 8 << 10}, done: make(chan struct{})}
 	args := []string{"-listen", "127.0.0.1:0", "-dir", filepath.Join(dir, "data"), "-log-level", "warn"}
 	if o.UnixSocket {
 		s.socket = filepath.Join(dir, "mongo.sock")
@@ -122,7 +123,7 @@ func start(bin, dir string, o Options) (*Server, error) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = s.stderr
-	setProcAttr(cmd)
+	childproc.SetProcAttr(cmd)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -339,7 +340,7 @@ func build(root, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	unlock, err := lockFile(out + ".lock")
+	unlock, err := childproc.LockFile(out + ".lock")
 	if err != nil {
 		return err
 	}
@@ -406,28 +407,4 @@ func isRoot(dir string) bool {
 		}
 	}
 	return false
-}
-
-// tailBuffer keeps the last max bytes written to it: enough of the child's
-// stderr to explain a failure without unbounded growth.
-type tailBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf []byte
-	max int
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }

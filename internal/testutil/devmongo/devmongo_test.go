@@ -94,12 +94,3 @@ func TestBinaryFromEnv(t *testing.T) {
 		t.Fatalf("Binary() with %s=%s: %q, %v", EnvBinary, bin, got, err)
 	}
 }
-
-func TestTailBuffer(t *testing.T) {
-	b := &tailBuffer{max: 4}
-	b.Write([]byte("abc"))
-	b.Write([]byte("defg"))
-	if got := b.String(); got != "defg" {
-		t.Fatalf("tail = %q, want %q", got, "defg")
-	}
-}

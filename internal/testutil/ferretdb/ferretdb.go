@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/childproc"
 	"io"
 	"os"
 	"os/exec"
@@ -53,7 +54,7 @@ type Server struct {
 	addr    string
 	dir     string
 	cmd     *exec.Cmd
-	stderr  *tail
+	stderr  *childproc.TailBuffer
 	done    chan struct{}
 	waitErr error
 }
@@ -92,14 +93,14 @@ func start(bin, dir string, o Options) (*Server, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, stderr: &tail{max: 16 << 10}, done: make(chan struct{})}
+	s := &Server{dir: dir, stderr: &childproc.TailBuffer{Max: 16 << 10}, done: make(chan struct{})}
 	cmd := exec.Command(bin,
 		"--handler=sqlite", "--sqlite-url=file:"+filepath.ToSlash(data)+"/",
 		"--listen-addr=127.0.0.1:0", "--debug-addr=-", "--state-dir=-", "--telemetry=disable",
 		"--log-level=info", "--log-format=text",
 		"--test-enable-new-auth",
 		"--setup-database="+o.Database, "--setup-username="+o.Username, "--setup-password="+o.Password)
-	setProcAttr(cmd)
+	childproc.SetProcAttr(cmd)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -200,7 +201,7 @@ func Binary() (string, error) {
 	if _, err := os.Stat(p); err == nil {
 		return p, nil
 	}
-	unlock, err := lockFile(filepath.Join(root, "bin", "ferretdb.lock"))
+	unlock, err := childproc.LockFile(filepath.Join(root, "bin", "ferretdb.lock"))
 	if err != nil {
 		return "", err
 	}
@@ -219,27 +220,4 @@ func Binary() (string, error) {
 		return "", fmt.Errorf("building FerretDB with tools/ferretdb/build.sh: %w\n%s", err, out.Bytes())
 	}
 	return p, os.Rename(tmp, p)
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-	max int
-}
-
-func (b *tail) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tail) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }

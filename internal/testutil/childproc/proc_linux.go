@@ -1,14 +1,14 @@
 //go:build linux
 
-package devmongo
+package childproc
 
 import (
 	"os/exec"
 	"syscall"
 )
 
-// setPdeathsig makes the kernel kill the server if the test binary dies
-// without running its cleanups (e.g. a test timeout panic).
+// setPdeathsig makes the kernel kill the child if the test binary dies
+// without running its cleanups (a test timeout's panic).
 func setPdeathsig(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

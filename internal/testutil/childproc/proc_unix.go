@@ -1,6 +1,6 @@
 //go:build unix
 
-package ferretdb
+package childproc
 
 import (
 	"os"
@@ -9,9 +9,10 @@ import (
 	"syscall"
 )
 
-// lockFile takes an exclusive flock, so that test binaries running at the
-// same time build FerretDB once.
-func lockFile(path string) (func(), error) {
+// LockFile takes an exclusive flock on path (creating it and its directory),
+// so that test binaries running at the same time (go test runs packages
+// concurrently) build a child's binary once. The returned func unlocks.
+func LockFile(path string) (func(), error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
@@ -29,4 +30,6 @@ func lockFile(path string) (func(), error) {
 	}, nil
 }
 
-func setProcAttr(cmd *exec.Cmd) { setPdeathsig(cmd) }
+// SetProcAttr prepares cmd so that the child dies with the test binary
+// where the platform allows it.
+func SetProcAttr(cmd *exec.Cmd) { setPdeathsig(cmd) }

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package devmongo
+package childproc
 
 import "os/exec"
 
