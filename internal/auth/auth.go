@@ -190,6 +190,42 @@ type Identity struct {
 	Mechanism Mechanism
 	// ClientKey is nil for mechanisms without one (x509).
 	ClientKey []byte
+
+	// stored are the credentials the client's proof verified against,
+	// and password the auth_file's plain password if it gave one: with
+	// ClientKey, what PassThrough hands to the upstream login.
+	stored   scram.StoredCredentials
+	password string
+}
+
+// PassThrough is what logging in upstream as an identity's own user takes
+// (SCRAM pass-through): the plain password when the auth_file gave one,
+// which works whatever salt the upstream has; otherwise the ClientKey with
+// the stored credentials it was proven against, which work only where the
+// upstream has the same salt and iteration count. Never log it.
+type PassThrough struct {
+	Mechanism Mechanism
+	Password  string
+	ClientKey []byte
+	Stored    scram.StoredCredentials
+}
+
+// String names the mechanism only.
+func (p PassThrough) String() string { return "pass-through secret (" + string(p.Mechanism) + ")" }
+
+// GoString is String, for %#v.
+func (p PassThrough) GoString() string { return p.String() }
+
+// LogValue is String, for slog.
+func (p PassThrough) LogValue() slog.Value { return slog.StringValue(p.String()) }
+
+// PassThrough returns the secret to log in upstream as id, false for an
+// identity without one (an X.509 login).
+func (id *Identity) PassThrough() (PassThrough, bool) {
+	if id == nil || (id.password == "" && id.ClientKey == nil) {
+		return PassThrough{}, false
+	}
+	return PassThrough{Mechanism: id.Mechanism, Password: id.password, ClientKey: id.ClientKey, Stored: id.stored}, true
 }
 
 // Key returns "user@db".

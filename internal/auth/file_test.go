@@ -148,9 +148,11 @@ func TestPrintingShowsNoSecret(t *testing.T) {
 	}
 	c, _ := u.Lookup("u", "db")
 	sc, _ := c.For(SCRAMSHA256)
-	id := Identity{User: "u", DB: "db", Mechanism: SCRAMSHA256, ClientKey: []byte("client-key-bytes")}
+	id := Identity{User: "u", DB: "db", Mechanism: SCRAMSHA256, ClientKey: []byte("client-key-bytes"),
+		stored: sc, password: "hunter2-password"}
+	pt, _ := id.PassThrough()
 	var out strings.Builder
-	for _, v := range []any{u, *u, c, &c, id, &id} {
+	for _, v := range []any{u, *u, c, &c, id, &id, pt, &pt} {
 		for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
 			fmt.Fprintf(&out, verb+"\n", v)
 		}

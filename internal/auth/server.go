@@ -99,9 +99,11 @@ type Conversation struct {
 	db        string
 	skipEmpty bool
 	sc        *scram.ServerConversation
-	// stored is the StoredKey the conversation checks against, kept to
-	// recover the ClientKey from the proof.
-	stored   []byte
+	// stored are the credentials the conversation checks against, kept
+	// to recover the ClientKey from the proof and for pass-through;
+	// password is the user's plain password if the auth_file gave one.
+	stored   scram.StoredCredentials
+	password string
 	c1b, s1  string
 	state    convState
 	identity *Identity
@@ -130,13 +132,14 @@ func (a *Authenticator) Start(ctx context.Context, mechanism Mechanism, db strin
 	lookup := func(user string) (scram.StoredCredentials, error) {
 		if creds, ok := a.creds(ctx, user, db); ok {
 			if sc, ok := creds.For(mechanism); ok {
-				c.stored = sc.StoredKey
+				c.stored = sc
+				c.password, _ = creds.Password()
 				return sc, nil
 			}
 		}
 		// Unknown, or without this mechanism: fake, to fail at the proof.
 		sc := a.keys.fake(mechanism, UserKey(user, db))
-		c.stored = sc.StoredKey
+		c.stored = sc
 		return sc, nil
 	}
 	srv, err := hg.NewServer(lookup)
@@ -185,7 +188,8 @@ func (c *Conversation) Step(payload []byte) ([]byte, bool, error) {
 			return nil, true, fmt.Errorf("%w: %v", ErrAuthFailed, err)
 		}
 		c.identity = &Identity{User: c.sc.Username(), DB: c.db, Mechanism: c.mech,
-			ClientKey: clientKey(c.mech, c.stored, c.c1b, c.s1, string(payload))}
+			ClientKey: clientKey(c.mech, c.stored.StoredKey, c.c1b, c.s1, string(payload)),
+			stored:    c.stored, password: c.password}
 		if !c.skipEmpty {
 			c.state = convEmpty
 			return []byte(out), false, nil

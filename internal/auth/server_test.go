@@ -113,6 +113,14 @@ func TestSpecConversations(t *testing.T) {
 			if !hmac.Equal(h.Sum(nil), sc.StoredKey) {
 				t.Fatal("ClientKey does not hash to StoredKey")
 			}
+			// Pass-through gets the key with the credentials it was
+			// proven against; a stored form gives no password.
+			pt, ok := id.PassThrough()
+			if !ok || pt.Password != "" || !hmac.Equal(pt.ClientKey, id.ClientKey) ||
+				!hmac.Equal(pt.Stored.StoredKey, sc.StoredKey) || !hmac.Equal(pt.Stored.ServerKey, sc.ServerKey) ||
+				pt.Stored.Salt != sc.Salt || pt.Stored.Iters != sc.Iters || pt.Mechanism != ex.mech {
+				t.Fatalf("pass-through secret %v does not match the stored credentials", ok)
+			}
 		})
 	}
 }
@@ -260,5 +268,29 @@ func TestLookupUsedForMissingUsers(t *testing.T) {
 	}
 	if _, err := login(t, a, SCRAMSHA1, "dyn", "admin", "pw", true); !IsAuthFailed(err) {
 		t.Fatal("a mechanism the user lacks must fail like a wrong password", err)
+	}
+}
+
+// A plain auth_file password is handed to pass-through as it is: it logs
+// in upstream whatever salt the upstream has. An X.509 identity has no
+// pass-through secret.
+func TestPassThroughCarriesPlainPassword(t *testing.T) {
+	users, err := ParseFile([]byte(`"u@admin" "plain pässword"`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(users, nil, nil)
+	for _, m := range Mechanisms {
+		id, err := login(t, a, m, "u", "admin", "plain pässword", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt, ok := id.PassThrough()
+		if !ok || pt.Password != "plain pässword" || pt.Mechanism != m || len(pt.ClientKey) == 0 {
+			t.Fatalf("%s: pass-through %v %v", m, ok, pt.Mechanism)
+		}
+	}
+	if _, ok := (&Identity{User: "CN=x", DB: "$external", Mechanism: "MONGODB-X509"}).PassThrough(); ok {
+		t.Fatal("an X.509 identity has a pass-through secret")
 	}
 }

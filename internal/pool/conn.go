@@ -60,6 +60,11 @@ func (c *Conn) ID() int64 { return c.id }
 // Address returns the address of the pool (server) the connection belongs to.
 func (c *Conn) Address() string { return c.pool.address }
 
+// Pool returns the pool the connection belongs to: the one to check it back
+// in to, and whose generation its errors are measured against. A server with
+// several pools (one per user, for SCRAM pass-through) tells them apart by it.
+func (c *Conn) Pool() *Pool { return c.pool }
+
 // Generation returns the pool generation the connection belongs to (in load-balancer
 // mode, its service's generation at establishment).
 func (c *Conn) Generation() uint64 { return c.generation }
