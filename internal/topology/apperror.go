@@ -44,7 +44,13 @@ func IsStateChangeCode(code int32) bool { return sdam.IsStateChangeError(code, t
 // Behind a load balancer the server never becomes Unknown (there is no SDAM
 // for a load balancer); the failing backend's connections are cleared by
 // serviceId instead.
-func (s *Server) HandleError(err error, c *pool.Conn) {
+//
+// An error of a user pool's (HandleUserPoolError) comes here once it is
+// known not to be stale for that pool, with current set: it is judged
+// against the server's current generation.
+func (s *Server) HandleError(err error, c *pool.Conn) { s.handleError(err, c, false) }
+
+func (s *Server) handleError(err error, c *pool.Conn, current bool) {
 	if err == nil || s.topo.isClosed() || errors.Is(err, context.Canceled) {
 		// Our own cancellation (a clear or close interrupting a pending
 		// connection, a client going away) says nothing about the server.
@@ -53,6 +59,9 @@ func (s *Server) HandleError(err error, c *pool.Conn) {
 	ae, ok := s.appError(err, c)
 	if !ok {
 		return
+	}
+	if current {
+		ae.Generation = noGeneration
 	}
 	t := s.topo
 	t.mu.Lock()
@@ -89,15 +98,16 @@ func (s *Server) HandleError(err error, c *pool.Conn) {
 			if c != nil {
 				if id, ok := c.ServiceID(); ok {
 					s.pool.ClearService(id)
+					s.eachUserPool(func(p *pool.Pool) { p.ClearService(id) })
 				}
 			}
 		} else {
-			s.pool.ClearWithError(err, act.InterruptInUse)
+			s.clearPoolsLocked(err, act.InterruptInUse)
 		}
 	}
 	t.mu.Unlock()
 	for _, r := range removed {
-		r.pool.Close()
+		r.closePools()
 	}
 	// The check request also cancels a streaming check after a network
 	// error (act.CancelCheck): the monitor drops a stream whose server was

@@ -59,13 +59,13 @@ func (t *Topology) update(s *Server, sd sdam.ServerDescription, h *upstream.Hell
 	t.publishLocked()
 	if clear {
 		// After publishing: no new selection picks s while it clears.
-		s.pool.ClearWithError(sd.Error, interrupt)
+		s.clearPoolsLocked(sd.Error, interrupt)
 	}
 	t.mu.Unlock()
 	for _, r := range removed {
 		// Requests in flight on it finish (or fail) on their own; its
 		// idle connections close now and the rest at check-in.
-		r.pool.Close()
+		r.closePools()
 	}
 }
 
@@ -108,7 +108,7 @@ func (t *Topology) SetHosts(hosts []string) bool {
 	t.publishLocked()
 	t.mu.Unlock()
 	for _, r := range removed {
-		r.pool.Close()
+		r.closePools()
 	}
 	return true
 }
@@ -364,7 +364,7 @@ func (s *Server) setDescLocked(nsd sdam.ServerDescription, hello *upstream.Hello
 		// Only a server that can serve operations gets connections: an
 		// arbiter's or a ghost's pool stays paused.
 		if nsd.Type.DataBearing() {
-			if err := s.pool.Ready(); err != nil {
+			if err := s.readyPoolsLocked(); err != nil {
 				// Only a closed pool refuses; the topology is closing.
 				return
 			}

@@ -72,6 +72,25 @@ type Options struct {
 	// Dialer establishes pool connections.
 	Dialer pool.Connector
 
+	// UserDialer, when set, enables user pools (Server.UserPool, for
+	// SCRAM pass-through): it returns the connector of one user's pool,
+	// which logs in with a. Its connections are otherwise those of Dialer.
+	UserDialer func(a upstream.Authenticator) pool.Connector
+
+	// MaxUserConnections caps the connections of each user pool, per
+	// server; 0 leaves only Pool.MaxPoolSize.
+	MaxUserConnections int
+
+	// UserPoolIdleTimeout closes a user pool that nobody has used for
+	// that long and that holds no connection in use; 0 keeps user pools
+	// until their server leaves.
+	UserPoolIdleTimeout time.Duration
+
+	// UserPoolMonitor, when set, gives each user pool its own
+	// pool.Monitor (a Monitor tells pools apart by address only, so user
+	// pools cannot share the main pool's). nil gives them none.
+	UserPoolMonitor func() pool.Monitor
+
 	// MonitorDialer establishes monitoring connections. They are separate from
 	// the pool so that a check never waits behind application traffic. The
 	// dialer should not authenticate: hello needs no credentials.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
 )
 
@@ -175,8 +176,14 @@ func (t *Topology) pick(servers []*Server) *Server {
 }
 
 // load is the server's pool demand: connections in use plus connections
-// being established plus checkouts waiting.
+// being established plus checkouts waiting, in its main pool and its user
+// pools.
 func (s *Server) load() int {
 	st := s.pool.Stats()
-	return st.InUse + st.Pending + st.Waiters
+	n := st.InUse + st.Pending + st.Waiters
+	s.eachUserPool(func(p *pool.Pool) {
+		c := p.Stats().Counts
+		n += c.InUse + c.Pending + c.Waiters
+	})
+	return n
 }

@@ -109,6 +109,9 @@ type Server struct {
 
 	// checked is set once the first check has ended, whatever its outcome.
 	checked atomic.Bool
+
+	// users are the server's user pools (users.go).
+	users userPools
 }
 
 func newServer(t *Topology, addr string) *Server {

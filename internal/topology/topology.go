@@ -56,6 +56,9 @@ type Topology struct {
 	// gone are the latest servers removed, for selection errors; guarded
 	// by mu, at most maxGone.
 	gone []ServerStatus
+	// sweeping is set once the idle user pool sweeper runs; guarded by
+	// mu.
+	sweeping bool
 
 	// poller re-resolves a mongodb+srv:// host list; nil without one.
 	poller *srv.Poller
@@ -239,7 +242,7 @@ func (t *Topology) Close() {
 	t.cancel()
 	t.wg.Wait()
 	for _, s := range servers {
-		s.pool.Close()
+		s.closePools()
 	}
 }
 
