@@ -264,6 +264,10 @@ type Pool struct {
 	// is within it of the fastest eligible one are all candidates
 	// (local_threshold, localThresholdMS).
 	LocalThreshold time.Duration
+	// MaxUserConnections caps one user's upstream connections per server
+	// on a pass-through route (max_user_connections); 0 leaves only
+	// max_pool_size, which caps each user's pool as it caps the route's.
+	MaxUserConnections int
 }
 
 // Global is the [mongobouncer] table.
@@ -325,6 +329,10 @@ type Global struct {
 	// TLSCAFile, when set, makes client certificates required: they must
 	// be signed by a CA in this PEM file (tls_ca_file).
 	TLSCAFile string
+	// UserPoolIdleTimeout closes a pass-through route's pool of one user
+	// on one server once unused that long (user_pool_idle_timeout); 0
+	// keeps user pools until their server leaves.
+	UserPoolIdleTimeout time.Duration
 	// TLSHandshakeTimeout bounds a client's TLS handshake, and how long
 	// mongobouncer waits for a new client's first bytes to tell TLS from
 	// plain (tls_handshake_timeout); 0 means 10s.
@@ -353,6 +361,7 @@ type Overrides struct {
 	ReadPreferenceTags     *[]map[string]string // read_preference_tags
 	MaxStaleness           *time.Duration       // max_staleness
 	LocalThreshold         *time.Duration       // local_threshold
+	MaxUserConnections     *int                 // max_user_connections
 }
 
 // Route is one [databases.<name>] table: where commands for a database go.
@@ -364,6 +373,12 @@ type Route struct {
 	// client connecting there is served by this route, whatever database
 	// its commands name.
 	Listen string
+	// PassThrough (pass_through) says whether the route logs in upstream
+	// as each client's own user (SCRAM pass-through). nil means the
+	// default: yes when auth_type = "scram" and the connection string has
+	// no credentials. false forwards such a route's requests
+	// unauthenticated (an upstream without authentication).
+	PassThrough *bool
 	// Overrides are the route's own pool and limit settings.
 	Overrides
 }
@@ -406,6 +421,7 @@ func Default() Config {
 		AuthType:               AuthNone,
 		TLSMode:                TLSModeDisable,
 		TLSHandshakeTimeout:    10 * time.Second,
+		UserPoolIdleTimeout:    10 * time.Minute,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,

@@ -185,6 +185,11 @@ type ConnString struct {
 // secret option values replaced by xxxxx.
 func (c ConnString) Redacted() string { return c.redacted }
 
+// HasCredentials reports whether the string logs in: a user name or an
+// authMechanism means authentication (a database or authSource alone does
+// not).
+func (c ConnString) HasCredentials() bool { return c.Username != "" || c.AuthMechanism != "" }
+
 // String returns Redacted.
 func (c ConnString) String() string { return c.redacted }
 

@@ -47,6 +47,7 @@ type rawPool struct {
 	ReadPreferenceTags     any `toml:"read_preference_tags"`
 	MaxStaleness           any `toml:"max_staleness"`
 	LocalThreshold         any `toml:"local_threshold"`
+	MaxUserConnections     any `toml:"max_user_connections"`
 }
 
 type rawGlobal struct {
@@ -69,12 +70,14 @@ type rawGlobal struct {
 	TLSKeyFile             any `toml:"tls_key_file"`
 	TLSCAFile              any `toml:"tls_ca_file"`
 	TLSHandshakeTimeout    any `toml:"tls_handshake_timeout"`
+	UserPoolIdleTimeout    any `toml:"user_pool_idle_timeout"`
 	rawPool
 }
 
 type rawRoute struct {
 	ConnectionString any `toml:"connection_string"`
 	Listen           any `toml:"listen"`
+	PassThrough      any `toml:"pass_through"`
 	rawPool
 }
 
@@ -91,12 +94,13 @@ var (
 		"wait_queue_timeout", "heartbeat_interval", "connect_timeout",
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
 		"read_preference", "read_preference_tags", "max_staleness", "local_threshold",
+		"max_user_connections",
 	}
 	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io",
 		"auth_type", "auth_file", "auth_user", "admin_users",
-		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout"}
+		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout"}
 	globalKeys   = append(slices.Clone(globalOnlyKeys), poolKeys...)
-	routeKeys    = append([]string{"connection_string", "listen"}, poolKeys...)
+	routeKeys    = append([]string{"connection_string", "listen", "pass_through"}, poolKeys...)
 	topLevelKeys = []string{tableGlobal, tableDatabases}
 )
 
@@ -443,6 +447,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.str(at("tls_key_file"), r.TLSKeyFile, &g.TLSKeyFile)
 	d.str(at("tls_ca_file"), r.TLSCAFile, &g.TLSCAFile)
 	d.duration(at("tls_handshake_timeout"), r.TLSHandshakeTimeout, &g.TLSHandshakeTimeout)
+	d.duration(at("user_pool_idle_timeout"), r.UserPoolIdleTimeout, &g.UserPoolIdleTimeout)
 
 	p, rp := &g.Pool, &r.rawPool
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {
@@ -465,6 +470,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.tags(at("read_preference_tags"), rp.ReadPreferenceTags, &p.ReadPreferenceTags)
 	d.duration(at("max_staleness"), rp.MaxStaleness, &p.MaxStaleness)
 	d.duration(at("local_threshold"), rp.LocalThreshold, &p.LocalThreshold)
+	d.integer(at("max_user_connections"), rp.MaxUserConnections, &p.MaxUserConnections)
 }
 
 func (d *converter) route(name string, r *rawRoute) Route {
@@ -475,6 +481,10 @@ func (d *converter) route(name string, r *rawRoute) Route {
 		rt.ConnectionString = URI(s)
 	}
 	d.str(at("listen"), r.Listen, &rt.Listen)
+	var pass bool
+	if d.boolean(at("pass_through"), r.PassThrough, &pass) {
+		rt.PassThrough = &pass
+	}
 
 	o, rp := &rt.Overrides, &r.rawPool
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {
@@ -502,6 +512,7 @@ func (d *converter) route(name string, r *rawRoute) Route {
 	}
 	o.MaxStaleness = optDuration(d, at("max_staleness"), rp.MaxStaleness)
 	o.LocalThreshold = optDuration(d, at("local_threshold"), rp.LocalThreshold)
+	o.MaxUserConnections = optInt(d, at("max_user_connections"), rp.MaxUserConnections)
 	return rt
 }
 

@@ -48,6 +48,10 @@ type EffectiveRoute struct {
 	// Origins says, for each pool key (pool_mode, max_pool_size, ...),
 	// which level its value came from.
 	Origins map[string]Origin
+	// PassThrough says the route logs in upstream as each client's own
+	// user (SCRAM pass-through): pass_through, or by default auth_type =
+	// "scram" with no credentials in the connection string.
+	PassThrough bool
 }
 
 // Routes validates c and resolves every route's settings. Routes come sorted
@@ -67,9 +71,19 @@ func (c Config) Routes() ([]EffectiveRoute, error) {
 			return nil, err
 		}
 		pool, origins := resolve(c.Global.Pool, cs, r.Overrides)
-		out = append(out, EffectiveRoute{Name: name, Listen: r.Listen, Conn: cs, Pool: pool, Origins: origins})
+		out = append(out, EffectiveRoute{Name: name, Listen: r.Listen, Conn: cs, Pool: pool, Origins: origins,
+			PassThrough: passThrough(c.Global.AuthType, cs, r.PassThrough)})
 	}
 	return out, nil
+}
+
+// passThrough resolves pass_through: the route's own value, else SCRAM
+// client logins and a connection string without credentials.
+func passThrough(t AuthType, cs ConnString, own *bool) bool {
+	if own != nil {
+		return *own
+	}
+	return t == AuthSCRAM && !cs.HasCredentials()
 }
 
 // routeNames returns the route names sorted, the catch-all last.
@@ -149,6 +163,7 @@ func resolve(g Pool, cs ConnString, o Overrides) (Pool, map[string]Origin) {
 	pick(&p.ReadPreferenceTags, o.ReadPreferenceTags, "read_preference_tags", FromRoute, origins)
 	pick(&p.MaxStaleness, o.MaxStaleness, "max_staleness", FromRoute, origins)
 	pick(&p.LocalThreshold, o.LocalThreshold, "local_threshold", FromRoute, origins)
+	pick(&p.MaxUserConnections, o.MaxUserConnections, "max_user_connections", FromRoute, origins)
 	return p, origins
 }
 
@@ -221,6 +236,8 @@ func poolValue(p Pool, key string) string {
 		return quote(p.MaxStaleness.String())
 	case "local_threshold":
 		return quote(p.LocalThreshold.String())
+	case "max_user_connections":
+		return itoa(p.MaxUserConnections)
 	}
 	return ""
 }

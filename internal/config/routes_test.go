@@ -52,6 +52,7 @@ func TestPrecedence(t *testing.T) {
 			time.Duration(0), 3 * time.Minute, 2 * time.Minute, 100 * time.Second, `read_preference = "secondary"`},
 		{"local_threshold", `"30ms"`, "localThresholdMS=20", `"10ms"`, func(p Pool) any { return p.LocalThreshold },
 			15 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond, 10 * time.Millisecond, ""},
+		{"max_user_connections", "5", "", "3", func(p Pool) any { return p.MaxUserConnections }, 0, 5, nil, 3, ""},
 	}
 	if len(keys) != len(poolKeys) {
 		t.Fatalf("test covers %d keys, there are %d", len(keys), len(poolKeys))
@@ -152,6 +153,56 @@ func TestOriginString(t *testing.T) {
 	for o, want := range map[Origin]string{FromGlobal: "global", FromConnString: "connection string", FromRoute: "route", 9: "unknown"} {
 		if o.String() != want {
 			t.Errorf("%d: %q", int(o), o.String())
+		}
+	}
+}
+
+// pass_through: by default on for SCRAM logins and a route without
+// credentials, off for a route with a service user or without client
+// logins, and what the route says when it says so.
+func TestPassThroughResolved(t *testing.T) {
+	for _, tc := range []struct {
+		auth, uri, own string
+		want           bool
+	}{
+		{`"scram"`, "mongodb://h/", "", true},
+		{`"scram"`, "mongodb://svc:pw@h/", "", false},
+		{`"scram"`, "mongodb://h/?authMechanism=MONGODB-X509&tls=true", "", false},
+		{`"scram"`, "mongodb://h/", "false", false},
+		{`"scram"`, "mongodb://h/", "true", true},
+		{`"none"`, "mongodb://h/", "", false},
+	} {
+		doc := fmt.Sprintf("[mongobouncer]\nauth_type = %s\nauth_file = \"u.txt\"\n[databases.\"*\"]\nconnection_string = %q\n", tc.auth, tc.uri)
+		if tc.auth == `"none"` {
+			doc = fmt.Sprintf("[databases.\"*\"]\nconnection_string = %q\n", tc.uri)
+		}
+		if tc.own != "" {
+			doc += "pass_through = " + tc.own + "\n"
+		}
+		c, err := Parse([]byte(doc), "p.toml")
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		rs, err := c.Routes()
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		if rs[0].PassThrough != tc.want {
+			t.Errorf("%s: pass-through %v, want %v", doc, rs[0].PassThrough, tc.want)
+		}
+	}
+}
+
+func TestPassThroughRefusedWhereItCannotWork(t *testing.T) {
+	for doc, want := range map[string]string{
+		"[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\npass_through = true\n":                                                                      `set auth_type = "scram"`,
+		"[mongobouncer]\nauth_type = \"scram\"\nauth_file = \"u.txt\"\n[databases.\"*\"]\nconnection_string = \"mongodb://svc:pw@h/\"\npass_through = true\n": "has credentials",
+		"[mongobouncer]\nuser_pool_idle_timeout = \"-1s\"\n[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n":                                         "must not be negative",
+		"[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\nmax_user_connections = -1\n":                                                                "max_user_connections",
+	} {
+		_, err := Parse([]byte(doc), "p.toml")
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "p.toml:") {
+			t.Errorf("%s: error %v, want one naming the line and saying %q", doc, err, want)
 		}
 	}
 }

@@ -134,6 +134,25 @@ func (v *validator) auth() {
 			v.add(at("admin_users"), ErrInvalidValue, fmt.Sprintf("admin_users: %s is not user@db", quote(u)))
 		}
 	}
+	if g.UserPoolIdleTimeout < 0 {
+		v.add(at("user_pool_idle_timeout"), ErrInvalidValue, fmt.Sprintf(`user_pool_idle_timeout = %s: must not be negative ("0s" keeps user pools)`, quote(g.UserPoolIdleTimeout.String())))
+	}
+}
+
+// passThrough checks a route's pass_through against the client logins and
+// its connection string: pass-through logs in as the client's SCRAM user,
+// so it needs SCRAM logins and no service user of its own.
+func (v *validator) passThrough(name string, r Route, cs ConnString) {
+	if r.PassThrough == nil || !*r.PassThrough {
+		return
+	}
+	at := []string{tableDatabases, name, "pass_through"}
+	switch {
+	case v.c.Global.AuthType != AuthSCRAM:
+		v.add(at, ErrInvalidValue, `pass_through = true logs in upstream as each client's SCRAM user: set auth_type = "scram" in [mongobouncer], or remove pass_through`)
+	case cs.HasCredentials():
+		v.add(at, ErrInvalidValue, `pass_through = true, but the connection_string has credentials (a service user): remove them to log in as each client's user, or remove pass_through to log in as the service user`)
+	}
 }
 
 // clientTLS checks the tls_* keys: a mode that serves TLS needs a
@@ -224,6 +243,7 @@ func (v *validator) routes() {
 			}
 		}
 
+		v.passThrough(name, r, cs)
 		pool, origins := resolve(v.c.Global.Pool, cs, r.Overrides)
 		show := func(key string) string {
 			switch origins[key] {
@@ -302,6 +322,9 @@ func poolIssues(p Pool) []poolIssue {
 			return show("min_pool_size") + " is greater than " + show("max_pool_size") +
 				": lower min_pool_size or raise max_pool_size (0 means no limit)"
 		}})
+	}
+	if p.MaxUserConnections < 0 {
+		one("max_user_connections", "must be 0 (only max_pool_size) or more")
 	}
 	if p.MaxConnecting < 1 {
 		one("max_connecting", "must be at least 1 (2 is the usual value)")
