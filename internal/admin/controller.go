@@ -49,8 +49,11 @@ type Controller interface {
 
 // PoolInfo is one pool: SHOW POOLS.
 type PoolInfo struct {
-	Route       string `json:"route" bson:"route"`
-	Server      string `json:"server" bson:"server"`
+	Route  string `json:"route" bson:"route"`
+	Server string `json:"server" bson:"server"`
+	// User is the user ("name@db") of a pass-through route's user pool,
+	// "" for the server's own pool.
+	User        string `json:"user,omitempty" bson:"user,omitempty"`
 	Mode        string `json:"mode" bson:"mode"`     // session | transaction | statement
 	State       string `json:"state" bson:"state"`   // paused | ready | closed (CMAP state)
 	Paused      bool   `json:"paused" bson:"paused"` // paused by the pause admin command

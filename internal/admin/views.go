@@ -168,7 +168,7 @@ func sortedPools(ps []PoolInfo) []PoolInfo {
 	out := make([]PoolInfo, len(ps))
 	copy(out, ps)
 	slices.SortFunc(out, func(a, b PoolInfo) int {
-		return cmp.Or(cmp.Compare(a.Route, b.Route), cmp.Compare(a.Server, b.Server))
+		return cmp.Or(cmp.Compare(a.Route, b.Route), cmp.Compare(a.Server, b.Server), cmp.Compare(a.User, b.User))
 	})
 	return out
 }

@@ -332,13 +332,14 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	// Before the files are read for the topology: a file replaced in
 	// between is then found changed by the next reload, not missed.
 	digest := tlsFilesDigest(er.Conn)
-	t, err := newTopology(er, a.log, a.metrics.PoolMonitor(er.Name), a.cfg.Global.EventLoop, a.resolver)
+	userMon := func() pool.Monitor { return a.metrics.PoolMonitor(er.Name) }
+	t, err := newTopology(er, a.log, a.metrics.PoolMonitor(er.Name), userMon, a.cfg.Global.EventLoop, a.resolver)
 	if err != nil {
 		return nil, err
 	}
 	a.log.Info("route configured", "route", er.Name, "upstream", er.Conn.Redacted(), "pool_mode", mode.String(),
-		"max_pool_size", er.MaxPoolSize)
-	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: mode, Topology: t,
+		"max_pool_size", er.MaxPoolSize, "pass_through", er.PassThrough)
+	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: mode, Topology: t, PassThrough: er.PassThrough,
 		IdleTimeout: routeIdleTimeout(er), MaxMessageSize: er.MaxMessageSize, ReadPref: rp}, topo: t, tlsDigest: digest}, nil
 }
 

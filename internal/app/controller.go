@@ -57,6 +57,16 @@ func (a *App) Pools() []admin.PoolInfo {
 	for _, r := range a.sortedRoutes() {
 		for _, s := range r.topo.Servers() {
 			out = append(out, a.poolInfo(r, s))
+			// A pass-through route's user pools, a row each: the admin
+			// output may name users (the metrics do not).
+			for _, up := range s.UserPools() {
+				pi := a.poolInfo(r, s)
+				st := up.Stats
+				pi.User, pi.State, pi.Generation = up.User, st.State.String(), st.Generation
+				pi.Total, pi.Available, pi.InUse, pi.Pending, pi.Waiters = st.Total, st.Available, st.InUse, st.Pending, st.Waiters
+				pi.MaxPoolSize, pi.MinPoolSize, pi.Checkouts, pi.CheckoutWait = st.Options.MaxPoolSize, st.Options.MinPoolSize, 0, 0
+				out = append(out, pi)
+			}
 		}
 	}
 	return out
@@ -212,6 +222,7 @@ func (a *App) Config() map[string]any {
 		"tls_key_file":             g.TLSKeyFile,
 		"tls_ca_file":              g.TLSCAFile,
 		"tls_handshake_timeout":    g.TLSHandshakeTimeout.String(),
+		"user_pool_idle_timeout":   g.UserPoolIdleTimeout.String(),
 	}
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {
@@ -231,6 +242,8 @@ func (a *App) Config() map[string]any {
 			"client_idle_timeout":      e.ClientIdleTimeout.String(),
 			"max_message_size":         e.MaxMessageSize,
 			"app_name":                 e.AppName,
+			"pass_through":             e.PassThrough,
+			"max_user_connections":     e.MaxUserConnections,
 		}
 	}
 	out["databases"] = routes

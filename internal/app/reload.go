@@ -169,15 +169,15 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 		}
 		lim := pool.Limits{MaxPoolSize: er.MaxPoolSize, MinPoolSize: er.MinPoolSize, MaxConnecting: er.MaxConnecting,
 			MaxIdleTime: er.MaxIdleTime, WaitQueueTimeout: er.WaitQueueTimeout}
-		if lim != limitsOf(r.eff) {
+		if lim != limitsOf(r.eff) || er.MaxUserConnections != r.eff.MaxUserConnections {
 			for _, s := range r.topo.Servers() {
-				if err := s.Pool().SetLimits(lim); err != nil {
+				if err := s.SetPoolLimits(lim, er.MaxUserConnections); err != nil {
 					a.log.Warn("reload: pool limits not applied", "route", er.Name, "server", s.Address(), "error", err)
 					continue
 				}
 				a.metrics.SetPoolLimit(er.Name, s.Address(), lim.MaxPoolSize)
 			}
-			changes = append(changes, fmt.Sprintf("route %s: pool limits %+v", er.Name, lim))
+			changes = append(changes, fmt.Sprintf("route %s: pool limits %+v, max_user_connections %d", er.Name, lim, er.MaxUserConnections))
 		}
 		if er.ClientIdleTimeout != r.eff.ClientIdleTimeout || er.MaxMessageSize != r.eff.MaxMessageSize {
 			r.proxy.SetClientLimits(routeIdleTimeout(er), er.MaxMessageSize)

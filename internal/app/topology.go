@@ -20,8 +20,10 @@ import (
 
 // newTopology makes the servers, monitors and pools of one route.
 // eventLoop detaches pooled connections from Go's netpoller for the proxy's
-// event loop.
-func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, eventLoop bool, r srv.Resolver) (*topology.Topology, error) {
+// event loop. userMon gives each user pool of a pass-through route a
+// Monitor of its own (their gauges add up under the route's and server's
+// labels, so that the metrics have no label per user).
+func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, userMon func() pool.Monitor, eventLoop bool, r srv.Resolver) (*topology.Topology, error) {
 	cs := er.Conn
 	var poll *topology.SRVPolling
 	if cs.SRV {
@@ -77,6 +79,12 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 	po.Monitor = mon
 	// No po.Logger: the topology gives its pools its own logger, so that
 	// the CMAP log messages appear whenever the (reloadable) level allows.
+	dialer := upstream.NewDialer(uo)
+	var userDialer func(upstream.Authenticator) pool.Connector
+	if er.PassThrough {
+		// The same connections as the route's, logging in as one user.
+		userDialer = func(a upstream.Authenticator) pool.Connector { return dialer.WithAuthenticator(a) }
+	}
 	t, err := topology.New(er.Name, topology.Options{
 		Hosts:                  hosts,
 		ReplicaSet:             cs.ReplicaSet,
@@ -85,7 +93,11 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, e
 		MonitoringMode:         cs.ServerMonitoringMode,
 		LocalThreshold:         er.LocalThreshold,
 		Pool:                   po,
-		Dialer:                 upstream.NewDialer(uo),
+		Dialer:                 dialer,
+		UserDialer:             userDialer,
+		MaxUserConnections:     er.MaxUserConnections,
+		UserPoolIdleTimeout:    er.UserPoolIdleTimeout,
+		UserPoolMonitor:        userMon,
 		MonitorDialer:          upstream.NewDialer(mo),
 		HeartbeatInterval:      er.HeartbeatInterval,
 		HeartbeatTimeout:       er.ConnectTimeout,
@@ -110,6 +122,7 @@ func sameTopology(a, b config.EffectiveRoute) bool {
 		a.HeartbeatInterval == b.HeartbeatInterval && a.ServerSelectionTimeout == b.ServerSelectionTimeout &&
 		a.MaxMessageSize == b.MaxMessageSize && a.LocalThreshold == b.LocalThreshold &&
 		a.ReadPreference == b.ReadPreference && a.MaxStaleness == b.MaxStaleness &&
+		a.PassThrough == b.PassThrough && a.UserPoolIdleTimeout == b.UserPoolIdleTimeout &&
 		slices.EqualFunc(a.ReadPreferenceTags, b.ReadPreferenceTags, maps.Equal)
 }
 

@@ -52,6 +52,9 @@ type EffectiveRoute struct {
 	// user (SCRAM pass-through): pass_through, or by default auth_type =
 	// "scram" with no credentials in the connection string.
 	PassThrough bool
+	// UserPoolIdleTimeout is user_pool_idle_timeout, from [mongobouncer]:
+	// how long a pass-through route keeps a user's unused pool.
+	UserPoolIdleTimeout time.Duration
 }
 
 // Routes validates c and resolves every route's settings. Routes come sorted
@@ -72,7 +75,7 @@ func (c Config) Routes() ([]EffectiveRoute, error) {
 		}
 		pool, origins := resolve(c.Global.Pool, cs, r.Overrides)
 		out = append(out, EffectiveRoute{Name: name, Listen: r.Listen, Conn: cs, Pool: pool, Origins: origins,
-			PassThrough: passThrough(c.Global.AuthType, cs, r.PassThrough)})
+			PassThrough: passThrough(c.Global.AuthType, cs, r.PassThrough), UserPoolIdleTimeout: c.Global.UserPoolIdleTimeout})
 	}
 	return out, nil
 }

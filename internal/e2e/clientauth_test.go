@@ -55,7 +55,9 @@ func authSetup(t *testing.T, up string, logs io.Writer) (*app.App, string, strin
 		t.Fatal(err)
 	}
 	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nadmin_users = [\"ops@admin\"]\n", users)
-	a, addr, _ := fileBouncerLogging(t, baseTOML(up, extra), logs)
+	// The fake upstream has no users: the route forwards unauthenticated
+	// (pass-through has tests of its own, passthrough_test.go).
+	a, addr, _ := fileBouncerLogging(t, baseTOML(up, extra)+"pass_through = false\n", logs)
 	return a, addr, users
 }
 

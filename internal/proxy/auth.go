@@ -186,6 +186,7 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 			c.loggedIn(id)
 		}
 		c.ident = id
+		c.s.noteLogin(id)
 	}
 	return saslReply(done, out)
 }

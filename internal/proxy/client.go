@@ -20,7 +20,6 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
-	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -365,10 +364,10 @@ func (c *client) releaseBuffers() {
 	c.in, c.aux, c.out = nil, nil, nil
 }
 
-// clearedAndReady reports whether err says srv's pool was cleared while the
-// pool is ready again. It is kept out of acquire's fast path because the
-// errors.As target escapes to the heap.
-func clearedAndReady(err error, srv *topology.Server) bool {
+// clearedAndReady reports whether err says p was cleared while p is ready
+// again. It is kept out of acquire's fast path because the errors.As
+// target escapes to the heap.
+func clearedAndReady(err error, p *pool.Pool) bool {
 	var cleared *pool.PoolClearedError
-	return errors.As(err, &cleared) && srv.Pool().Stats().State == pool.StateReady
+	return p != nil && errors.As(err, &cleared) && p.Stats().State == pool.StateReady
 }

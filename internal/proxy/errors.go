@@ -54,6 +54,9 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 		// the configuration is fixed, so the server's code 18, no labels.
 		s.opts.Observer.UpstreamError(route.Name, upstream.CodeAuthenticationFailed)
 		msg := fmt.Sprintf("mongobouncer: authentication of route %q to its upstream failed (command %s): %v", route.Name, req.name(), err)
+		if route.PassThrough {
+			msg = fmt.Sprintf("mongobouncer: route %q logs in upstream as each client's own user (SCRAM pass-through), and the upstream refused this user (command %s): %v", route.Name, req.name(), err)
+		}
 		return errorReply(upstream.CodeAuthenticationFailed, "AuthenticationFailed", msg)
 	case errors.Is(err, errShuttingDown):
 		code, codeName = 91, "ShutdownInProgress"
@@ -88,13 +91,14 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 }
 
 // upstreamAuthFailure reports whether the upstream refused the route's
-// credentials (code 18): on this request's own connection attempt, on
+// credentials (code 18), or a pass-through secret cannot work there (its
+// salt differs): on this request's own connection attempt, on
 // another's that cleared the pool it waited in, or as the reason the
 // servers selection gave up on are Unknown.
 func upstreamAuthFailure(err error, sel **topology.SelectionError, cleared **pool.PoolClearedError) bool {
 	refused := func(err error) bool {
 		var ae *upstream.AuthError
-		return errors.As(err, &ae) && ae.AuthenticationFailed()
+		return errors.As(err, &ae) && (ae.AuthenticationFailed() || errors.Is(ae, upstream.ErrPassThroughMismatch))
 	}
 	switch {
 	case refused(err):

@@ -52,6 +52,9 @@ type exchange struct {
 	need   *topology.Server
 	pc     *pool.Conn
 	pinned bool
+	// pool is the pool the request checks out from: srv's, or on a
+	// pass-through route its user's (poolFor).
+	pool *pool.Pool
 	key    txnKey
 	inTxn  bool
 	// killIDs are the cursors of a killCursors on a multi-server route.
@@ -115,7 +118,7 @@ func (c *client) loopMay(flags wire.MsgFlags, req *request, route *Route) bool {
 // route.
 func (x *exchange) begin(route *Route, msgLen int, reqID int32) {
 	c := x.c
-	x.route, x.srv, x.need, x.pc, x.pinned = route, nil, nil, nil, false
+	x.route, x.srv, x.need, x.pc, x.pinned, x.pool = route, nil, nil, nil, false, nil
 	x.key, x.inTxn = x.req.key()
 	x.killIDs, x.addRP = nil, false
 	if x.req.info.kind == kindKillCursors && route.multi() {
@@ -193,7 +196,7 @@ func (x *exchange) holding() {
 // holds pc, pinned to the client when the pool mode says so.
 func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	c, route, srv := x.c, x.route, x.srv
-	if err != nil && !x.retried && clearedAndReady(err, srv) {
+	if err != nil && !x.retried && clearedAndReady(err, x.pool) {
 		x.retried = true
 		return true, nil
 	}
@@ -201,7 +204,12 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 		c.setPhase(phaseActive)
 	}
 	if err != nil {
-		srv.HandleError(err, nil)
+		if x.pool != nil {
+			srv.HandlePoolError(x.pool, err, nil)
+		}
+		if route.PassThrough {
+			c.passThroughFailed(err)
+		}
 		return false, err
 	}
 	route.held.Add(1)
@@ -222,7 +230,7 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 // upstream connection cannot be used without a goroutine): the connection
 // goes back, and the goroutine starts the request over.
 func (x *exchange) undo() {
-	x.route.checkIn(x.srv, x.pc)
+	x.route.checkIn(x.pc)
 	x.pc = nil
 	x.c.requests.Add(^uint64(0))
 	x.c.setPhase(phaseIdle)
@@ -275,7 +283,7 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 		// application error rules (mark it Unknown, check it now, clear its
 		// pool when they say so). The reply itself goes to the client,
 		// whose driver retries it; the retry waits for a new primary.
-		x.srv.HandleError(stateChangeError(code, body), x.pc)
+		x.srv.HandlePoolError(x.pc.Pool(), stateChangeError(code, body), x.pc)
 		if softenShutdown(body) && flags&wire.FlagChecksumPresent != 0 {
 			wire.UpdateChecksum(reply)
 		}
@@ -334,7 +342,7 @@ func (x *exchange) release() {
 	c.setPhaseLocked(phaseReplying)
 	c.sessMu.Unlock()
 	if !pinned {
-		route.checkIn(x.srv, pc)
+		route.checkIn(pc)
 	}
 }
 
@@ -351,7 +359,7 @@ func (x *exchange) fail(err error) bsoncore.Document {
 		if !errors.Is(err, errUpstreamProtocol) && !errors.Is(err, upstream.ErrBadReply) {
 			// A reply that breaks the protocol condemns its connection,
 			// not the server: the others stay pooled, the server usable.
-			x.srv.HandleError(err, pc)
+			x.srv.HandlePoolError(pc.Pool(), err, pc)
 		}
 		c.s.log.Warn("upstream error", "route", x.route.Name, "server", x.srv.Address(), "client", c.id, "error", err)
 		x.dropConn()
@@ -389,7 +397,7 @@ func (x *exchange) dropConn() {
 	}
 	c.setPhaseLocked(phaseReplying)
 	c.sessMu.Unlock()
-	x.route.checkIn(x.srv, pc)
+	x.route.checkIn(pc)
 }
 
 // end finishes the request once its reply (or error reply) was written, or

@@ -223,7 +223,13 @@ func (c *client) loopCheckOut(th loopThread) {
 	if lc.deliver == nil {
 		lc.deliver = c.loopDelivered
 	}
-	pc, queued, err := c.x.srv.Pool().CheckOutFunc(lc.deliver)
+	p, err := c.poolFor(c.x.route, c.x.srv)
+	if err != nil {
+		c.loopCheckedOut(th, nil, err)
+		return
+	}
+	c.x.pool = p
+	pc, queued, err := p.CheckOutFunc(lc.deliver)
 	if queued {
 		lc.state = lsWaiting
 		c.setPhase(phaseWaiting)
@@ -274,7 +280,7 @@ func (c *client) loopAbandon(pc *pool.Conn) {
 	case lsWaiting:
 		if pc != nil {
 			pc.MarkErrored(errLoopStopped)
-			_ = x.srv.Pool().CheckIn(pc)
+			_ = pc.Pool().CheckIn(pc)
 		}
 		lc.unsent = false
 	default:

@@ -136,8 +136,14 @@ func (c *client) acquire() error {
 		return errRouteReplaced
 	}
 	c.setPhase(phaseWaiting)
+	p, err := c.poolFor(route, srv)
+	if err != nil {
+		_, err = x.checkedOut(nil, err)
+		return err
+	}
+	x.pool = p
 	for {
-		pc, err := srv.Pool().CheckOut(context.Background())
+		pc, err := p.CheckOut(context.Background())
 		if retry, err := x.checkedOut(pc, err); !retry {
 			return err
 		}

@@ -23,6 +23,11 @@ type Route struct {
 	Mode PoolMode
 	// Topology holds the route's servers and their pools.
 	Topology *topology.Topology
+	// PassThrough makes the route log in upstream as each client's own
+	// user (SCRAM pass-through, passthrough.go): requests check out from
+	// their user's pool on each server. The topology must have user pools
+	// (topology.Options.UserDialer), and clients must log in with SCRAM.
+	PassThrough bool
 
 	// cursors remembers which server opened a cursor, and txns which server
 	// runs a transaction. They are used only when the route has more than
@@ -161,18 +166,20 @@ func (r *Route) waitGate(stop <-chan struct{}) error {
 	}
 }
 
-// checkOut takes a connection from srv's pool on behalf of this route.
-func (r *Route) checkOut(ctx context.Context, srv *topology.Server) (*pool.Conn, error) {
-	pc, err := srv.Pool().CheckOut(ctx)
+// checkOut takes a connection from p (a server's pool, or a user's) on
+// behalf of this route.
+func (r *Route) checkOut(ctx context.Context, p *pool.Pool) (*pool.Conn, error) {
+	pc, err := p.CheckOut(ctx)
 	if err == nil {
 		r.held.Add(1)
 	}
 	return pc, err
 }
 
-// checkIn returns a connection taken with checkOut.
-func (r *Route) checkIn(srv *topology.Server, pc *pool.Conn) {
-	_ = srv.Pool().CheckIn(pc)
+// checkIn returns a connection the route's request checked out to the
+// pool it came from (its server's, or a user's).
+func (r *Route) checkIn(pc *pool.Conn) {
+	_ = pc.Pool().CheckIn(pc)
 	r.held.Add(-1)
 }
 

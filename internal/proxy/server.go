@@ -123,6 +123,10 @@ type Server struct {
 	clientCount  atomic.Int64
 	totalClients atomic.Uint64
 
+	// pass holds the secrets pass-through routes log in upstream with,
+	// one per user (passthrough.go).
+	pass passUsers
+
 	clientsMu sync.Mutex // guards listeners, clients and closed
 	listeners map[net.Listener]struct{}
 	clients   map[*client]struct{}

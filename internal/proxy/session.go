@@ -150,7 +150,7 @@ func (c *client) txnEnded(key txnKey) {
 	}
 	c.sessMu.Unlock()
 	if back.conn != nil {
-		route.checkIn(back.srv, back.conn)
+		route.checkIn(back.conn)
 	}
 }
 
@@ -178,7 +178,7 @@ func (c *client) cleanup() {
 	c.sessMu.Unlock()
 	for _, p := range pins {
 		if p.conn != nil {
-			p.route.checkIn(p.srv, p.conn)
+			p.route.checkIn(p.conn)
 		}
 	}
 }
@@ -209,8 +209,11 @@ func (c *client) abort(route *Route, key txnKey) {
 			}
 			srv = s
 		}
-		var err error
-		pc, err = route.checkOut(ctx, srv)
+		// As the client's user: the transaction is that user's upstream.
+		p, err := c.poolFor(route, srv)
+		if err == nil {
+			pc, err = route.checkOut(ctx, p)
+		}
 		if err != nil {
 			c.log.Warn("cannot abort transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
 			return
@@ -227,7 +230,7 @@ func (c *client) abort(route *Route, key txnKey) {
 		c.log.Debug("aborted transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
 	}
 	if !pinned {
-		route.checkIn(srv, pc)
+		route.checkIn(pc)
 	}
 }
 
@@ -280,7 +283,7 @@ func (c *client) takePinsLocked(drop func(*pin) bool) []pin {
 // checkInPins gives connections taken by takePinsLocked back to their pools.
 func checkInPins(back []pin) {
 	for _, p := range back {
-		p.route.checkIn(p.srv, p.conn)
+		p.route.checkIn(p.conn)
 	}
 }
 

@@ -201,10 +201,10 @@ func (s *Server) SetPoolLimits(l pool.Limits, maxUser int) error {
 	return err
 }
 
-// HandleUserPoolError is HandleError for an error seen on a user pool's
+// HandlePoolError is HandleError for an error seen on a user pool's
 // connection or checkout: p is the pool the connection came from (the
 // server's main pool goes to HandleError).
-func (s *Server) HandleUserPoolError(p *pool.Pool, err error, c *pool.Conn) {
+func (s *Server) HandlePoolError(p *pool.Pool, err error, c *pool.Conn) {
 	if p == s.pool {
 		s.HandleError(err, c)
 		return

@@ -140,7 +140,7 @@ func TestUserPoolLoginFailureIsTheUsersAlone(t *testing.T) {
 	if !errors.As(err, &authErr) || !authErr.AuthenticationFailed() {
 		t.Fatalf("checkout with a wrong password = %v, want an AuthError with code 18", err)
 	}
-	s.HandleUserPoolError(bad, err, nil)
+	s.HandlePoolError(bad, err, nil)
 	if bad.Stats().State != pool.StatePaused {
 		t.Fatal("the failing user's pool is not paused")
 	}
@@ -172,7 +172,7 @@ func TestUserPoolLoginFailureIsTheUsersAlone(t *testing.T) {
 
 	// A stale failure (from before the last clear) changes nothing.
 	gen := bad.Stats().Generation
-	s.HandleUserPoolError(bad, &pool.ConnectionError{Address: fake.Addr(), Generation: gen - 1, Err: err}, nil)
+	s.HandlePoolError(bad, &pool.ConnectionError{Address: fake.Addr(), Generation: gen - 1, Err: err}, nil)
 	if bad.Stats().State != pool.StateReady {
 		t.Fatal("a stale failure paused the pool")
 	}
@@ -192,7 +192,7 @@ func TestUserPoolNetworkErrorIsTheServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.HandleUserPoolError(p, &upstream.NetworkError{Op: "read", Err: errors.New("connection reset")}, c)
+	s.HandlePoolError(p, &upstream.NetworkError{Op: "read", Err: errors.New("connection reset")}, c)
 	c.MarkErrored(nil)
 	_ = p.CheckIn(c)
 	if s.State() != Unknown || s.Pool().Stats().State != pool.StatePaused || p.Stats().State != pool.StatePaused {

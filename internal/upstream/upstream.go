@@ -139,6 +139,14 @@ func NewDialer(o Options) *Dialer {
 	return d
 }
 
+// WithAuthenticator returns a Dialer that makes the same connections as d
+// but logs each one in with a (SCRAM pass-through: one user's pool).
+func (d *Dialer) WithAuthenticator(a Authenticator) *Dialer {
+	c := *d // hello and offered are never modified after NewDialer
+	c.opts.Authenticator = a
+	return &c
+}
+
 // Connect establishes a connection to address and returns it as a *Conn. It
 // implements pool.Connector.
 func (d *Dialer) Connect(ctx context.Context, address string, id int64) (pool.Upstream, error) {
