@@ -74,7 +74,8 @@ type AuthError struct {
 	CodeName string
 	// Message is the server's errmsg, or what was wrong.
 	Message string
-	// Err is the cause: the server's *CommandError, or nil.
+	// Err is the cause: the server's *CommandError,
+	// ErrPassThroughMismatch, or nil.
 	Err error
 }
 
@@ -94,7 +95,7 @@ func (e *AuthError) Error() string {
 	return s
 }
 
-// Unwrap returns the server's *CommandError, if any.
+// Unwrap returns the cause (Err), if any.
 func (e *AuthError) Unwrap() error { return e.Err }
 
 // AuthenticationFailed reports whether the server refused the credentials

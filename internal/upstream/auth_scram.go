@@ -165,66 +165,66 @@ func (a *scramAuth) StartHandshake() ([]byte, Authenticator, error) {
 		}
 		// A password SASLprep refuses: no speculation; the negotiation
 		// may still pick SCRAM-SHA-1.
-		return elems, &scramHandshake{a: a}, nil
+		return elems, &scramHandshake{src: a}, nil
 	}
 	elems = bsoncore.AppendDocumentElement(elems, "speculativeAuthenticate", conv.start(true))
-	return elems, &scramHandshake{a: a, spec: conv}, nil
+	return elems, &scramHandshake{src: a, spec: conv}, nil
 }
 
 // Authenticate implements Authenticator for a connection whose hello did
 // not come from StartHandshake: the mechanism is the configured one, else
 // chosen from hello.SaslSupportedMechs.
 func (a *scramAuth) Authenticate(ctx context.Context, c *Conn, hello *Hello) error {
-	return (&scramHandshake{a: a}).Authenticate(ctx, c, hello)
+	return (&scramHandshake{src: a}).Authenticate(ctx, c, hello)
+}
+
+// credential implements scramSource.
+func (a *scramAuth) credential() *Credential { return &a.cred }
+
+// scramSource is what a scramHandshake starts conversations from: a
+// password (scramAuth) or the keys of a client's own login
+// (passThroughAuth).
+type scramSource interface {
+	// credential names the user; an empty Mechanism is negotiated.
+	credential() *Credential
+	// newConv starts a conversation of mech.
+	newConv(mech string) (*scramConv, error)
 }
 
 // scramHandshake finishes the authentication of one connection.
 type scramHandshake struct {
-	a    *scramAuth
+	src  scramSource
 	spec *scramConv // the speculative conversation, nil if none was sent
 }
 
 // Authenticate implements Authenticator.
 func (h *scramHandshake) Authenticate(ctx context.Context, c *Conn, hello *Hello) error {
-	a := h.a
 	if h.spec != nil && hello.SpeculativeAuthenticate != nil {
-		return a.finish(ctx, c, h.spec, hello.SpeculativeAuthenticate)
+		return h.spec.finish(ctx, c, hello.SpeculativeAuthenticate)
 	}
 	// No speculative answer (an older server, FerretDB, or a user the
 	// server did not find): the ordinary conversation, with the mechanism
 	// the spec's negotiation rules choose.
-	mech := a.cred.Mechanism
+	cred := h.src.credential()
+	mech := cred.Mechanism
 	if mech == "" {
 		mech = MechanismSCRAMSHA1
 		if slices.Contains(hello.SaslSupportedMechs, MechanismSCRAMSHA256) {
 			mech = MechanismSCRAMSHA256
 		}
 	}
-	conv, err := a.newConv(mech)
+	conv, err := h.src.newConv(mech)
 	if err != nil {
 		return err
 	}
-	reply, err := authCommand(ctx, c, &a.cred, mech, conv.start(false))
+	reply, err := authCommand(ctx, c, cred, mech, conv.start(false))
 	if err != nil {
 		return err
 	}
-	return a.finish(ctx, c, conv, reply)
+	return conv.finish(ctx, c, reply)
 }
 
-// finish carries a conversation from the server's first reply to its end.
-func (a *scramAuth) finish(ctx context.Context, c *Conn, conv *scramConv, reply bsoncore.Document) error {
-	for {
-		cmd, done, err := conv.next(reply)
-		if err != nil || done {
-			return err
-		}
-		if reply, err = authCommand(ctx, c, &a.cred, conv.mech, cmd); err != nil {
-			return err
-		}
-	}
-}
-
-// newConv starts a conversation of mech.
+// newConv implements scramSource.
 func (a *scramAuth) newConv(mech string) (*scramConv, error) {
 	c, err := a.client(mech)
 	if err != nil {
@@ -233,19 +233,46 @@ func (a *scramAuth) newConv(mech string) (*scramConv, error) {
 	if a.nonce != nil {
 		c.WithNonceGenerator(a.nonce)
 	}
-	return &scramConv{a: a, mech: mech, conv: c.NewConversation()}, nil
+	conv := &scramConv{cred: &a.cred, mech: mech, conv: c.NewConversation()}
+	conv.checkKeyFactors = func(kf scram.KeyFactors) *AuthError {
+		if kf.Iters > maxIterations {
+			return conv.fail(fmt.Sprintf("the server asks for %d iterations, more than %d", kf.Iters, maxIterations))
+		}
+		a.noteKeyFactors(mech, kf)
+		return nil
+	}
+	return conv, nil
 }
 
-// scramConv is one SCRAM conversation: the SASL commands around xdg-go's
-// state machine. It does no I/O, so that every server reply can be
-// fuzzed through next.
+// scramSteps is the client side of SCRAM that a scramConv drives:
+// xdg-go's ClientConversation, which derives its keys from a password, or
+// keyConv, which is given them (pass-through). Step("") returns the
+// client-first message; Done and Valid are as xdg-go has them.
+type scramSteps interface {
+	Step(challenge string) (string, error)
+	Done() bool
+	Valid() bool
+}
+
+// scramConv is one SCRAM conversation: the SASL commands around a SCRAM
+// client's state machine. It does no I/O (finish aside), so that every
+// server reply can be fuzzed through next.
 type scramConv struct {
-	a     *scramAuth
-	mech  string
-	conv  *scram.ClientConversation
-	id    int32 // conversationId
-	hasID bool
-	steps int
+	cred *Credential
+	mech string
+	conv scramSteps
+	// checkKeyFactors judges the salt and iteration count of the
+	// server-first message before the client computes anything with
+	// them; an *AuthError it returns ends the conversation.
+	checkKeyFactors func(scram.KeyFactors) *AuthError
+	id              int32 // conversationId
+	hasID           bool
+	steps           int
+}
+
+// fail builds an *AuthError of mongobouncer's own (no server code).
+func (s *scramConv) fail(msg string) *AuthError {
+	return &AuthError{Mechanism: s.mech, Username: s.cred.Username, Source: s.cred.Source, Message: msg}
 }
 
 // start returns the saslStart command; speculative adds the db field (the
@@ -258,9 +285,23 @@ func (s *scramConv) start(speculative bool) bsoncore.Document {
 		AppendBinary("payload", 0, []byte(first)).
 		AppendDocument("options", bsoncore.NewDocumentBuilder().AppendBoolean("skipEmptyExchange", true).Build())
 	if speculative {
-		b.AppendString("db", s.a.cred.Source)
+		b.AppendString("db", s.cred.Source)
 	}
 	return b.Build()
+}
+
+// finish carries the conversation from the server's first reply to its
+// end.
+func (s *scramConv) finish(ctx context.Context, c *Conn, reply bsoncore.Document) error {
+	for {
+		cmd, done, err := s.next(reply)
+		if err != nil || done {
+			return err
+		}
+		if reply, err = authCommand(ctx, c, s.cred, s.mech, cmd); err != nil {
+			return err
+		}
+	}
 }
 
 // next takes a server reply ({conversationId, done, payload}) and returns
@@ -268,61 +309,62 @@ func (s *scramConv) start(speculative bool) bsoncore.Document {
 // the server proven to know the password.
 func (s *scramConv) next(reply bsoncore.Document) (cmd bsoncore.Document, done bool, err error) {
 	if s.steps++; s.steps > maxSASLSteps {
-		return nil, false, s.a.fail(s.mech, "the server did not end the conversation")
+		return nil, false, s.fail("the server did not end the conversation")
 	}
 	if err := reply.Validate(); err != nil {
-		return nil, false, s.a.fail(s.mech, "malformed reply: "+err.Error())
+		return nil, false, s.fail("malformed reply: " + err.Error())
 	}
 	if v, err := reply.LookupErr("conversationId"); err == nil {
 		id, ok := v.AsInt64OK()
 		if !ok || id != int64(int32(id)) {
-			return nil, false, s.a.fail(s.mech, "malformed reply: bad conversationId")
+			return nil, false, s.fail("malformed reply: bad conversationId")
 		}
 		if s.hasID && int32(id) != s.id {
-			return nil, false, s.a.fail(s.mech, "the server changed the conversationId")
+			return nil, false, s.fail("the server changed the conversationId")
 		}
 		s.id, s.hasID = int32(id), true
 	} else if !s.hasID {
-		return nil, false, s.a.fail(s.mech, "malformed reply: no conversationId")
+		return nil, false, s.fail("malformed reply: no conversationId")
 	}
 	serverDone, _ := reply.Lookup("done").BooleanOK()
 	payload, ok := saslPayload(reply)
 	if !ok {
-		return nil, false, s.a.fail(s.mech, "malformed reply: bad payload")
+		return nil, false, s.fail("malformed reply: bad payload")
 	}
 	if s.conv.Done() {
 		// The reply to the empty saslContinue of the long form.
 		if !serverDone {
-			return nil, false, s.a.fail(s.mech, "the server did not end the conversation")
+			return nil, false, s.fail("the server did not end the conversation")
 		}
 		return nil, true, nil
 	}
 	if s.steps == 1 {
 		kf, ok := keyFactors(payload)
-		switch {
-		case !ok:
-			return nil, false, s.a.fail(s.mech, "malformed server-first message")
-		case kf.Iters > maxIterations:
-			return nil, false, s.a.fail(s.mech, fmt.Sprintf("the server asks for %d iterations, more than %d", kf.Iters, maxIterations))
+		if !ok {
+			return nil, false, s.fail("malformed server-first message")
 		}
-		s.a.noteKeyFactors(s.mech, kf)
+		if s.checkKeyFactors != nil {
+			if ae := s.checkKeyFactors(kf); ae != nil {
+				return nil, false, ae
+			}
+		}
 	}
 	out, err := s.conv.Step(string(payload))
 	if err != nil {
-		// xdg-go's messages carry no secret: a bad nonce, too few
+		// Neither client's messages carry a secret: a bad nonce, too few
 		// iterations, "server validation failed" for a wrong signature.
-		return nil, false, s.a.fail(s.mech, "the server's SCRAM message was refused: "+err.Error())
+		return nil, false, s.fail("the server's SCRAM message was refused: " + err.Error())
 	}
 	if s.conv.Done() {
 		if !s.conv.Valid() {
-			return nil, false, s.a.fail(s.mech, "the server could not prove it knows the password")
+			return nil, false, s.fail("the server could not prove it knows the password")
 		}
 		if serverDone {
 			return nil, true, nil
 		}
 		out = "" // the long form: one more, empty, exchange
 	} else if serverDone {
-		return nil, false, s.a.fail(s.mech, "the server ended the conversation before proving it knows the password")
+		return nil, false, s.fail("the server ended the conversation before proving it knows the password")
 	}
 	return bsoncore.NewDocumentBuilder().
 		AppendInt32("saslContinue", 1).

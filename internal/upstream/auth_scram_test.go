@@ -293,11 +293,15 @@ func keyFactorsN(i int) scram.KeyFactors {
 }
 
 // FuzzSCRAMConversation feeds two arbitrary server replies to a SCRAM
-// conversation: no input may panic, and none may end it as authenticated
-// (only a server that knows the password can).
+// conversation of each client, the password one and the pass-through one
+// (with the seeds' salt and iteration count, so that inputs get past the
+// key factors check): no input may panic, and none may end it as
+// authenticated (only a server that knows the keys can).
 func FuzzSCRAMConversation(f *testing.F) {
 	f.Add([]byte(saslReply(1, "r=fixednonceSERVER,s=c2FsdHNhbHQ=,i=4096", false)), []byte(saslReply(1, "v=AAAA", true)))
 	f.Add([]byte(saslReply(1, "r=fixednonceSERVER,s=c2FsdHNhbHQ=,i=4096", false)), []byte(saslReply(1, "", true)))
+	f.Add([]byte(saslReply(1, "r=fixednonceSERVER,s=c2FsdHNhbHQ=,i=4096,x=ext", false)), []byte(saslReply(1, "e=other-error", true)))
+	f.Add([]byte(saslReply(1, "m=ext,r=fixednonceSERVER,s=c2FsdHNhbHQ=,i=4096", false)), []byte(saslReply(1, "v=", false)))
 	f.Add([]byte(saslReply(7, "", true)), []byte{})
 	f.Add([]byte(bsoncore.NewDocumentBuilder().AppendInt64("conversationId", 1).AppendString("payload", "cj1maXhlZA==").Build()), []byte{5, 0, 0, 0, 0})
 	a, err := newSCRAM(Credential{Mechanism: MechanismSCRAMSHA256, Username: "u", Password: "p", Source: "admin"})
@@ -305,19 +309,27 @@ func FuzzSCRAMConversation(f *testing.F) {
 		f.Fatal(err)
 	}
 	a.nonce = func() string { return "fixednonce" }
+	ck, stored := deriveKeys(f, MechanismSCRAMSHA256, "u", "p", scram.KeyFactors{Salt: "saltsalt", Iters: 4096})
+	pt := newPassThrough(f, PassThrough{Mechanism: MechanismSCRAMSHA256, Username: "u", ClientKey: ck, Stored: stored}, "fixednonce")
 	f.Fuzz(func(t *testing.T, r1, r2 []byte) {
-		conv, err := a.newConv(MechanismSCRAMSHA256)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conv.start(false)
-		for _, r := range [][]byte{r1, r2} {
-			_, done, err := conv.next(bsoncore.Document(r))
-			if done {
-				t.Fatal("a server that does not know the password was accepted")
-			}
+		for _, src := range []scramSource{a, pt} {
+			conv, err := src.newConv(MechanismSCRAMSHA256)
 			if err != nil {
-				return
+				t.Fatal(err)
+			}
+			conv.start(false)
+			for _, r := range [][]byte{r1, r2} {
+				_, done, err := conv.next(bsoncore.Document(r))
+				if done {
+					t.Fatalf("%T: a server that does not know the keys was accepted", src)
+				}
+				if err != nil {
+					var ae *AuthError
+					if !errors.As(err, &ae) {
+						t.Fatalf("%T: %v is not an AuthError", src, err)
+					}
+					break
+				}
 			}
 		}
 	})
