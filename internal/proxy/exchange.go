@@ -54,9 +54,9 @@ type exchange struct {
 	pinned bool
 	// pool is the pool the request checks out from: srv's, or on a
 	// pass-through route its user's (poolFor).
-	pool *pool.Pool
-	key    txnKey
-	inTxn  bool
+	pool  *pool.Pool
+	key   txnKey
+	inTxn bool
 	// killIDs are the cursors of a killCursors on a multi-server route.
 	killIDs []int64
 	// addRP says to add the route's default $readPreference to the
