@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/ferretdb"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 )
 
@@ -194,6 +197,28 @@ func TestPassThroughActsAsEachUser(t *testing.T) {
 		if slices.Sort(rows); !slices.Equal(rows, []string{"alice@admin", "bob@admin"}) {
 			t.Errorf("user pools %v", rows)
 		}
+		// The metrics have no label per user: the user pools' figures add
+		// up under the route's and server's.
+		resp, err := http.Get("http://" + a.AdminAddr().String() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "alice") || strings.Contains(string(body), "bob") {
+			t.Error("/metrics names a user")
+		}
+		created := 0.0
+		for line := range strings.Lines(string(body)) {
+			if strings.HasPrefix(line, "mongobouncer_pool_connections_created_total{") {
+				var v float64
+				fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+				created += v
+			}
+		}
+		if created < 2 {
+			t.Errorf("the pool metrics count %v connections created, want the user pools' (at least 2)", created)
+		}
 	})
 }
 
@@ -321,5 +346,114 @@ func TestPassThroughUserLimits(t *testing.T) {
 	}
 	if err := clients["alice"].Database("shop").Collection("c").FindOne(ctx, bson.D{}).Err(); err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		t.Fatal(err)
+	}
+}
+
+// TestPassThroughLookupRefreshedAfterRefusal: a user known only upstream
+// (auth_user looks it up) changes its password there. A client still
+// logged in with the old one is refused upstream (code 18): that forgets
+// the cached lookup, so that the user's login with the new password looks
+// the user up again and is served at once, its user pool retried without
+// waiting for a heartbeat.
+func TestPassThroughLookupRefreshedAfterRefusal(t *testing.T) {
+	oneIO(t)
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true, Users: []fakemongo.User{
+		{Name: "mbauth", Password: "mbauth-pw"},
+		{Name: "upuser", Password: "old-pw"},
+	}})
+	users := writeUsers(t, map[string]string{"mbauth@admin": "mbauth-pw"})
+	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\n", users)
+	// A heartbeat far away: only the retry on a new login can ready the
+	// paused user pool within the test.
+	toml := strings.Replace(baseTOML(up.URI(), extra), `heartbeat_interval = "500ms"`, `heartbeat_interval = "60s"`, 1)
+	_, addr, _ := fileBouncer(t, toml)
+	ctx := ctxT(t, 30*time.Second)
+	insert := func(c *mongo.Client) error {
+		_, err := c.Database("shop").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 1}})
+		return err
+	}
+	old := authDriver(t, addr, "SCRAM-SHA-256", "upuser", "old-pw")
+	if err := insert(old); err != nil {
+		t.Fatal(err)
+	}
+	if n := up.Requests("usersInfo"); n != 1 {
+		t.Fatalf("%d lookups, want 1", n)
+	}
+	if err := up.SetUserPassword("upuser", "admin", "new-pw"); err != nil {
+		t.Fatal(err)
+	}
+	// The pooled connections stay logged in upstream, as mongod's do:
+	// drop them, so that the next request must log in again.
+	up.CloseAllConns()
+	var err error
+	for range 5 { // the first may meet a connection the drop broke
+		if err = insert(old); err != nil {
+			var ce mongo.CommandError
+			if errors.As(err, &ce) && ce.Code == 18 {
+				break
+			}
+		}
+	}
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) || ce.Code != 18 {
+		t.Fatalf("the old secret upstream: %v, want code 18", err)
+	}
+	fresh := authDriver(t, addr, "SCRAM-SHA-256", "upuser", "new-pw")
+	if err := insert(fresh); err != nil {
+		t.Fatalf("after the password change, with the new password: %v", err)
+	}
+	if got := connectionStatusUser(t, fresh); got != "upuser@admin" {
+		t.Fatalf("connectionStatus says %s", got)
+	}
+	if n := up.Requests("usersInfo"); n != 2 {
+		t.Fatalf("%d lookups, want 2 (the refusal forgot the first)", n)
+	}
+}
+
+// TestPassThroughFerretDB: in front of FerretDB's own binary with SCRAM,
+// users with a plain password in auth_file and with FerretDB's own secret
+// (usersInfo showCredentials) act upstream as themselves: FerretDB's
+// connectionStatus, asked through mongobouncer, names each one.
+func TestPassThroughFerretDB(t *testing.T) {
+	oneIO(t)
+	s := ferretdb.Start(t, ferretdb.Options{Database: "app", Username: "owner", Password: "owner-pw"})
+	ctx := ctxT(t, 60*time.Second)
+	admin, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + s.Addr() + "/?directConnection=true").
+		SetAuth(options.Credential{Username: "owner", Password: "owner-pw", AuthSource: "app"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Disconnect(ctxT(t, 5*time.Second)) })
+	for _, u := range []string{"plain", "stored"} {
+		if err := admin.Database("app").RunCommand(ctx, bson.D{{Key: "createUser", Value: u},
+			{Key: "pwd", Value: u + "-pw"}, {Key: "roles", Value: bson.A{}}}).Err(); err != nil {
+			t.Fatalf("createUser %s: %v", u, err)
+		}
+	}
+	users := writeUsers(t, map[string]string{
+		"plain@app":  "plain-pw",
+		"stored@app": upstreamSecret(t, s.Addr(), "owner", "owner-pw", "stored", "app"),
+	})
+	_, addr, _ := fileBouncer(t, baseTOML("mongodb://"+s.Addr()+"/?directConnection=true",
+		fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\n", users)))
+	for _, u := range []string{"plain", "stored"} {
+		for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-1"} {
+			c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + addr + "/?serverSelectionTimeoutMS=10000").SetAuth(
+				options.Credential{AuthMechanism: mech, AuthSource: "app", Username: u, Password: u + "-pw"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Disconnect(ctxT(t, 5*time.Second)) })
+			if got := connectionStatusUser(t, c); got != u+"@app" {
+				t.Fatalf("%s %s: FerretDB's connectionStatus through mongobouncer says %q\nFerretDB log:\n%s", u, mech, got, s.Log())
+			}
+			coll := c.Database("app").Collection("pt")
+			if _, err := coll.InsertOne(ctx, bson.D{{Key: "u", Value: u}, {Key: "m", Value: mech}}); err != nil {
+				t.Fatalf("%s %s: insert: %v", u, mech, err)
+			}
+			if n, err := coll.CountDocuments(ctx, bson.D{{Key: "u", Value: u}, {Key: "m", Value: mech}}); err != nil || n != 1 {
+				t.Fatalf("%s %s: count %d, %v", u, mech, n, err)
+			}
+		}
 	}
 }

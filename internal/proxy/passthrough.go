@@ -63,19 +63,20 @@ func (p *passAuth) Authenticate(ctx context.Context, c *upstream.Conn, hello *up
 
 // set makes id's secret the one new connections log in with, unless it
 // is the one they use already (building an authenticator from a password
-// starts its key cache over).
-func (p *passAuth) set(id *auth.Identity, pt auth.PassThrough) error {
+// starts its key cache over). It reports whether the secret changed.
+func (p *passAuth) set(id *auth.Identity, pt auth.PassThrough) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if cur := p.cur.Load(); cur != nil && sameSecret(cur.pt, pt) {
-		return nil
+	cur := p.cur.Load()
+	if cur != nil && sameSecret(cur.pt, pt) {
+		return false, nil
 	}
 	a, err := newPassAuthenticator(id, pt)
 	if err != nil {
-		return err
+		return false, err
 	}
 	p.cur.Store(&passSecret{pt: pt, a: a})
-	return nil
+	return cur != nil, nil
 }
 
 func sameSecret(a, b auth.PassThrough) bool {
@@ -106,8 +107,21 @@ func (s *Server) noteLogin(id *auth.Identity) {
 		return
 	}
 	v, _ := s.pass.m.LoadOrStore(id.Key(), &passAuth{})
-	if err := v.(*passAuth).set(id, pt); err != nil {
+	changed, err := v.(*passAuth).set(id, pt)
+	if err != nil {
 		s.log.Warn("pass-through: cannot log in upstream with this login's secret", "user", id.Key(), "error", err)
+		return
+	}
+	if changed {
+		// A pool a refused login paused gets its next try at once, with
+		// the new secret.
+		for _, r := range s.table.Load().all {
+			if r.PassThrough {
+				for _, srv := range r.Topology.Servers() {
+					srv.RetryUserPool(id.Key())
+				}
+			}
+		}
 	}
 }
 

@@ -115,6 +115,20 @@ func (s *Server) UserPool(user string, a upstream.Authenticator) (*pool.Pool, er
 	return p, nil
 }
 
+// RetryUserPool readies user's pool if a refused login paused it while
+// the server is usable: the user's secret has changed (a new login), so
+// the next try need not wait for the server's next check.
+func (s *Server) RetryUserPool(user string) {
+	t := s.topo
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s.users.mu.Lock()
+	defer s.users.mu.Unlock()
+	if up := s.users.m[user]; up != nil && s.pool.Stats().State == pool.StateReady {
+		_ = up.pool.Ready()
+	}
+}
+
 // UserPoolStats is one user pool's snapshot, for the admin commands.
 type UserPoolStats struct {
 	User  string

@@ -61,7 +61,9 @@ type User struct {
 // authUsers holds the users with their SCRAM stored credentials, computed
 // once at start (the PBKDF2 work).
 type authUsers struct {
-	byKey map[string]*authUser // "db.name"
+	mu      sync.Mutex           // guards byKey and changes (SetUserPassword)
+	byKey   map[string]*authUser // "db.name"
+	changes int
 }
 
 type authUser struct {
@@ -84,42 +86,85 @@ func newAuthUsers(users []User) (*authUsers, error) {
 		if u.Iterations == 0 {
 			u.Iterations = DefaultIterations
 		}
-		x := &authUser{User: u, creds: make(map[string]scram.StoredCredentials)}
-		for _, m := range u.Mechanisms {
-			var h scram.HashGeneratorFcn
-			pw := u.Password
-			switch m {
-			case MechSCRAMSHA1:
-				sum := md5.Sum([]byte(u.Name + ":mongo:" + u.Password))
-				h, pw = scram.SHA1, hex.EncodeToString(sum[:])
-			case MechSCRAMSHA256:
-				h = scram.SHA256
-				var err error
-				if pw, err = stringprep.SASLprep.Prepare(pw); err != nil {
-					return nil, fmt.Errorf("fakemongo: user %d: SASLprep: %v", i, err)
-				}
-			case MechX509:
-				continue
-			default:
-				return nil, fmt.Errorf("fakemongo: user %d: unknown mechanism %q", i, m)
-			}
-			c, _ := h.NewClientUnprepped(u.Name, pw, "")
-			salt := fmt.Sprintf("fakemongo-salt-%s-%d", m, i)
-			sc, err := c.GetStoredCredentialsWithError(scram.KeyFactors{Salt: salt, Iters: u.Iterations})
-			if err != nil {
-				return nil, fmt.Errorf("fakemongo: user %d: %v", i, err)
-			}
-			x.creds[m] = sc
+		x, err := newAuthUser(u, fmt.Sprintf("%d", i))
+		if err != nil {
+			return nil, err
 		}
 		au.byKey[u.DB+"."+u.Name] = x
 	}
 	return au, nil
 }
 
+// newAuthUser derives u's stored credentials with salts made of tag.
+func newAuthUser(u User, tag string) (*authUser, error) {
+	x := &authUser{User: u, creds: make(map[string]scram.StoredCredentials)}
+	for _, m := range u.Mechanisms {
+		var h scram.HashGeneratorFcn
+		pw := u.Password
+		switch m {
+		case MechSCRAMSHA1:
+			sum := md5.Sum([]byte(u.Name + ":mongo:" + u.Password))
+			h, pw = scram.SHA1, hex.EncodeToString(sum[:])
+		case MechSCRAMSHA256:
+			h = scram.SHA256
+			var err error
+			if pw, err = stringprep.SASLprep.Prepare(pw); err != nil {
+				return nil, fmt.Errorf("fakemongo: user %s: SASLprep: %v", u.Name, err)
+			}
+		case MechX509:
+			continue
+		default:
+			return nil, fmt.Errorf("fakemongo: user %s: unknown mechanism %q", u.Name, m)
+		}
+		c, _ := h.NewClientUnprepped(u.Name, pw, "")
+		salt := fmt.Sprintf("fakemongo-salt-%s-%s", m, tag)
+		sc, err := c.GetStoredCredentialsWithError(scram.KeyFactors{Salt: salt, Iters: u.Iterations})
+		if err != nil {
+			return nil, fmt.Errorf("fakemongo: user %s: %v", u.Name, err)
+		}
+		x.creds[m] = sc
+	}
+	return x, nil
+}
+
+// SetUserPassword changes the password of user name on db, as
+// updateUser {pwd} does: its stored credentials are derived again with
+// new salts. Connections already logged in as the user stay so.
+func (s *Server) SetUserPassword(name, db, password string) error {
+	au := s.users
+	if au == nil {
+		return fmt.Errorf("fakemongo: no users")
+	}
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	old := au.byKey[db+"."+name]
+	if old == nil {
+		return fmt.Errorf("fakemongo: no user %s.%s", db, name)
+	}
+	au.changes++
+	u := old.User
+	u.Password = password
+	x, err := newAuthUser(u, fmt.Sprintf("%s.%s-v%d", db, name, au.changes))
+	if err != nil {
+		return err
+	}
+	au.byKey[db+"."+name] = x
+	return nil
+}
+
+// get returns the user of key "db.name", or nil.
+func (au *authUsers) get(key string) *authUser {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	return au.byKey[key]
+}
+
 func (au *authUsers) lookup(db, name string) *authUser {
 	if au == nil {
 		return nil
 	}
+	au.mu.Lock()
+	defer au.mu.Unlock()
 	return au.byKey[db+"."+name]
 }
 
@@ -315,7 +360,7 @@ func (s *Server) appendHelloAuth(dst []byte, req *Request) []byte {
 		return dst
 	}
 	if name, ok := req.Lookup("saslSupportedMechs").StringValueOK(); ok {
-		if u := s.users.byKey[name]; u != nil {
+		if u := s.users.get(name); u != nil {
 			var aidx int32
 			aidx, dst = bsoncore.AppendArrayElementStart(dst, "saslSupportedMechs")
 			for i, m := range u.Mechanisms {
