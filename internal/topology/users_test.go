@@ -259,3 +259,24 @@ func TestUserPoolNeedsUserDialer(t *testing.T) {
 		t.Fatalf("UserPool without UserDialer = %v", err)
 	}
 }
+
+// BenchmarkUserPoolLookup is the lookup every pass-through request makes
+// before its checkout.
+func BenchmarkUserPoolLookup(b *testing.B) {
+	fake := fakemongo.Start(b, fakemongo.Options{Users: fakeUsers})
+	topo := newTopology(b, userOptions(&recorder{}, fake.Addr()))
+	s := mustSelect(b, topo)
+	a, err := upstream.NewAuthenticator(upstream.Credential{Username: "alice", Password: "alice-pw", Source: "admin"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.UserPool("alice@admin", a); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.UserPool("alice@admin", a); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
