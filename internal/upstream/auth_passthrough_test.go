@@ -408,26 +408,7 @@ func TestPassThroughAgainstFake(t *testing.T) {
 					if helloMech != mech {
 						t.Errorf("hello speculates with %q, want %s", helloMech, mech)
 					}
-					if u := loggedInAs(t, c); u != "app."+testUser {
-						t.Fatalf("logged in as %q", u)
-					}
-					find := doc(func(b *bsoncore.DocumentBuilder) { b.AppendString("find", "c") })
-					if _, err := c.RoundTrip(testCtx(t), "app", find); err != nil {
-						t.Fatalf("find after login: %v", err)
-					}
-					wantStarts, wantContinues := int64(1), int64(1)
-					if speculative {
-						wantStarts = 0
-					}
-					if long {
-						wantContinues = 2
-					}
-					if n := s.Requests("saslStart") - starts; n != wantStarts {
-						t.Errorf("%d saslStart, want %d", n, wantStarts)
-					}
-					if n := s.Requests("saslContinue") - continues; n != wantContinues {
-						t.Errorf("%d saslContinue, want %d", n, wantContinues)
-					}
+					checkConversation(t, c, s, speculative, long, starts, continues)
 				})
 			}
 		}
