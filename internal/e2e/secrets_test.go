@@ -31,7 +31,7 @@ import (
 // showStats), every /admin JSON endpoint, /metrics and /readyz, and the
 // error replies clients get (wrong password to mongobouncer, a route whose
 // upstream refuses its password, an unknown user, an unauthenticated
-// command).
+// command, a pass-through login whose salt the upstream does not have).
 func TestSecretsNeverShown(t *testing.T) {
 	oneIO(t)
 	dir := t.TempDir()
@@ -56,6 +56,8 @@ func TestSecretsNeverShown(t *testing.T) {
 			{Name: "svc", Password: svcPW},
 			{Name: "mbauth", Password: mbauthPW},
 			{Name: "upuser", Password: upuserPW},
+			{Name: "app", Password: clientPWs},
+			{Name: "bob", Password: hashedUser},
 		}})
 
 	users := filepath.Join(dir, "users.txt")
@@ -76,7 +78,9 @@ func TestSecretsNeverShown(t *testing.T) {
 	good := "mongodb://svc:" + url.QueryEscape(svcPW) + "@" + up.Addr() + "/?" + tlsq
 	bad := "mongodb://svc:" + url.QueryEscape(badPW) + "@" + up.Addr() + "/?" + tlsq
 	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\nadmin_users = [\"ops@admin\"]\n", users)
-	toml := baseTOML(good, extra) + fmt.Sprintf("[databases.badroute]\nconnection_string = %q\n", bad)
+	// pt has no credentials: SCRAM pass-through, as each client's user.
+	pt := "mongodb://" + up.Addr() + "/?" + tlsq
+	toml := baseTOML(good, extra) + fmt.Sprintf("[databases.badroute]\nconnection_string = %q\n[databases.pt]\nconnection_string = %q\n", bad, pt)
 	var logs logbuf.Buffer
 	a, addr, _ := fileBouncerLevel(t, toml, &logs, slog.LevelDebug)
 	ctx := ctxT(t, 60*time.Second)
@@ -102,6 +106,15 @@ func TestSecretsNeverShown(t *testing.T) {
 		t.Fatalf("wrong upstream password: %v, want an error naming the route", err)
 	}
 	note(err)
+	// Pass-through: with a plain password, with a looked-up secret, and
+	// with a hash-password secret whose salt the upstream does not have.
+	for _, c := range [][2]string{{"app", clientPWs}, {"upuser", upuserPW}, {"bob", hashedUser}} {
+		_, err := authDriver(t, addr, "", c[0], c[1]).Database("pt").Collection("o").InsertOne(ctx, bson.D{{Key: "u", Value: c[0]}})
+		if (err != nil) != (c[0] == "bob") {
+			t.Fatalf("pass-through as %s: %v", c[0], err)
+		}
+		note(err)
+	}
 	// An unauthenticated command.
 	note(driver(t, addr, "").Database("shop").Collection("o").FindOne(ctx, bson.D{}).Err())
 
@@ -133,7 +146,8 @@ func TestSecretsNeverShown(t *testing.T) {
 	}
 	out := seen.String() + logs.String()
 	// The scan must have something to scan.
-	for _, want := range []string{"users.txt", "badroute", "client.pem", "level=DEBUG", "client logged in", "reconnect", "Authentication failed", `"svc"`} {
+	for _, want := range []string{"users.txt", "badroute", "client.pem", "level=DEBUG", "client logged in", "reconnect", "Authentication failed", `"svc"`,
+		"pass-through login to the upstream failed", "differs from mongobouncer's stored secret"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("nothing shows %q: the scan would prove little", want)
 		}
