@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -165,8 +166,22 @@ func (s *tlsToolSetup) check(t *testing.T, tool, coll, out string) {
 	if !strings.Contains(logs, "client logged in") || !strings.Contains(logs, x509User) {
 		t.Errorf("mongobouncer logged no X.509 login as %s:\n%s", x509User, logs)
 	}
-	if _, hs := s.x509App.Server().TLSRefusals(); hs < 2 {
+	if hs := handshakeRefusals(s.x509App, 2); hs < 2 {
 		t.Errorf("TLS handshake refusals counted: %d, want at least 2 (another CA, no certificate)", hs)
+	}
+}
+
+// handshakeRefusals returns a's count of failed client TLS handshakes
+// once it reaches n, or after two seconds: the server counts a refusal
+// after its alert, which the client may have read and reported first.
+func handshakeRefusals(a *app.App, n uint64) uint64 {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		_, hs := a.Server().TLSRefusals()
+		if hs >= n || time.Now().After(deadline) {
+			return hs
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -281,5 +296,111 @@ func needPymongo(t *testing.T) {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
+	}
+}
+
+// mongocClient compiles testdata/mongoc_login.c against Debian's
+// libmongoc-dev (about half a second) and returns the program; it skips
+// when the compiler or the library is missing (and fails under CI, whose
+// `make test` installs them with `make c-tools`).
+func mongocClient(t *testing.T) string {
+	t.Helper()
+	need := func(err error) {
+		if err == nil {
+			return
+		}
+		msg := fmt.Sprintf("libmongoc client: %v: run `make c-tools` as root", err)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	cc, err := exec.LookPath("cc")
+	need(err)
+	flags, err := exec.Command("pkg-config", "--cflags", "--libs", "libmongoc-1.0").Output()
+	need(err)
+	bin := filepath.Join(t.TempDir(), "mongoc_login")
+	args := append([]string{"-Wall", "-o", bin, filepath.Join("testdata", "mongoc_login.c")}, strings.Fields(string(flags))...)
+	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("compiling the libmongoc client: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// libmongoc (Debian's, 1.23: OpenSSL, and ICU for SCRAM-SHA-256's
+// SASLprep of app's non-ASCII password) logs in with SCRAM over TLS,
+// writes and reads; a wrong password gets AuthenticationFailed, a plain
+// connection mongobouncer's TLS-required error; and it logs in with
+// MONGODB-X509, but not with a certificate from another CA.
+func TestMongocTLS(t *testing.T) {
+	oneIO(t)
+	bin := mongocClient(t)
+	s := newTLSToolSetup(t)
+	_, scram, _ := authSetupWith(t, s.up.URI(), nil, s.f.tlsTOML("require", false))
+	tlsQ := "&tls=true&tlsCAFile=" + s.f.ca
+	login := url.UserPassword("app", authUsers["app"]).String() + "@" + scram
+	wrong := url.UserPassword("app", "wrong").String() + "@" + scram
+	x509Q := tlsQ + "&authMechanism=MONGODB-X509&tlsCertificateKeyFile="
+	cases := [][2]string{
+		{"scram tls", toolURI(login, false, tlsQ+"&authSource=admin")},
+		{"scram wrong password", toolURI(wrong, true, tlsQ+"&authSource=admin")},
+		{"scram plain", toolURI(login, true, "&authSource=admin")},
+		{"x509", toolURI(s.x509, false, x509Q+s.f.clientPEM)},
+		{"x509 other CA", toolURI(s.x509, true, x509Q+s.otherClient)},
+	}
+	want := map[string]func(string) bool{
+		"scram tls": func(l string) bool { return l == "count 1" },
+		// libmongoc reports a failed login with its own code
+		// (MONGOC_ERROR_CLIENT_AUTHENTICATE) and the server's message.
+		"scram wrong password": func(l string) bool {
+			return strings.HasPrefix(l, "error ") && strings.Contains(l, "Authentication failed")
+		},
+		"scram plain": func(l string) bool {
+			return strings.HasPrefix(l, "error ") && strings.Contains(l, "requires TLS")
+		},
+		"x509": func(l string) bool { return l == "count 2" },
+		// It sees the connection closed (TLS 1.3: the client's handshake
+		// ends before the server checks its certificate); the server's
+		// refusal count tells the cause.
+		"x509 other CA": func(l string) bool { return strings.HasPrefix(l, "error ") },
+	}
+	var args []string
+	for _, c := range cases {
+		args = append(args, c[0], c[1])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.WaitDelay = 5 * time.Second
+	start := time.Now()
+	var stderr logbuf.Buffer
+	cmd.Stderr = &stderr // libmongoc logs its warnings there
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("libmongoc client: %v; output:\n%s%s", err, out, stderr.String())
+	}
+	t.Logf("libmongoc client ran in %v:\n%s", time.Since(start).Round(time.Millisecond), out)
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if name, rest, ok := strings.Cut(l, ": "); ok {
+			got[name] = rest
+		}
+	}
+	for _, c := range cases {
+		if l, ok := got[c[0]]; !ok || !want[c[0]](l) {
+			t.Errorf("libmongoc, %s: got %q", c[0], l)
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("output:\n%s%s", out, stderr.String())
+	}
+	if hs := handshakeRefusals(s.x509App, 1); hs != 1 {
+		t.Errorf("TLS handshake refusals counted: %d, want 1 (the certificate from another CA)", hs)
+	}
+	if n := len(s.up.Collection("test", "tls_c")); n != 2 {
+		t.Errorf("upstream holds %d documents of test.tls_c, want 2", n)
+	}
+	if logs := s.x509Logs.String(); !strings.Contains(logs, "client logged in") || !strings.Contains(logs, x509User) {
+		t.Errorf("mongobouncer logged no X.509 login as %s:\n%s", x509User, logs)
 	}
 }
