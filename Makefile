@@ -65,14 +65,15 @@ python-tools:
 
 # c-tools installs Debian's libmongoc-dev (with a C compiler and
 # pkg-config) for the end-to-end test that compiles a tiny libmongoc
-# client (internal/e2e/testdata/mongoc_login.c). It needs root for apt-get;
-# without root it only says what to run, and the test skips (it fails under
-# CI, which runs as root).
+# client (internal/e2e/testdata/mongoc_login.c), and the openssl command,
+# which internal/proxy's test of X.509 subject names compares with. It
+# needs root for apt-get; without root it only says what to run, and the
+# tests skip (they fail under CI, which runs as root).
 c-tools:
-	@if command -v cc >/dev/null 2>&1 && pkg-config --exists libmongoc-1.0 2>/dev/null; then :; \
+	@if command -v cc >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 && pkg-config --exists libmongoc-1.0 2>/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev pkg-config libmongoc-dev; \
-	else echo "c-tools: as root, run: apt-get install gcc libc6-dev pkg-config libmongoc-dev"; fi
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev pkg-config libmongoc-dev openssl; \
+	else echo "c-tools: as root, run: apt-get install gcc libc6-dev pkg-config libmongoc-dev openssl"; fi
 
 # browser-tools installs Debian's chromium for the status-page test
 # (internal/admin). It needs root for apt-get; without root it only says

@@ -2,11 +2,14 @@ package proxy
 
 // The subject of a client certificate as MongoDB names X.509 users: an RFC
 // 2253 distinguished name, as OpenSSL prints it with XN_FLAG_RFC2253 (the
-// relative names in reverse order, OpenSSL's short attribute names,
-// unknown attributes and values that are not strings as #hex of their
-// DER). crypto/x509's pkix.Name.String is close, but it rebuilds the name
-// from parsed fields in a fixed order, drops multi-valued RDN grouping, and
-// prints DC, UID and emailAddress as OIDs.
+// attributes in reverse order, OpenSSL's short attribute names, bytes of
+// multi-byte UTF-8 escaped as \XX, unknown attributes and values that are
+// not strings as #hex of their DER). mongod names a certificate's user the
+// same way: it walks OpenSSL's flat list of attributes backwards, so that
+// the attributes of a multi-valued RDN come out in reverse too, and escapes
+// every byte from 0x80 as \XX. crypto/x509's pkix.Name.String is close,
+// but it rebuilds the name from parsed fields in a fixed order, drops
+// multi-valued RDN grouping, and prints DC, UID and emailAddress as OIDs.
 
 import (
 	"encoding/asn1"
@@ -66,8 +69,10 @@ func x509Subject(raw []byte) (string, bool) {
 		if i != len(seq)-1 {
 			b.WriteByte(',')
 		}
-		for j, a := range seq[i] {
-			if j > 0 {
+		rdn := seq[i]
+		for j := len(rdn) - 1; j >= 0; j-- {
+			a := rdn[j]
+			if j != len(rdn)-1 {
 				b.WriteByte('+')
 			}
 			name, known := attributeNames[a.Type.String()]
@@ -93,7 +98,8 @@ func x509Subject(raw []byte) (string, bool) {
 
 // escapeDNValue writes s escaped as RFC 2253 section 2.4 asks: the special
 // characters with a backslash, a leading # or space and a trailing space,
-// and control characters as \XX.
+// and control characters as \XX; and, as OpenSSL (ASN1_STRFLGS_ESC_MSB)
+// and mongod do, each byte from 0x80 as \XX, so "Jürgen" is J\C3\BCrgen.
 func escapeDNValue(b *strings.Builder, s string) {
 	for i := 0; i < len(s); i++ {
 		ch := s[i]
@@ -103,7 +109,7 @@ func escapeDNValue(b *strings.Builder, s string) {
 			i == len(s)-1 && ch == ' ':
 			b.WriteByte('\\')
 			b.WriteByte(ch)
-		case ch < 0x20 || ch == 0x7f:
+		case ch < 0x20 || ch >= 0x7f:
 			b.WriteByte('\\')
 			b.WriteString(strings.ToUpper(hex.EncodeToString([]byte{ch})))
 		default:

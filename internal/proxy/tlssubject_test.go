@@ -1,9 +1,21 @@
 package proxy
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 func rawName(t testing.TB, seq pkix.RDNSequence) []byte {
@@ -37,8 +49,10 @@ func TestX509Subject(t *testing.T) {
 	}{
 		{"reverse order", pkix.RDNSequence{{atv(oidC, "US")}, {atv(oidO, "MongoDB")}, {atv(oidOU, "Drivers")}, {atv(oidCN, "client")}},
 			"CN=client,OU=Drivers,O=MongoDB,C=US"},
+		// In reverse within the RDN too (DER sorts a SET: CN's OID first).
 		{"multi-valued RDN", pkix.RDNSequence{{atv(oidO, "Org")}, {atv(oidCN, "a"), atv(oidOU, "b")}},
-			"CN=a+OU=b,O=Org"},
+			"OU=b+CN=a,O=Org"},
+		{"UTF-8 bytes escaped", pkix.RDNSequence{{atv(oidCN, "Jürgen")}}, `CN=J\C3\BCrgen`},
 		{"short names OpenSSL uses", pkix.RDNSequence{{atv(oidDC, "com")}, {atv(oidDC, "example")}, {atv(oidEmail, "x@example.com")}},
 			"emailAddress=x@example.com,DC=example,DC=com"},
 		{"escapes", pkix.RDNSequence{{atv(oidCN, `#a,b+c"d\e<f>g;h `)}, {atv(oidOU, " lead")}},
@@ -56,6 +70,52 @@ func TestX509Subject(t *testing.T) {
 	for _, bad := range [][]byte{nil, {0x30}, {0x30, 0x00, 0x00}, {0x02, 0x01, 0x05}} {
 		if s, ok := x509Subject(bad); ok {
 			t.Errorf("% x: parsed as %q", bad, s)
+		}
+	}
+}
+
+// x509Subject names subjects as OpenSSL does (openssl x509 -nameopt
+// RFC2253), which is how MongoDB's documentation tells users to find an
+// X.509 user's name, and how mongod names it.
+func TestX509SubjectMatchesOpenSSL(t *testing.T) {
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		msg := "openssl is not installed: run `make c-tools` as root"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	dir := t.TempDir()
+	for i, seq := range []pkix.RDNSequence{
+		{{atv(oidO, "Org")}, {atv(oidCN, "a"), atv(oidOU, "b")}},
+		{{atv(oidC, "US")}, {atv(oidO, "Ex;ample"), atv(oidO, "Two")}, {atv(oidCN, `a,b+c "d" #`)}},
+		{{atv(oidC, "DE")}, {atv(oidCN, "Jürgen ")}, {atv(oidOU, "\x7f\x01")}},
+		{{atv(oidDC, "com")}, {atv(oidEmail, "x@example.com"), atv(oidCN, "z"), atv(oidOU, "zz")}},
+		{{atv(oidOdd, "v")}, {atv(oidCN, "#lead"), atv(oidOU, " both ")}},
+	} {
+		raw := rawName(t, seq)
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), RawSubject: raw,
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, fmt.Sprintf("%d.pem", i))
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(openssl, "x509", "-in", path, "-noout", "-subject", "-nameopt", "RFC2253").Output()
+		if err != nil {
+			t.Fatalf("openssl: %v", err)
+		}
+		want := strings.TrimPrefix(strings.TrimSpace(string(out)), "subject=")
+		if got, ok := x509Subject(raw); !ok || got != want {
+			t.Errorf("%v: %q %v, openssl says %q", seq, got, ok, want)
 		}
 	}
 }
