@@ -36,6 +36,16 @@ import (
 // names an X.509 user (RFC 2253).
 const x509User = "CN=app,O=Example"
 
+// namedSubject and namedUser are the subject of a second client
+// certificate, and its user as OpenSSL prints it and mongod names it: a
+// non-ASCII character's bytes escaped, and the two values of the
+// multi-valued O in reverse of their DER order (a SET sorts the shorter
+// first).
+var (
+	namedSubject = pkix.Name{CommonName: "Jürgen", Organization: []string{"Example", "Two"}}
+	namedUser    = `CN=J\C3\BCrgen,O=Example+O=Two`
+)
+
 // tlsToolSetup is what the TLS tests of real clients run against: one
 // upstream and three mongobouncers in front of it, each with the same
 // server certificate.
@@ -43,8 +53,9 @@ type tlsToolSetup struct {
 	up *fakemongo.Server
 	f  tlsFiles
 	// otherClient is a client certificate (with its key) from another
-	// CA, with the same subject as f's.
-	otherClient string
+	// CA, with the same subject as f's; namedClient one of f's CA with
+	// namedSubject.
+	otherClient, namedClient string
 	// require serves TLS clients only, without client certificates;
 	// allow serves TLS and plain on one port; x509 requires TLS with a
 	// verified client certificate and auth_type = "x509".
@@ -61,6 +72,8 @@ func newTLSToolSetup(t *testing.T) *tlsToolSetup {
 	other := certs.NewCA(t, "other CA")
 	cl := other.Client(t, pkix.Name{CommonName: "app", Organization: []string{"Example"}})
 	s.otherClient = certs.Write(t, dir, "other-client.pem", cl.CertPEM(), cl.KeyPEM(t))
+	named := s.f.issuer.Client(t, namedSubject)
+	s.namedClient = certs.Write(t, dir, "named-client.pem", named.CertPEM(), named.KeyPEM(t))
 
 	var a *app.App
 	a, s.require, _ = fileBouncer(t, baseTOML(s.up.URI(), s.f.tlsTOML("require", false)))
@@ -83,9 +96,11 @@ func toolURI(addr string, refused bool, q string) string {
 }
 
 // userAt is addr with a user name (MONGODB-X509's user is the
-// certificate's subject; drivers send it when the URI names it).
+// certificate's subject; drivers send it when the URI names it). The
+// name is escaped as a query value, so that a '+' reaches pymongo, which
+// decodes the user as one, as '+' and not as a space.
 func userAt(addr, user string) string {
-	return url.User(user).String() + "@" + addr
+	return url.QueryEscape(user) + "@" + addr
 }
 
 // cases are the connections every tool makes, in the order of its
@@ -100,7 +115,7 @@ func (s *tlsToolSetup) cases() [][3]string {
 		{"allow tls", toolURI(s.allow, false, tlsQ), "rw"},
 		{"allow plain", toolURI(s.allow, false, ""), "rw"},
 		{"x509", toolURI(s.x509, false, x509Q+s.f.clientPEM), "x509"},
-		{"x509 named", toolURI(userAt(s.x509, x509User), false, x509Q+s.f.clientPEM), "x509"},
+		{"x509 named", toolURI(userAt(s.x509, namedUser), false, x509Q+s.namedClient), "x509"},
 		{"x509 wrong name", toolURI(userAt(s.x509, "CN=ops,O=Example"), true, x509Q+s.f.clientPEM), "ping"},
 		{"x509 other CA", toolURI(s.x509, true, x509Q+s.otherClient), "ping"},
 		{"x509 no certificate", toolURI(s.x509, true, tlsQ+"&authMechanism=MONGODB-X509"), "ping"},
@@ -130,7 +145,7 @@ func (s *tlsToolSetup) check(t *testing.T, tool, coll, out string) {
 		"allow tls":     func(l string) bool { return l == "count 2" },
 		"allow plain":   func(l string) bool { return l == "count 3" },
 		"x509":          func(l string) bool { return l == "user "+x509User+" db $external count 4" },
-		"x509 named":    func(l string) bool { return l == "user "+x509User+" db $external count 5" },
+		"x509 named":    func(l string) bool { return l == "user "+namedUser+" db $external count 5" },
 		"x509 wrong name": func(l string) bool {
 			return strings.HasPrefix(l, "error ") && strings.Contains(l, "Authentication failed")
 		},
