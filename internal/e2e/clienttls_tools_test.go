@@ -1,8 +1,10 @@
 package e2e
 
-// mongosh and pymongo connect to mongobouncer over TLS (tls_mode =
-// "require" and "allow") and log in with MONGODB-X509, with certificates
-// made in the test.
+// Real clients other than the Go driver over client TLS: mongosh, pymongo
+// and a libmongoc program connect to mongobouncer over TLS (tls_mode =
+// "require" and "allow"), log in with SCRAM over TLS and with
+// MONGODB-X509, and are refused without TLS, with a certificate from
+// another CA, or without one; all certificates are made in the test.
 //
 // These tests run once (oneIO), on the shipped configuration (the event
 // loop on): a TLS client is served on its own goroutine in every I/O model
@@ -11,7 +13,9 @@ package e2e
 // the default model sends to the loop; TestTLSAllowPlainAndTLSOnOnePort
 // covers that on every model with the Go driver. Each tool starts once per
 // test (mongosh alone takes about a second to start) and checks every case
-// in that one process.
+// in that one process; a case that must be refused waits one second for a
+// server (the tools report the cause only when server selection gives up),
+// which is most of mongosh's and pymongo's five seconds or so.
 
 import (
 	"context"
@@ -58,10 +62,11 @@ type tlsToolSetup struct {
 	otherClient, namedClient string
 	// require serves TLS clients only, without client certificates;
 	// allow serves TLS and plain on one port; x509 requires TLS with a
-	// verified client certificate and auth_type = "x509".
-	require, allow, x509 string
-	x509App              *app.App
-	x509Logs             *logbuf.Buffer
+	// verified client certificate and auth_type = "x509"; scram requires
+	// TLS and auth_type = "scram" (authSetup's users).
+	require, allow, x509, scram string
+	x509App                     *app.App
+	x509Logs                    *logbuf.Buffer
 }
 
 func newTLSToolSetup(t *testing.T) *tlsToolSetup {
@@ -82,6 +87,8 @@ func newTLSToolSetup(t *testing.T) *tlsToolSetup {
 	waitUsable(t, a, 1)
 	s.x509App, s.x509, _ = fileBouncerLogging(t, baseTOML(s.up.URI(), s.f.tlsTOML("require", true)+"auth_type = \"x509\"\n"), s.x509Logs)
 	waitUsable(t, s.x509App, 1)
+	a, s.scram, _ = authSetupWith(t, s.up.URI(), nil, s.f.tlsTOML("require", false))
+	waitUsable(t, a, 1)
 	return s
 }
 
@@ -119,7 +126,13 @@ func (s *tlsToolSetup) cases() [][3]string {
 		{"x509 wrong name", toolURI(userAt(s.x509, "CN=ops,O=Example"), true, x509Q+s.f.clientPEM), "ping"},
 		{"x509 other CA", toolURI(s.x509, true, x509Q+s.otherClient), "ping"},
 		{"x509 no certificate", toolURI(s.x509, true, tlsQ+"&authMechanism=MONGODB-X509"), "ping"},
+		{"scram tls", toolURI(s.login("app", authUsers["app"]), false, tlsQ+"&authSource=admin"), "rw"},
 	}
+}
+
+// login is the scram mongobouncer's address with user and password.
+func (s *tlsToolSetup) login(user, password string) string {
+	return url.UserPassword(user, password).String() + "@" + s.scram
 }
 
 // toolArgs are the cases as one list: name, URI, action, name, ...
@@ -158,6 +171,7 @@ func (s *tlsToolSetup) check(t *testing.T, tool, coll, out string) {
 		"x509 no certificate": func(l string) bool {
 			return strings.HasPrefix(l, "error ") && strings.Contains(strings.ToLower(l), "certificate required")
 		},
+		"scram tls": func(l string) bool { return l == "count 6" },
 	}
 	got := map[string]string{}
 	for _, l := range lines {
@@ -174,8 +188,8 @@ func (s *tlsToolSetup) check(t *testing.T, tool, coll, out string) {
 	if t.Failed() {
 		t.Fatalf("%s output:\n%s", tool, out)
 	}
-	if n := len(s.up.Collection("test", coll)); n != 5 {
-		t.Errorf("upstream holds %d documents of test.%s, want 5", n, coll)
+	if n := len(s.up.Collection("test", coll)); n != 6 {
+		t.Errorf("upstream holds %d documents of test.%s, want 6", n, coll)
 	}
 	logs := s.x509Logs.String()
 	if !strings.Contains(logs, "client logged in") || !strings.Contains(logs, x509User) {
@@ -351,10 +365,8 @@ func TestMongocTLS(t *testing.T) {
 	oneIO(t)
 	bin := mongocClient(t)
 	s := newTLSToolSetup(t)
-	_, scram, _ := authSetupWith(t, s.up.URI(), nil, s.f.tlsTOML("require", false))
 	tlsQ := "&tls=true&tlsCAFile=" + s.f.ca
-	login := url.UserPassword("app", authUsers["app"]).String() + "@" + scram
-	wrong := url.UserPassword("app", "wrong").String() + "@" + scram
+	login, wrong := s.login("app", authUsers["app"]), s.login("app", "wrong")
 	x509Q := tlsQ + "&authMechanism=MONGODB-X509&tlsCertificateKeyFile="
 	cases := [][2]string{
 		{"scram tls", toolURI(login, false, tlsQ+"&authSource=admin")},
