@@ -51,7 +51,7 @@ var (
 )
 
 // tlsToolSetup is what the TLS tests of real clients run against: one
-// upstream and three mongobouncers in front of it, each with the same
+// upstream and four mongobouncers in front of it, each with the same
 // server certificate.
 type tlsToolSetup struct {
 	up *fakemongo.Server
@@ -92,7 +92,7 @@ func newTLSToolSetup(t *testing.T) *tlsToolSetup {
 	return s
 }
 
-// uri is a connection string to addr with query parameters q. Clients
+// toolURI is a connection string to addr with query parameters q. Clients
 // expected to be refused wait one second for a server, not ten.
 func toolURI(addr string, refused bool, q string) string {
 	ms := 10000
