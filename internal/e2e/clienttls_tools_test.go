@@ -421,8 +421,8 @@ func TestMongocTLS(t *testing.T) {
 	if t.Failed() {
 		t.Fatalf("output:\n%s%s", out, stderr.String())
 	}
-	if hs := handshakeRefusals(s.x509App, 1); hs != 1 {
-		t.Errorf("TLS handshake refusals counted: %d, want 1 (the certificate from another CA)", hs)
+	if hs := handshakeRefusals(s.x509App, 1); hs < 1 {
+		t.Errorf("TLS handshake refusals counted: %d, want at least 1 (the certificate from another CA)", hs)
 	}
 	if n := len(s.up.Collection("test", "tls_c")); n != 2 {
 		t.Errorf("upstream holds %d documents of test.tls_c, want 2", n)
