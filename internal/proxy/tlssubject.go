@@ -17,8 +17,13 @@ import (
 	"strings"
 )
 
-// attributeNames are OpenSSL's short names of the attributes of a
-// distinguished name.
+// attributeNames are OpenSSL's short names (OBJ_nid2sn, OpenSSL 3.0) of
+// the attributes a distinguished name may hold: every X.520 attribute
+// (2.5.4.x) it knows, and the others found in certificate subjects. Only
+// attributes named here are printed as a string; OpenSSL and mongod print
+// these by name too (business and EV certificates carry businessCategory
+// and jurisdictionC, for instance), so a missing one would give a user
+// name neither of them gives.
 var attributeNames = map[string]string{
 	"2.5.4.3":                    "CN",
 	"2.5.4.4":                    "SN",
@@ -30,15 +35,63 @@ var attributeNames = map[string]string{
 	"2.5.4.10":                   "O",
 	"2.5.4.11":                   "OU",
 	"2.5.4.12":                   "title",
+	"2.5.4.13":                   "description",
+	"2.5.4.14":                   "searchGuide",
+	"2.5.4.15":                   "businessCategory",
+	"2.5.4.16":                   "postalAddress",
 	"2.5.4.17":                   "postalCode",
+	"2.5.4.18":                   "postOfficeBox",
+	"2.5.4.19":                   "physicalDeliveryOfficeName",
+	"2.5.4.20":                   "telephoneNumber",
+	"2.5.4.21":                   "telexNumber",
+	"2.5.4.22":                   "teletexTerminalIdentifier",
+	"2.5.4.23":                   "facsimileTelephoneNumber",
+	"2.5.4.24":                   "x121Address",
+	"2.5.4.25":                   "internationaliSDNNumber",
+	"2.5.4.26":                   "registeredAddress",
+	"2.5.4.27":                   "destinationIndicator",
+	"2.5.4.28":                   "preferredDeliveryMethod",
+	"2.5.4.29":                   "presentationAddress",
+	"2.5.4.30":                   "supportedApplicationContext",
+	"2.5.4.31":                   "member",
+	"2.5.4.32":                   "owner",
+	"2.5.4.33":                   "roleOccupant",
+	"2.5.4.34":                   "seeAlso",
+	"2.5.4.35":                   "userPassword",
+	"2.5.4.36":                   "userCertificate",
+	"2.5.4.37":                   "cACertificate",
+	"2.5.4.38":                   "authorityRevocationList",
+	"2.5.4.39":                   "certificateRevocationList",
+	"2.5.4.40":                   "crossCertificatePair",
+	"2.5.4.41":                   "name",
 	"2.5.4.42":                   "GN",
 	"2.5.4.43":                   "initials",
 	"2.5.4.44":                   "generationQualifier",
+	"2.5.4.45":                   "x500UniqueIdentifier",
 	"2.5.4.46":                   "dnQualifier",
+	"2.5.4.47":                   "enhancedSearchGuide",
+	"2.5.4.48":                   "protocolInformation",
+	"2.5.4.49":                   "distinguishedName",
+	"2.5.4.50":                   "uniqueMember",
+	"2.5.4.51":                   "houseIdentifier",
+	"2.5.4.52":                   "supportedAlgorithms",
+	"2.5.4.53":                   "deltaRevocationList",
+	"2.5.4.54":                   "dmdName",
 	"2.5.4.65":                   "pseudonym",
-	"0.9.2342.19200300.100.1.25": "DC",
+	"2.5.4.72":                   "role",
+	"2.5.4.97":                   "organizationIdentifier",
+	"2.5.4.98":                   "c3",
+	"2.5.4.99":                   "n3",
+	"2.5.4.100":                  "dnsName",
 	"0.9.2342.19200300.100.1.1":  "UID",
+	"0.9.2342.19200300.100.1.3":  "mail",
+	"0.9.2342.19200300.100.1.25": "DC",
 	"1.2.840.113549.1.9.1":       "emailAddress",
+	"1.2.840.113549.1.9.2":       "unstructuredName",
+	"1.2.840.113549.1.9.8":       "unstructuredAddress",
+	"1.3.6.1.4.1.311.60.2.1.1":   "jurisdictionL",
+	"1.3.6.1.4.1.311.60.2.1.2":   "jurisdictionST",
+	"1.3.6.1.4.1.311.60.2.1.3":   "jurisdictionC",
 }
 
 // dnAttribute is one attribute of a relative distinguished name, its value

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,9 @@ func TestX509SubjectMatchesOpenSSL(t *testing.T) {
 		{{atv(oidC, "DE")}, {atv(oidCN, "Jürgen ")}, {atv(oidOU, "\x7f\x01")}},
 		{{atv(oidDC, "com")}, {atv(oidEmail, "x@example.com"), atv(oidCN, "z"), atv(oidOU, "zz")}},
 		{{atv(oidOdd, "v")}, {atv(oidCN, "#lead"), atv(oidOU, " both ")}},
+		// Attributes of business and EV certificates.
+		{{atv(oid(t, "1.3.6.1.4.1.311.60.2.1.3"), "DE")}, {atv(oid(t, "2.5.4.15"), "Private Organization")},
+			{atv(oid(t, "2.5.4.97"), "VATDE-123")}, {atv(oid(t, "2.5.4.13"), "ops"), atv(oid(t, "0.9.2342.19200300.100.1.3"), "a@example.com")}},
 	} {
 		raw := rawName(t, seq)
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -109,15 +113,29 @@ func TestX509SubjectMatchesOpenSSL(t *testing.T) {
 		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(openssl, "x509", "-in", path, "-noout", "-subject", "-nameopt", "RFC2253").Output()
+		out, err := exec.Command(openssl, "x509", "-in", path, "-noout", "-subject", "-nameopt", "RFC2253").CombinedOutput()
 		if err != nil {
-			t.Fatalf("openssl: %v", err)
+			t.Fatalf("openssl: %v\n%s", err, out)
 		}
 		want := strings.TrimPrefix(strings.TrimSpace(string(out)), "subject=")
 		if got, ok := x509Subject(raw); !ok || got != want {
 			t.Errorf("%v: %q %v, openssl says %q", seq, got, ok, want)
 		}
 	}
+}
+
+// oid parses a dotted object identifier.
+func oid(t *testing.T, s string) asn1.ObjectIdentifier {
+	t.Helper()
+	var o asn1.ObjectIdentifier
+	for _, part := range strings.Split(s, ".") {
+		n, err := strconv.Atoi(part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o = append(o, n)
+	}
+	return o
 }
 
 func FuzzX509Subject(f *testing.F) {
