@@ -13,8 +13,10 @@ package proxy
 
 import (
 	"encoding/asn1"
+	"encoding/binary"
 	"encoding/hex"
 	"strings"
+	"unicode/utf8"
 )
 
 // attributeNames are OpenSSL's short names (OBJ_nid2sn, OpenSSL 3.0) of
@@ -134,8 +136,7 @@ func x509Subject(raw []byte) (string, bool) {
 			}
 			b.WriteString(name)
 			b.WriteByte('=')
-			var s string
-			if _, err := asn1.Unmarshal(a.Value.FullBytes, &s); known && err == nil {
+			if s, ok := dnString(a.Value); known && ok {
 				escapeDNValue(&b, s)
 			} else {
 				b.WriteByte('#')
@@ -147,6 +148,35 @@ func x509Subject(raw []byte) (string, bool) {
 		}
 	}
 	return b.String(), true
+}
+
+// tagUniversalString is ASN.1's UniversalString (UTF-32BE), which
+// encoding/asn1 does not decode.
+const tagUniversalString = 28
+
+// dnString is an attribute's value as a string, when it is one of the
+// string types: those encoding/asn1 decodes, and UniversalString, which
+// OpenSSL prints as text too.
+func dnString(v asn1.RawValue) (string, bool) {
+	if v.Class == asn1.ClassUniversal && v.Tag == tagUniversalString && !v.IsCompound {
+		if len(v.Bytes)%4 != 0 {
+			return "", false
+		}
+		var b strings.Builder
+		for i := 0; i < len(v.Bytes); i += 4 {
+			r := rune(binary.BigEndian.Uint32(v.Bytes[i:]))
+			if !utf8.ValidRune(r) {
+				return "", false
+			}
+			b.WriteRune(r)
+		}
+		return b.String(), true
+	}
+	var s string
+	if _, err := asn1.Unmarshal(v.FullBytes, &s); err != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // escapeDNValue writes s escaped as RFC 2253 section 2.4 asks: the special

@@ -94,6 +94,11 @@ func TestX509SubjectMatchesOpenSSL(t *testing.T) {
 		{{atv(oidC, "DE")}, {atv(oidCN, "Jürgen ")}, {atv(oidOU, "\x7f\x01")}},
 		{{atv(oidDC, "com")}, {atv(oidEmail, "x@example.com"), atv(oidCN, "z"), atv(oidOU, "zz")}},
 		{{atv(oidOdd, "v")}, {atv(oidCN, "#lead"), atv(oidOU, " both ")}},
+		// The string types OpenSSL decodes: BMPString (UTF-16),
+		// UniversalString (UTF-32), T61String (Latin-1 to OpenSSL).
+		{{atv(oidCN, asn1.RawValue{Tag: asn1.TagBMPString, Bytes: []byte{0, 'J', 0, 0xfc, 0, 'r'}})},
+			{atv(oidO, asn1.RawValue{Tag: 28, Bytes: []byte{0, 0, 0, 'J', 0, 0, 0, 0xfc}})},
+			{atv(oidOU, asn1.RawValue{Tag: asn1.TagT61String, Bytes: []byte("J\xfcr")})}},
 		// Attributes of business and EV certificates.
 		{{atv(oid(t, "1.3.6.1.4.1.311.60.2.1.3"), "DE")}, {atv(oid(t, "2.5.4.15"), "Private Organization")},
 			{atv(oid(t, "2.5.4.97"), "VATDE-123")}, {atv(oid(t, "2.5.4.13"), "ops"), atv(oid(t, "0.9.2342.19200300.100.1.3"), "a@example.com")}},
@@ -143,6 +148,7 @@ func FuzzX509Subject(f *testing.F) {
 	f.Add(rawName(f, pkix.RDNSequence{{atv(oidCN, "a"), atv(oidOU, "b")}, {atv(oidOdd, 7)}}))
 	f.Add(rawName(f, pkix.RDNSequence{{atv(oidCN, " #,+\"\\<>;\x00 ")}}))
 	f.Add([]byte{0x30, 0x80})
+	f.Add(rawName(f, pkix.RDNSequence{{atv(oidCN, asn1.RawValue{Tag: 28, Bytes: []byte{0, 0, 0xd8, 0, 0, 0, 0, 'a', 1}})}}))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		s, ok := x509Subject(raw)
 		if !ok && s != "" {
