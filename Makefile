@@ -11,7 +11,7 @@ export MONGOBOUNCER_DEVMONGO := $(DEVMONGO)
 # ... and FerretDB's own command, the upstream with authentication.
 export MONGOBOUNCER_FERRETDB := $(FERRETDB)
 
-.PHONY: all build devmongo ferretdb node-tools python-tools browser-tools haproxy test vet fmt-check bench fuzz demo clean
+.PHONY: all build devmongo ferretdb node-tools python-tools c-tools browser-tools haproxy test vet fmt-check bench fuzz demo clean
 
 all: build
 
@@ -63,6 +63,18 @@ python-tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pymongo; \
 	else echo "python-tools: as root, run: apt-get install python3-pymongo"; fi
 
+# c-tools installs Debian's libmongoc-dev (with a C compiler and
+# pkg-config) for the end-to-end test that compiles a tiny libmongoc
+# client (internal/e2e/testdata/mongoc_login.c), and the openssl command,
+# which internal/proxy's test of X.509 subject names compares with. It
+# needs root for apt-get; without root it only says what to run, and the
+# tests skip (they fail under CI, which runs as root).
+c-tools:
+	@if command -v cc >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 && pkg-config --exists libmongoc-1.0 2>/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev pkg-config libmongoc-dev openssl; \
+	else echo "c-tools: as root, run: apt-get install gcc libc6-dev pkg-config libmongoc-dev openssl"; fi
+
 # browser-tools installs Debian's chromium for the status-page test
 # (internal/admin). It needs root for apt-get; without root it only says
 # what to run, and the test skips (it fails under CI, which runs as root).
@@ -93,7 +105,7 @@ fmt-check:
 # loop on epoll and on io_uring) as subtests of their own. The allocation
 # test skips under -race (counts mean nothing there), so it runs once more
 # without it.
-test: devmongo ferretdb node-tools python-tools browser-tools haproxy fmt-check vet
+test: devmongo ferretdb node-tools python-tools c-tools browser-tools haproxy fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 	$(GO) test -count=1 -timeout 2m -run '^TestProxiedRequestDoesNotAllocate$$' ./internal/e2e/
 

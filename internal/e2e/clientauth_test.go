@@ -40,6 +40,12 @@ var authUsers = map[string]string{
 // the auth_file's path.
 func authSetup(t *testing.T, up string, logs io.Writer) (*app.App, string, string) {
 	t.Helper()
+	return authSetupWith(t, up, logs, "")
+}
+
+// authSetupWith is authSetup with extra [mongobouncer] lines (TLS).
+func authSetupWith(t *testing.T, up string, logs io.Writer, extraTOML string) (*app.App, string, string) {
+	t.Helper()
 	dir := t.TempDir()
 	users := filepath.Join(dir, "users.txt")
 	var b strings.Builder
@@ -54,7 +60,7 @@ func authSetup(t *testing.T, up string, logs io.Writer) (*app.App, string, strin
 	if err := os.WriteFile(users, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nadmin_users = [\"ops@admin\"]\n", users)
+	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nadmin_users = [\"ops@admin\"]\n", users) + extraTOML
 	// The fake upstream has no users: the route forwards unauthenticated
 	// (pass-through has tests of its own, passthrough_test.go).
 	a, addr, _ := fileBouncerLogging(t, baseTOML(up, extra)+"pass_through = false\n", logs)

@@ -22,6 +22,7 @@ import (
 type tlsFiles struct {
 	dir                      string
 	ca, cert, key, clientPEM string
+	issuer                   *certs.Cert // the CA, to issue more certificates
 }
 
 func newTLSFiles(t *testing.T, dir, prefix string) tlsFiles {
@@ -31,6 +32,7 @@ func newTLSFiles(t *testing.T, dir, prefix string) tlsFiles {
 	cl := ca.Client(t, pkix.Name{CommonName: "app", Organization: []string{"Example"}})
 	return tlsFiles{
 		dir:       dir,
+		issuer:    ca,
 		ca:        certs.Write(t, dir, prefix+"-ca.pem", ca.CertPEM()),
 		cert:      certs.Write(t, dir, prefix+"-cert.pem", srv.CertPEM()),
 		key:       certs.Write(t, dir, prefix+"-key.pem", srv.KeyPEM(t)),

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"crypto/x509/pkix"
 	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/testutil/certs"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 )
 
@@ -37,9 +39,19 @@ func TestX509ClientLogin(t *testing.T) {
 			t.Errorf("SHOW CLIENTS users %v, want the certificate's subject", users)
 		}
 
+		// A certificate with an empty subject (its holder named in
+		// subjectAltName only, if at all) is nobody, as for mongod.
+		empty := f.issuer.Client(t, pkix.Name{})
+		emptyPEM := certs.Write(t, f.dir, "empty-client.pem", empty.CertPEM(), empty.KeyPEM(t))
+		_, err := tryDriver(t, addr, "&tls=true&tlsCAFile="+f.ca+"&tlsCertificateKeyFile="+emptyPEM+
+			"&authMechanism=MONGODB-X509")
+		if err == nil || !strings.Contains(err.Error(), "AuthenticationFailed") {
+			t.Fatalf("X.509 login with an empty subject: %v, want AuthenticationFailed", err)
+		}
+
 		// The same certificate, without logging in.
 		anon := driver(t, addr, "&tls=true&tlsCAFile="+f.ca+"&tlsCertificateKeyFile="+f.clientPEM)
-		_, err := anon.Database("test").Collection("x509").InsertOne(ctxT(t, 10*time.Second), bson.D{{Key: "i", Value: 2}})
+		_, err = anon.Database("test").Collection("x509").InsertOne(ctxT(t, 10*time.Second), bson.D{{Key: "i", Value: 2}})
 		if err == nil || !strings.Contains(err.Error(), "Unauthorized") {
 			t.Fatalf("insert without logging in: %v, want Unauthorized", err)
 		}

@@ -206,6 +206,13 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "no verified client certificate")
 		return authFailed()
 	}
+	if subject == "" {
+		// A certificate may name its holder in subjectAltName only; as
+		// mongod, such a certificate is nobody: logged in, it would be a
+		// user with an empty name.
+		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "the client certificate has an empty subject")
+		return authFailed()
+	}
 	if user, _ := body.Lookup("user").StringValueOK(); user != "" && user != subject {
 		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "user is not the certificate subject")
 		return authFailed()
