@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/xdg-go/scram"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
@@ -17,7 +20,11 @@ import (
 // benchPing runs b.N raw ping round trips against addr over conns
 // connections, and reports allocations of the whole process (proxy
 // included when addr is mongobouncer).
-func benchPing(b *testing.B, addr string, conns int) {
+func benchPing(b *testing.B, addr string, conns int) { benchPingAs(b, addr, conns, nil) }
+
+// benchPingAs is benchPing by clients that each run login (when not nil)
+// after their hello.
+func benchPingAs(b *testing.B, addr string, conns int, login func(*rawClient)) {
 	ping := docOf(b, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
 	clients := make([]net.Conn, conns)
 	for i := range clients {
@@ -29,6 +36,9 @@ func benchPing(b *testing.B, addr string, conns int) {
 		clients[i] = c
 		r := &rawClient{t: b, c: c}
 		r.hello()
+		if login != nil {
+			login(r)
+		}
 		_ = c.SetDeadline(time.Time{})
 	}
 	b.ReportAllocs()
@@ -71,6 +81,47 @@ func BenchmarkPing(b *testing.B) {
 	for _, conns := range []int{1, 100} {
 		b.Run("direct/clients="+itoa(conns), func(b *testing.B) { benchPing(b, up.Addr(), conns) })
 		b.Run("proxied/clients="+itoa(conns), func(b *testing.B) { benchPing(b, addr, conns) })
+	}
+}
+
+// BenchmarkPingLoggedIn is issue 19's "an authenticated client's
+// operations on the event loop are as fast as before": the same proxied
+// pings by clients that did not log in (auth_type = "none"), and by
+// clients that logged in with SCRAM first, to a route with no upstream
+// login and to a pass-through route (the user's own pool upstream). Run
+// the three alternately (-count) and compare.
+func BenchmarkPingLoggedIn(b *testing.B) {
+	oneIO(b)
+	up := fakemongo.Start(b, fakemongo.Options{Users: []fakemongo.User{{Name: "app", Password: "app-pw"}}})
+	users := filepath.Join(b.TempDir(), "users.txt")
+	if err := os.WriteFile(users, []byte(`"app@admin" "app-pw"`+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	withAuth := func(pass bool) func(*config.Config) {
+		return func(c *config.Config) {
+			mode("statement", 10)(c)
+			c.Global.AuthType, c.Global.AuthFile = config.AuthSCRAM, users
+			r := c.Databases["*"]
+			r.PassThrough = &pass
+			c.Databases["*"] = r
+		}
+	}
+	_, open := bouncer(b, up.URI(), mode("statement", 10))
+	_, gate := bouncer(b, up.URI(), withAuth(false))
+	_, pass := bouncer(b, up.URI(), withAuth(true))
+	login := func(r *rawClient) {
+		cl, err := scram.SHA256.NewClient("app", "app-pw", "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rep := scramLogin(b, r, cl); okOf(rep) != 1 {
+			b.Fatalf("login: %v", rep)
+		}
+	}
+	for _, conns := range []int{1, 100} {
+		b.Run("open/clients="+itoa(conns), func(b *testing.B) { benchPingAs(b, open, conns, nil) })
+		b.Run("loggedIn/clients="+itoa(conns), func(b *testing.B) { benchPingAs(b, gate, conns, login) })
+		b.Run("passThrough/clients="+itoa(conns), func(b *testing.B) { benchPingAs(b, pass, conns, login) })
 	}
 }
 

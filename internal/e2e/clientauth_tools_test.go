@@ -42,6 +42,11 @@ func TestMongoshLogsIn(t *testing.T) {
 	if err != nil || out != "ping: 1\ncount: 1" {
 		t.Fatalf("mongosh: %v; output:\n%s", err, out)
 	}
+	// And with SCRAM-SHA-1, named in the string.
+	out, err = run(authURI(addr, "/test") + "&authMechanism=SCRAM-SHA-1")
+	if err != nil || out != "ping: 1\ncount: 2" {
+		t.Fatalf("mongosh with SCRAM-SHA-1: %v; output:\n%s", err, out)
+	}
 	bad := strings.Replace(authURI(addr, "/test"), url.QueryEscape(authUsers["app"]), "wrong", 1)
 	if out, err := run(bad); err == nil || !strings.Contains(out, "Authentication failed") {
 		t.Fatalf("mongosh with a wrong password: %v; output:\n%s", err, out)
@@ -66,6 +71,10 @@ c = pymongo.MongoClient(sys.argv[1], serverSelectionTimeoutMS=10000, connectTime
 c.test.auth_py.insert_one({"a": 1})
 print("ping: %s" % c.admin.command("ping")["ok"])
 print("count: %d" % c.test.auth_py.count_documents({}))
+for mech in ("SCRAM-SHA-1", "SCRAM-SHA-256"):
+    m = pymongo.MongoClient(sys.argv[1] + "&authMechanism=" + mech, serverSelectionTimeoutMS=10000)
+    m.test.auth_py.insert_one({"m": mech})
+    print("%s: %d" % (mech, m.test.auth_py.count_documents({"m": mech})))
 try:
     pymongo.MongoClient(sys.argv[2], serverSelectionTimeoutMS=10000).admin.command("ping")
 except pymongo.errors.OperationFailure as e:
@@ -77,7 +86,7 @@ except pymongo.errors.OperationFailure as e:
 	cmd := exec.CommandContext(ctx, debianPython, "-c", script, authURI(addr, "/"), bad)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
-	if got := strings.TrimSpace(string(out)); err != nil || got != "ping: 1.0\ncount: 1\nwrong password: 18" {
+	if got := strings.TrimSpace(string(out)); err != nil || got != "ping: 1.0\ncount: 1\nSCRAM-SHA-1: 1\nSCRAM-SHA-256: 1\nwrong password: 18" {
 		t.Fatalf("pymongo: %v; output:\n%s", err, out)
 	}
 }

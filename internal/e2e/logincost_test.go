@@ -114,7 +114,7 @@ func TestLoginCost(t *testing.T) {
 
 // scramLogin runs SCRAM-SHA-256 with skipEmptyExchange on r as cl's user
 // on admin, and returns the last reply.
-func scramLogin(t *testing.T, r *rawClient, cl *scram.Client) bson.Raw {
+func scramLogin(t testing.TB, r *rawClient, cl *scram.Client) bson.Raw {
 	t.Helper()
 	conv := cl.NewConversation()
 	c1, _ := conv.Step("")

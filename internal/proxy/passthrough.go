@@ -150,9 +150,11 @@ func (c *client) poolFor(route *Route, srv *topology.Server) (*pool.Pool, error)
 		// pass-through without client authentication (config).
 		return nil, errNoPassThroughSecret
 	}
-	v, ok := c.s.pass.m.Load(id.Key())
+	// c.user is id.Key(), made once at the login: the owner (the only
+	// writer) reads it without the lock, and the request allocates nothing.
+	v, ok := c.s.pass.m.Load(c.user)
 	if !ok || v.(*passAuth).cur.Load() == nil {
 		return nil, fmt.Errorf("route %q, user %s: %w", route.Name, id.Key(), errNoPassThroughSecret)
 	}
-	return srv.UserPool(id.Key(), v.(*passAuth))
+	return srv.UserPool(c.user, v.(*passAuth))
 }
