@@ -56,3 +56,30 @@ func TestUpstreamAuthFailureReply(t *testing.T) {
 		}
 	}
 }
+
+// On a pass-through route the refusals name pass-through, and so does a
+// salt the upstream does not share (ErrPassThroughMismatch, mongobouncer's
+// own verdict, code 0) and a client whose login left no secret: code 18
+// without retry labels, since retrying cannot help.
+func TestPassThroughFailureReply(t *testing.T) {
+	s := &Server{opts: Options{Observer: nopObserver{}}}
+	auth := func(e *upstream.AuthError) error {
+		return &pool.ConnectionError{Address: "db1:27017", Err: &upstream.ConnectError{Addr: "db1:27017", Stage: "auth", Err: e}}
+	}
+	for name, err := range map[string]error{
+		"refused":   auth(&upstream.AuthError{Mechanism: "SCRAM-SHA-256", Username: "bob", Code: 18, Message: "Authentication failed."}),
+		"mismatch":  auth(&upstream.AuthError{Mechanism: "SCRAM-SHA-256", Username: "bob", Message: "salt differs", Err: upstream.ErrPassThroughMismatch}),
+		"no secret": errNoPassThroughSecret,
+	} {
+		var req request
+		req.inspect(mustDoc(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "d"}}))
+		body := s.upstreamError(&Route{Name: "pt", PassThrough: true}, err, &req, false)
+		msg, _ := body.Lookup("errmsg").StringValueOK()
+		if code := body.Lookup("code").Int32(); code != 18 || !strings.Contains(msg, "pass-through") || !strings.Contains(msg, `route "pt"`) {
+			t.Errorf("%s: %v", name, body)
+		}
+		if _, err := body.LookupErr("errorLabels"); err == nil {
+			t.Errorf("%s: retry labels: %v", name, body)
+		}
+	}
+}

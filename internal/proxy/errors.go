@@ -58,6 +58,11 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 			msg = fmt.Sprintf("mongobouncer: route %q logs in upstream as each client's own user (SCRAM pass-through), and the upstream refused this user (command %s): %v", route.Name, req.name(), err)
 		}
 		return errorReply(upstream.CodeAuthenticationFailed, "AuthenticationFailed", msg)
+	case errors.Is(err, errNoPassThroughSecret):
+		// Nothing to retry with: the client's login gave no usable secret.
+		s.opts.Observer.UpstreamError(route.Name, upstream.CodeAuthenticationFailed)
+		msg := fmt.Sprintf("mongobouncer: route %q logs in upstream as each client's own user (SCRAM pass-through), and cannot for this client (command %s): %v", route.Name, req.name(), err)
+		return errorReply(upstream.CodeAuthenticationFailed, "AuthenticationFailed", msg)
 	case errors.Is(err, errShuttingDown):
 		code, codeName = 91, "ShutdownInProgress"
 		what = "shutting down"
