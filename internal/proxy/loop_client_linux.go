@@ -327,6 +327,13 @@ func (c *client) loopSend(th loopThread, lu *loopUp) {
 	lc.up = lu
 	lc.state = lsUpstream
 	lu.owner.Store(c)
+	if lc.buf == nil {
+		lc.buf = getBuffer(16 * 1024)
+		lc.buf.b = lc.buf.b[:0]
+	}
+	if c.drv() != nil && lu.drv.sendRequest(th, c, msg) {
+		return
+	}
 	n, err := lu.drv.sendUpstream(lu, msg)
 	if err == nil && n < len(msg) {
 		// A small request that does not fit the socket's send buffer: the
@@ -336,10 +343,6 @@ func (c *client) loopSend(th loopThread, lu *loopUp) {
 	if err != nil {
 		c.loopFail(th, lu.uc.IOError("write", err))
 		return
-	}
-	if lc.buf == nil {
-		lc.buf = getBuffer(16 * 1024)
-		lc.buf.b = lc.buf.b[:0]
 	}
 	if d := c.drv(); d != nil {
 		d.recvReply(th, c)

@@ -61,6 +61,11 @@ type loopDriver interface {
 	// connection's, without blocking; it returns how much was written.
 	sendClient(c *client, b []byte) (int, error)
 	sendUpstream(lu *loopUp, b []byte) (int, error)
+	// sendRequest sends the request b on the client's upstream connection
+	// and waits for the reply in one go, as sendUpstream then recvReply
+	// would, when the driver can on thread th; it returns false, having
+	// done nothing, when it cannot. It holds ownMu, state lsUpstream.
+	sendRequest(th loopThread, c *client, b []byte) bool
 	// closeClient releases the client's socket: at once, or when a
 	// receive in flight on it has ended. It holds ownMu.
 	closeClient(c *client)

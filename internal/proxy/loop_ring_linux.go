@@ -5,10 +5,16 @@ package proxy
 // a loop thread's ring (a client's into its rbuf while it is idle, an
 // upstream connection's into the reply buffer while a request is out on
 // it), and a thread submits the receives it prepared and collects the
-// completions of its ring in one io_uring_enter per batch. Writes stay
-// plain non-blocking write calls, so everything that follows a write (a
-// partial write handed to a goroutine, a request failed on a broken
-// upstream) is as with epoll.
+// completions of its ring in one io_uring_enter per batch. A request sent
+// on a loop thread goes on the ring too, as a send linked to the receive
+// of its reply: the kernel starts the receive once the whole request is
+// sent, or cancels it when the send fails; one completion (the receive's,
+// or the failed send's) ends the wait. That spares a write call per
+// request, and the preemption that often follows it when the write wakes
+// the upstream: the thread sends and sleeps in one io_uring_enter. Replies
+// to clients, and requests sent off the loop threads, stay plain
+// non-blocking write calls, so everything that follows such a write (a
+// partial write handed to a goroutine) is as with epoll.
 //
 // A ring takes submissions from the thread that made it only, so each loop
 // thread is locked to its OS thread. A client's receives go on the ring of
@@ -30,6 +36,7 @@ package proxy
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"sync"
@@ -59,6 +66,7 @@ const (
 	opEvent
 	opClient
 	opUpstream
+	opSend // a request's failed send, whose linked receive of the reply was cancelled (uring.Ring.SendThenRecv)
 )
 
 // ringDriver is the loop on io_uring.
@@ -117,15 +125,17 @@ func (r *ringClient) fd() int  { return r.fdn }
 func (r *ringClient) entered() {}
 
 // ringUp is an upstream connection's registration: a duplicate descriptor
-// the driver receives on. mu guards fd, armed (a receive is in flight)
-// and closed (the pool closed the connection: fd is shut down, and closed
-// once nothing is in flight).
+// the driver receives (and sends requests) on. mu guards fd, armed (a
+// receive, or a send and its linked receive, is in flight), closed (the
+// pool closed the connection: fd is shut down, and closed once nothing is
+// in flight) and sendErr (why a request's send failed).
 type ringUp struct {
-	lu     *loopUp
-	mu     sync.Mutex
-	fdn    int
-	armed  bool
-	closed bool
+	lu      *loopUp
+	mu      sync.Mutex
+	fdn     int
+	armed   bool
+	closed  bool
+	sendErr error
 }
 
 // startRing starts n loop threads, each with an io_uring.
@@ -300,6 +310,8 @@ func (th *ringThread) complete(ud uint64, res int32) {
 		th.clientDone(th.take(ud).(*client), res)
 	case opUpstream:
 		th.replyDone(th.take(ud).(*ringUp), res)
+	case opSend:
+		th.sendFailed(th.take(ud).(*ringUp), res)
 	}
 	l.runReady(th)
 }
@@ -356,11 +368,28 @@ func (th *ringThread) clientDone(c *client, res int32) {
 	lc.ownMu.Unlock()
 }
 
+// sendFailed handles the completion of a request's send, which only a
+// failed or short send has: the receive of the reply it was linked to is
+// cancelled without a completion (its slot is the one named), so this
+// one ends the wait, failing the request.
+func (th *ringThread) sendFailed(ru *ringUp, res int32) {
+	ru.mu.Lock()
+	if res < 0 {
+		ru.sendErr = syscall.Errno(-res)
+	} else {
+		ru.sendErr = io.ErrShortWrite
+	}
+	ru.mu.Unlock()
+	th.replyDone(ru, res)
+}
+
 // replyDone handles the completion of a receive of a reply.
 func (th *ringThread) replyDone(ru *ringUp, res int32) {
 	ru.mu.Lock()
 	ru.armed = false
 	closed := ru.closed
+	sendErr := ru.sendErr
+	ru.sendErr = nil
 	if closed && ru.fdn >= 0 {
 		_ = syscall.Close(ru.fdn)
 		ru.fdn = -1
@@ -374,6 +403,8 @@ func (th *ringThread) replyDone(ru *ringUp, res int32) {
 	lc.ownMu.Lock()
 	if lc.state == lsUpstream && lc.up == ru.lu {
 		switch {
+		case sendErr != nil:
+			c.loopFail(th, ru.lu.uc.IOError("write", sendErr))
 		case closed:
 			c.replyReceived(th, 0, net.ErrClosed)
 		case res < 0:
@@ -437,6 +468,34 @@ func (d *ringDriver) recvReply(th loopThread, c *client) {
 	ru.armed = true
 	t.ring.Recv(ru.fdn, b[len(b):cap(b)], t.slot(ru, opUpstream), true)
 	ru.mu.Unlock()
+}
+
+// sendRequest prepares, on th's ring, the send of the request b linked to
+// the receive of its reply into the free end of the reply buffer. b is at
+// the front of the client's rbuf, which stays untouched while the client
+// waits for the reply, and the reply's receive, which ends that wait,
+// completes only after the send.
+func (d *ringDriver) sendRequest(th loopThread, c *client, b []byte) bool {
+	t, _ := th.(*ringThread)
+	if t == nil {
+		return false
+	}
+	lc := &c.lc
+	lu := lc.up
+	ru := lu.sock.(*ringUp)
+	rb := lc.buf.b
+	ru.mu.Lock()
+	if ru.closed || ru.armed {
+		ru.mu.Unlock()
+		c.loopFail(th, lu.uc.IOError("write", net.ErrClosed))
+		return true
+	}
+	ru.armed = true
+	ru.sendErr = nil
+	recv := t.slot(ru, opUpstream)
+	t.ring.SendThenRecv(ru.fdn, b, recv&^0xff|opSend, rb[len(rb):cap(rb)], recv)
+	ru.mu.Unlock()
+	return true
 }
 
 func (d *ringDriver) sendClient(c *client, b []byte) (int, error) {

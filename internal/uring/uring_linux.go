@@ -28,7 +28,8 @@ const (
 	opSend = 26
 	opRecv = 27
 
-	sqeIOLink = 1 << 2
+	sqeIOLink         = 1 << 2
+	sqeCQESkipSuccess = 1 << 6
 
 	recvSendPollFirst = 1 << 0
 )
@@ -150,7 +151,16 @@ func (r *Ring) Close() {
 // tries again; any other failure is a misuse of the ring (a closed one, a
 // bad buffer) and panics rather than corrupt an operation in flight.
 func (r *Ring) next() *sqe {
-	for wait := time.Microsecond; r.tail-atomic.LoadUint32(r.sqHead) >= uint32(len(r.sqes)); {
+	r.room(1)
+	e := &r.sqes[r.tail&r.sqMask]
+	*e = sqe{}
+	r.tail++
+	return e
+}
+
+// room makes room for n entries to prepare, as next says.
+func (r *Ring) room(n uint32) {
+	for wait := time.Microsecond; r.tail-atomic.LoadUint32(r.sqHead)+n > uint32(len(r.sqes)); {
 		switch err := r.Enter(0); err {
 		case nil:
 		case syscall.EBUSY, syscall.EAGAIN, syscall.ENOMEM:
@@ -160,10 +170,6 @@ func (r *Ring) next() *sqe {
 			panic("uring: submission queue full and io_uring_enter failed: " + err.Error())
 		}
 	}
-	e := &r.sqes[r.tail&r.sqMask]
-	*e = sqe{}
-	r.tail++
-	return e
 }
 
 // Recv prepares a receive from the socket fd into b, completing with the
@@ -205,8 +211,24 @@ func (r *Ring) Send(fd int, b []byte, userData uint64, link bool) {
 	e.fd = int32(fd)
 	e.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
 	e.len = uint32(len(b))
-	e.opFlags = syscall.MSG_WAITALL
+	e.opFlags = syscall.MSG_WAITALL | syscall.MSG_NOSIGNAL
 	e.userData = userData
+}
+
+// SendThenRecv prepares a send of all of out to the socket fd, linked to a
+// receive from it into in: the receive starts once out is sent in full.
+// Exactly one of the two completes: the receive, when the send was whole
+// (the send is IOSQE_CQE_SKIP_SUCCESS, so the common case costs one
+// completion and one wake-up), or the send, with its error or short
+// count, when it was not; the kernel then cancels the receive without a
+// completion. Both are submitted together (a link cannot span two
+// submissions). out and in must stay allocated and untouched until that
+// completion.
+func (r *Ring) SendThenRecv(fd int, out []byte, sendData uint64, in []byte, recvData uint64) {
+	r.room(2)
+	r.Send(fd, out, sendData, true)
+	r.sqes[(r.tail-1)&r.sqMask].flags |= sqeCQESkipSuccess
+	r.Recv(fd, in, recvData, true)
 }
 
 // Enter submits what is prepared and waits until at least wait operations

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/testutil/seccomp"
 )
@@ -130,5 +131,96 @@ func TestRefusedByTheKernel(t *testing.T) {
 	}
 	if !errors.Is(err, syscall.EPERM) {
 		t.Fatalf("New: %v, want EPERM", err)
+	}
+}
+
+// SendThenRecv: a whole send posts no completion and its receive gets the
+// answer, even when the pair did not fit the queue at first; a failed
+// send posts its error, and its receive is cancelled without a completion.
+func TestSendThenRecv(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r, err := New(4)
+	if err != nil {
+		t.Skipf("io_uring unavailable: %v", err)
+	}
+	defer r.Close()
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(sp[0])
+	defer syscall.Close(sp[1])
+
+	type cqe struct {
+		ud  uint64
+		res int32
+	}
+	var got []cqe
+	collect := func(ud uint64, res int32) { got = append(got, cqe{ud, res}) }
+	in := make([]byte, 16)
+	// Three reads in flight leave one free entry: the pair does not fit,
+	// and is submitted whole once the three are.
+	var p [2]int
+	if err := syscall.Pipe(p[:]); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(p[0])
+	defer syscall.Close(p[1])
+	pb := make([]byte, 3)
+	for i := range 3 {
+		r.Read(p[0], pb[i:i+1], uint64(10+i))
+	}
+	r.SendThenRecv(sp[0], []byte("ping"), 1, in, 2)
+	if err := r.Enter(0); err != nil {
+		t.Fatal(err)
+	}
+	peer := make([]byte, 16)
+	n, err := syscall.Read(sp[1], peer)
+	if err != nil || string(peer[:n]) != "ping" {
+		t.Fatalf("peer read %q, %v", peer[:n], err)
+	}
+	if _, err := syscall.Write(sp[1], []byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := 0; len(got) == 0 && deadline < 100; deadline++ {
+		if err := r.Enter(1); err != nil {
+			t.Fatal(err)
+		}
+		r.Completions(collect)
+	}
+	if len(got) != 1 || got[0] != (cqe{2, 4}) || string(in[:4]) != "pong" {
+		t.Fatalf("completions %v, received %q; want only the receive's, of \"pong\"", got, in[:4])
+	}
+
+	// The peer gone, the send fails (EPIPE): its completion is the only
+	// one, the receive cancelled without any (even with bytes to read).
+	got = got[:0]
+	if err := syscall.Shutdown(sp[1], syscall.SHUT_RD); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Shutdown(sp[0], syscall.SHUT_WR); err != nil {
+		t.Fatal(err)
+	}
+	r.SendThenRecv(sp[0], []byte("ping"), 3, in, 4)
+	for deadline := 0; len(got) < 1 && deadline < 1000; deadline++ {
+		if err := r.Enter(0); err != nil {
+			t.Fatal(err)
+		}
+		r.Completions(collect)
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := syscall.Write(sp[1], []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if err := r.Enter(0); err != nil {
+			t.Fatal(err)
+		}
+		r.Completions(collect)
+		time.Sleep(time.Millisecond)
+	}
+	if len(got) != 1 || got[0] != (cqe{3, -int32(syscall.EPIPE)}) {
+		t.Fatalf("completions %v; want the send's -EPIPE alone", got)
 	}
 }
