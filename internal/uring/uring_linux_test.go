@@ -10,22 +10,30 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/testutil/seccomp"
 )
 
+// ringAndPair returns a ring of entries entries and a connected pair of
+// Unix stream sockets, all closed when t ends; it skips t where io_uring
+// is unavailable. The caller has locked its OS thread (SINGLE_ISSUER).
+func ringAndPair(t *testing.T, entries uint32) (*Ring, [2]int) {
+	t.Helper()
+	r, err := New(entries)
+	if err != nil {
+		t.Skipf("io_uring unavailable: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(sp[0]); syscall.Close(sp[1]) })
+	return r, [2]int{sp[0], sp[1]}
+}
+
 // A receive, a linked send and a pipe read complete through one ring, in
 // batches, with their results.
 func TestRecvSendRead(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	r, err := New(8)
-	if err != nil {
-		t.Skipf("io_uring unavailable: %v", err)
-	}
-	defer r.Close()
-	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(sp[0])
-	defer syscall.Close(sp[1])
+	r, sp := ringAndPair(t, 8)
 	var p [2]int
 	if err := syscall.Pipe(p[:]); err != nil {
 		t.Fatal(err)
@@ -140,17 +148,7 @@ func TestRefusedByTheKernel(t *testing.T) {
 func TestSendThenRecv(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	r, err := New(4)
-	if err != nil {
-		t.Skipf("io_uring unavailable: %v", err)
-	}
-	defer r.Close()
-	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(sp[0])
-	defer syscall.Close(sp[1])
+	r, sp := ringAndPair(t, 4)
 
 	type cqe struct {
 		ud  uint64
