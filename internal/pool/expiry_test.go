@@ -11,13 +11,14 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 )
 
-// A waiter queued after a SetLimits that shortened WaitQueueTimeout has an
-// earlier deadline than the waiter in front of it: it must time out at its own
-// deadline, and the one in front must not.
-func TestWaitQueueTimeoutShortenedBehindLongerDeadline(t *testing.T) {
+// heldWithWaiter returns a ready pool of one connection with
+// WaitQueueTimeout wqt, that connection checked out (held), and a
+// checkout queued behind it.
+func heldWithWaiter(t *testing.T, wqt time.Duration) (*pool.Pool, *recorder, *pool.Conn, *result) {
+	t.Helper()
 	o := pool.DefaultOptions()
 	o.MaxPoolSize = 1
-	o.WaitQueueTimeout = 2 * time.Second
+	o.WaitQueueTimeout = wqt
 	p, rec := newTestPool(t, &mockConnector{}, o)
 	if err := p.Ready(); err != nil {
 		t.Fatal(err)
@@ -26,10 +27,19 @@ func TestWaitQueueTimeoutShortenedBehindLongerDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := newResult()
-	if _, queued, err := p.CheckOutFunc(front.done); !queued || err != nil {
+	w := newResult()
+	if _, queued, err := p.CheckOutFunc(w.done); !queued || err != nil {
 		t.Fatal(queued, err)
 	}
+	return p, rec, held, w
+}
+
+// A waiter queued after a SetLimits that shortened WaitQueueTimeout has an
+// earlier deadline than the waiter in front of it: it must time out at its own
+// deadline, and the one in front must not.
+func TestWaitQueueTimeoutShortenedBehindLongerDeadline(t *testing.T) {
+	p, rec, held, front := heldWithWaiter(t, 2*time.Second)
+	var err error
 	short := 40 * time.Millisecond
 	if err := p.SetLimits(pool.Limits{MaxPoolSize: 1, MaxConnecting: 2, WaitQueueTimeout: short}); err != nil {
 		t.Fatal(err)
@@ -64,21 +74,9 @@ func TestWaitQueueTimeoutShortenedBehindLongerDeadline(t *testing.T) {
 // nobody has; the waiters behind them still time out at theirs, each no sooner
 // than WaitQueueTimeout after it began.
 func TestWaitQueueTimeoutAfterFrontServed(t *testing.T) {
-	o := pool.DefaultOptions()
-	o.MaxPoolSize = 1
-	o.WaitQueueTimeout = 60 * time.Millisecond
-	p, rec := newTestPool(t, &mockConnector{}, o)
-	if err := p.Ready(); err != nil {
-		t.Fatal(err)
-	}
-	held, err := p.CheckOut(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := newResult()
-	if _, queued, err := p.CheckOutFunc(first.done); !queued || err != nil {
-		t.Fatal(queued, err)
-	}
+	const wqt = 60 * time.Millisecond
+	p, rec, held, first := heldWithWaiter(t, wqt)
+	var err error
 	time.Sleep(20 * time.Millisecond)
 	second := newResult()
 	secondStart := time.Now()
@@ -94,7 +92,7 @@ func TestWaitQueueTimeoutAfterFrontServed(t *testing.T) {
 	}
 	_, err = second.wait(t)
 	waited := time.Since(secondStart)
-	if !errors.As(err, new(*pool.WaitQueueTimeoutError)) || waited < o.WaitQueueTimeout {
+	if !errors.As(err, new(*pool.WaitQueueTimeoutError)) || waited < wqt {
 		t.Fatalf("second: %v after %v", err, waited)
 	}
 	if first.count() != 1 || second.count() != 1 {
