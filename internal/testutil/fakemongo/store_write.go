@@ -29,22 +29,37 @@ func (st *store) retriedLocked(ti txnInfo) (txnKey, bool, Reply, bool) {
 	return key, true, Reply{}, false
 }
 
-func (st *store) deleteDocs(req *Request) Reply {
+// retryableWrite runs write, the update or delete cmd of req, on its
+// namespace with mu held, after the checks both share; a retried write
+// gets the reply of its first run, and write's reply is kept for retries
+// when it succeeded (ok).
+func (st *store) retryableWrite(req *Request, cmd string, write func(ns string) (r Reply, ok bool)) Reply {
 	coll, ok := collName(req)
 	if !ok {
-		return Error(codeBadValue, "", "delete: collection name must be a non-empty string")
+		return Error(codeBadValue, "", cmd+": collection name must be a non-empty string")
 	}
 	ti := parseTxnInfo(req.Body)
 	if ti.inTxn {
-		return Error(codeBadValue, "", "fakemongo: delete in a transaction is not supported")
+		return Error(codeBadValue, "", "fakemongo: "+cmd+" in a transaction is not supported")
 	}
-	ns := req.DB + "." + coll
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	key, retryable, done, ran := st.retriedLocked(ti)
 	if ran {
 		return done
 	}
+	r, ok := write(req.DB + "." + coll)
+	if ok && retryable {
+		st.retried[key] = r.Docs[0]
+	}
+	return r
+}
+
+func (st *store) deleteDocs(req *Request) Reply {
+	return st.retryableWrite(req, "delete", func(ns string) (Reply, bool) { return st.deleteLocked(req, ns) })
+}
+
+func (st *store) deleteLocked(req *Request, ns string) (Reply, bool) {
 	n := 0
 	for _, del := range req.Documents("deletes") {
 		q, _ := del.Lookup("q").DocumentOK()
@@ -55,7 +70,7 @@ func (st *store) deleteDocs(req *Request) Reply {
 		for i, d := range docs {
 			match, err := matches(d, q)
 			if err != nil {
-				return Error(codeBadValue, "", err.Error())
+				return Error(codeBadValue, "", err.Error()), false
 			}
 			if match && (limit == 0 || deleted == 0) {
 				deleted++
@@ -66,36 +81,21 @@ func (st *store) deleteDocs(req *Request) Reply {
 		st.colls[ns], st.seqs[ns] = keptDocs, keptSeqs
 		n += deleted
 	}
-	r := OK(bson.E{Key: "n", Value: int32(n)})
-	if retryable {
-		st.retried[key] = r.Docs[0]
-	}
-	return r
+	return OK(bson.E{Key: "n", Value: int32(n)}), true
 }
 
 func (st *store) update(req *Request) Reply {
-	coll, ok := collName(req)
-	if !ok {
-		return Error(codeBadValue, "", "update: collection name must be a non-empty string")
-	}
-	ti := parseTxnInfo(req.Body)
-	if ti.inTxn {
-		return Error(codeBadValue, "", "fakemongo: update in a transaction is not supported")
-	}
-	ns := req.DB + "." + coll
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	key, retryable, done, ran := st.retriedLocked(ti)
-	if ran {
-		return done
-	}
+	return st.retryableWrite(req, "update", func(ns string) (Reply, bool) { return st.updateLocked(req, ns) })
+}
+
+func (st *store) updateLocked(req *Request, ns string) (Reply, bool) {
 	var matched, modified int32
 	var upserted bson.A
 	for i, up := range req.Documents("updates") {
 		q, _ := up.Lookup("q").DocumentOK()
 		u, ok := up.Lookup("u").DocumentOK()
 		if !ok {
-			return Error(codeBadValue, "", "fakemongo: update needs a document u (pipelines are not supported)")
+			return Error(codeBadValue, "", "fakemongo: update needs a document u (pipelines are not supported)"), false
 		}
 		multi, _ := up.Lookup("multi").BooleanOK()
 		upsert, _ := up.Lookup("upsert").BooleanOK()
@@ -104,14 +104,14 @@ func (st *store) update(req *Request) Reply {
 		for j, d := range docs {
 			match, err := matches(d, q)
 			if err != nil {
-				return Error(codeBadValue, "", err.Error())
+				return Error(codeBadValue, "", err.Error()), false
 			}
 			if !match {
 				continue
 			}
 			nd, err := applyUpdate(d, u)
 			if err != nil {
-				return Error(codeBadValue, "", err.Error())
+				return Error(codeBadValue, "", err.Error()), false
 			}
 			hit = true
 			matched++
@@ -128,7 +128,7 @@ func (st *store) update(req *Request) Reply {
 		}
 		nd, err := applyUpdate(upsertBase(q), u)
 		if err != nil {
-			return Error(codeBadValue, "", err.Error())
+			return Error(codeBadValue, "", err.Error()), false
 		}
 		nd = withID(nd)
 		st.appendLocked(ns, nd)
@@ -140,11 +140,7 @@ func (st *store) update(req *Request) Reply {
 	if len(upserted) > 0 {
 		fields = append(fields, bson.E{Key: "upserted", Value: upserted})
 	}
-	r := OK(fields...)
-	if retryable {
-		st.retried[key] = r.Docs[0]
-	}
-	return r
+	return OK(fields...), true
 }
 
 // applyUpdate returns d changed by u: a replacement document (d's _id
