@@ -6,6 +6,7 @@ package sdam_test
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -206,25 +207,30 @@ func TestReadPrefString(t *testing.T) {
 	}
 }
 
+// tagSetsBSON writes tag sets as $readPreference's tags, each set's keys
+// sorted (a map keeps no order).
+func tagSetsBSON(sets []map[string]string) bson.A {
+	tags := bson.A{}
+	for _, ts := range sets {
+		set := bson.D{}
+		for _, k := range slices.Sorted(maps.Keys(ts)) {
+			set = append(set, bson.E{Key: k, Value: ts[k]})
+		}
+		tags = append(tags, set)
+	}
+	return tags
+}
+
 // rpEncode is the inverse of ParseReadPref for the fuzz target's round
 // trip: tags sorted by key (a TagSet keeps no order).
 func rpEncode(rp sdam.ReadPref) bson.D {
 	d := bson.D{{Key: "mode", Value: rp.Mode.String()}}
 	if len(rp.TagSets) > 0 {
-		tags := bson.A{}
-		for _, ts := range rp.TagSets {
-			keys := make([]string, 0, len(ts))
-			for k := range ts {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			set := bson.D{}
-			for _, k := range keys {
-				set = append(set, bson.E{Key: k, Value: ts[k]})
-			}
-			tags = append(tags, set)
+		tags := make([]map[string]string, len(rp.TagSets))
+		for i, ts := range rp.TagSets {
+			tags[i] = ts
 		}
-		d = append(d, bson.E{Key: "tags", Value: tags})
+		d = append(d, bson.E{Key: "tags", Value: tagSetsBSON(tags)})
 	}
 	if rp.MaxStaleness > 0 {
 		d = append(d, bson.E{Key: "maxStalenessSeconds", Value: int64(rp.MaxStaleness / time.Second)})

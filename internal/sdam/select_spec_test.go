@@ -189,20 +189,7 @@ func selReadPrefDoc(t *testing.T, rp selSpecReadPref) bsoncore.Document {
 	}
 	d := bson.D{{Key: "mode", Value: mode}}
 	if rp.TagSets != nil {
-		tags := bson.A{}
-		for _, ts := range rp.TagSets {
-			keys := make([]string, 0, len(ts))
-			for k := range ts {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			set := bson.D{}
-			for _, k := range keys {
-				set = append(set, bson.E{Key: k, Value: ts[k]})
-			}
-			tags = append(tags, set)
-		}
-		d = append(d, bson.E{Key: "tags", Value: tags})
+		d = append(d, bson.E{Key: "tags", Value: tagSetsBSON(rp.TagSets)})
 	}
 	if rp.MaxStalenessSeconds != nil {
 		n, err := rp.MaxStalenessSeconds.Int64()
