@@ -179,15 +179,25 @@ func findInsertLoop(ctx context.Context, r *run, coll *mongo.Collection, g int64
 		}
 		end := time.Now()
 		cancel()
-		if err == nil {
-			st.success(r, start, end)
-			continue
-		}
-		if cutByRunEnd(ctx, r, start, end, err) {
+		if st.done(ctx, r, start, end, op, err) {
 			return
 		}
-		st.failure(r, fmt.Errorf("%s: %w", op, err))
 	}
+}
+
+// done records operation op, which ran from start to end with err: a
+// success, or a failure unless the run's end cut it (cutByRunEnd), in
+// which case it reports true and the loop stops.
+func (st *stats) done(ctx context.Context, r *run, start, end time.Time, op string, err error) bool {
+	if err == nil {
+		st.success(r, start, end)
+		return false
+	}
+	if cutByRunEnd(ctx, r, start, end, err) {
+		return true
+	}
+	st.failure(r, fmt.Errorf("%s: %w", op, err))
+	return false
 }
 
 // cutByRunEnd reports whether an operation that ran from start to end
@@ -228,13 +238,8 @@ func driverLoop(ctx context.Context, r *run, coll *mongo.Collection, g int64, st
 		}
 		end := time.Now()
 		cancel()
-		if err == nil {
-			st.success(r, start, end)
-			continue
-		}
-		if cutByRunEnd(ctx, r, start, end, err) {
+		if st.done(ctx, r, start, end, [...]string{"insertOne", "findOne", "updateOne"}[step], err) {
 			return
 		}
-		st.failure(r, fmt.Errorf("%s: %w", [...]string{"insertOne", "findOne", "updateOne"}[step], err))
 	}
 }
