@@ -52,15 +52,11 @@ func secondaryDesc(addr string, tags map[string]string, hosts []string) sdam.Ser
 		Tags: tags}
 }
 
-// A read waiting for a secondary with tag dc=east must be served once a
-// secondary reports that tag, not at the end of server_selection_timeout:
-// the member's type does not change, only its tags.
-func TestSelectionWakesOnTagChange(t *testing.T) {
-	topo, sa, sb := craftedReplicaSet(t)
-	hosts := []string{sa.Address(), sb.Address()}
-	topo.update(sb, secondaryDesc(sb.Address(), nil, hosts), nil, false, false)
-
-	rp := &sdam.ReadPref{Mode: sdam.Secondary, TagSets: []sdam.TagSet{{"dc": "east"}}}
+// selectWokenBy starts a selection for rp, lets it wait, makes change and
+// checks that the selection then picks want well before its 4s timeout:
+// change must wake it.
+func selectWokenBy(t *testing.T, topo *Topology, rp *sdam.ReadPref, want *Server, what string, change func()) {
+	t.Helper()
 	type res struct {
 		s   *Server
 		err error
@@ -73,14 +69,28 @@ func TestSelectionWakesOnTagChange(t *testing.T) {
 		done <- res{s, err, time.Since(start)}
 	}()
 	time.Sleep(100 * time.Millisecond)
-	topo.update(sb, secondaryDesc(sb.Address(), map[string]string{"dc": "east"}, hosts), nil, false, false)
+	change()
 	r := <-done
-	if r.err != nil || r.s != sb {
+	if r.err != nil || r.s != want {
 		t.Fatalf("select: %v, %v after %v", r.s, r.err, r.d)
 	}
 	if r.d > 2*time.Second {
-		t.Fatalf("selected only after %v: the waiter was not woken by the tag change", r.d)
+		t.Fatalf("selected only after %v: the waiter was not woken by %s", r.d, what)
 	}
+}
+
+// A read waiting for a secondary with tag dc=east must be served once a
+// secondary reports that tag, not at the end of server_selection_timeout:
+// the member's type does not change, only its tags.
+func TestSelectionWakesOnTagChange(t *testing.T) {
+	topo, sa, sb := craftedReplicaSet(t)
+	hosts := []string{sa.Address(), sb.Address()}
+	topo.update(sb, secondaryDesc(sb.Address(), nil, hosts), nil, false, false)
+
+	rp := &sdam.ReadPref{Mode: sdam.Secondary, TagSets: []sdam.TagSet{{"dc": "east"}}}
+	selectWokenBy(t, topo, rp, sb, "the tag change", func() {
+		topo.update(sb, secondaryDesc(sb.Address(), map[string]string{"dc": "east"}, hosts), nil, false, false)
+	})
 }
 
 // The same for max staleness: a secondary that catches up (its
@@ -98,28 +108,11 @@ func TestSelectionWakesWhenSecondaryCatchesUp(t *testing.T) {
 	topo.update(sb, stale, nil, false, false)
 
 	rp := &sdam.ReadPref{Mode: sdam.Secondary, MaxStaleness: 120 * time.Second}
-	type res struct {
-		s   *Server
-		err error
-		d   time.Duration
-	}
-	done := make(chan res, 1)
-	start := time.Now()
-	go func() {
-		s, err := topo.SelectServer(ctxTimeout(t, 4*time.Second), Criteria{ReadPref: rp})
-		done <- res{s, err, time.Since(start)}
-	}()
-	time.Sleep(100 * time.Millisecond)
-	fresh := secondaryDesc(sb.Address(), nil, hosts)
-	fresh.LastWriteDate = now
-	topo.update(sb, fresh, nil, false, false)
-	r := <-done
-	if r.err != nil || r.s != sb {
-		t.Fatalf("select: %v, %v after %v", r.s, r.err, r.d)
-	}
-	if r.d > 2*time.Second {
-		t.Fatalf("selected only after %v: the waiter was not woken when the secondary caught up", r.d)
-	}
+	selectWokenBy(t, topo, rp, sb, "the secondary catching up", func() {
+		fresh := secondaryDesc(sb.Address(), nil, hosts)
+		fresh.LastWriteDate = now
+		topo.update(sb, fresh, nil, false, false)
+	})
 }
 
 // SDAM: a state-change error whose topologyVersion is not newer than the
