@@ -2,10 +2,16 @@
 // process (devmongo, ferretdb) share: a bounded tail of its output, an
 // exclusive lock so that parallel test binaries build it once, and process
 // attributes that make the kernel kill it if the test binary dies without
-// running its cleanups.
+// running its cleanups; and the reading of its output for the line that says
+// where it listens.
 package childproc
 
-import "sync"
+import (
+	"bufio"
+	"io"
+	"os/exec"
+	"sync"
+)
 
 // TailBuffer keeps the last Max bytes written to it: enough of a child's
 // output to explain a failure without unbounded growth. Its zero Max keeps
@@ -33,4 +39,39 @@ func (b *TailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
+}
+
+// Watch reads the child's output pipe to its end in the background, so that
+// the child never blocks on a full pipe: each line goes to log (when not
+// nil), and the address in the first line ready recognises is sent on the
+// returned channel. Once the pipe is read (os/exec wants Wait after the last
+// read) it waits for cmd, stores Wait's error in *waitErr and closes done.
+func Watch(cmd *exec.Cmd, pipe io.Reader, log io.Writer, ready func(line []byte) (string, bool), done chan struct{}, waitErr *error) <-chan string {
+	if log == nil {
+		log = io.Discard
+	}
+	addr := make(chan string, 1)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(pipe)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			_, _ = log.Write(append(line, '\n'))
+			if a, ok := ready(line); ok {
+				select {
+				case addr <- a:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(log, pipe) // what a line too long left behind
+	}()
+	go func() {
+		<-readDone
+		*waitErr = cmd.Wait()
+		close(done)
+	}()
+	return addr
 }

@@ -9,7 +9,6 @@
 package devmongo
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -133,30 +132,11 @@ func start(bin, dir string, o Options) (*Server, error) {
 	}
 	s.cmd = cmd
 
-	// Read stdout to its end in the background: the ready line first, then
-	// anything else (drained so the child never blocks on a full pipe).
-	addrCh := make(chan string, 1)
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(stdout)
-		const prefix = "devmongo listening on "
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), prefix); ok {
-				select {
-				case addrCh <- strings.TrimSpace(a):
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		// Wait must follow the last read of the pipe, per os/exec.
-		<-readDone
-		s.waitErr = cmd.Wait()
-		close(s.done)
-	}()
+	// The ready line names the address; the rest of stdout is drained.
+	addrCh := childproc.Watch(cmd, stdout, nil, func(line []byte) (string, bool) {
+		a, ok := strings.CutPrefix(string(line), "devmongo listening on ")
+		return strings.TrimSpace(a), ok
+	}, s.done, &s.waitErr)
 
 	deadline := time.Now().Add(startTimeout)
 	timer := time.NewTimer(startTimeout)

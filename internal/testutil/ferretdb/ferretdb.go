@@ -12,13 +12,11 @@
 package ferretdb
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/childproc"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,29 +107,12 @@ func start(bin, dir string, o Options) (*Server, error) {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	s.cmd = cmd
-	addrCh := make(chan string, 1)
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			s.stderr.Write(append(line, '\n'))
-			if m := listening.FindSubmatch(line); m != nil {
-				select {
-				case addrCh <- string(m[1]):
-				default:
-				}
-			}
+	addrCh := childproc.Watch(cmd, pipe, s.stderr, func(line []byte) (string, bool) {
+		if m := listening.FindSubmatch(line); m != nil {
+			return string(m[1]), true
 		}
-		_, _ = io.Copy(s.stderr, pipe)
-	}()
-	go func() {
-		<-readDone // Wait after the last read of the pipe, per os/exec
-		s.waitErr = cmd.Wait()
-		close(s.done)
-	}()
+		return "", false
+	}, s.done, &s.waitErr)
 	timer := time.NewTimer(startTimeout)
 	defer timer.Stop()
 	select {
