@@ -18,11 +18,21 @@ func rsOptions(rec *recorder, rs *fakemongo.ReplicaSet, seed int) Options {
 	return o
 }
 
+// roles gives each server's kind as selection sees it: Unknown unless the
+// server is usable and the published snapshot agrees with its own
+// description. A server's description is stored before the snapshot that
+// carries it, so waiting on the server alone races selection.
 func roles(topo *Topology) map[string]Kind {
+	published := map[string]Kind{}
+	if sel := topo.sel.Load(); sel.td != nil {
+		for _, sd := range sel.td.Servers {
+			published[sd.Address] = sd.Type
+		}
+	}
 	m := map[string]Kind{}
 	for _, s := range topo.Servers() {
-		if s.State() == Usable {
-			m[s.Address()] = s.Kind()
+		if k := s.Kind(); s.State() == Usable && published[s.Address()] == k {
+			m[s.Address()] = k
 		} else {
 			m[s.Address()] = KindUnknown
 		}
@@ -162,8 +172,13 @@ func TestReplicaSetFailoverSelection(t *testing.T) {
 func TestReplicaSetMemberDiesAndReturns(t *testing.T) {
 	rs := fakemongo.StartReplicaSet(t, fakemongo.ReplicaSetOptions{})
 	topo := newTopology(t, rsOptions(&recorder{}, rs, 0))
-	s2 := rs.Member(2).Addr()
-	within(t, "member 2 secondary", func() bool { return roles(topo)[s2] == KindRSSecondary })
+	s1, s2 := rs.Member(1).Addr(), rs.Member(2).Addr()
+	// Both secondaries must be usable first: the reads below must find
+	// member 1 whatever the order the monitors reported in.
+	within(t, "both secondaries usable", func() bool {
+		r := roles(topo)
+		return r[s1] == KindRSSecondary && r[s2] == KindRSSecondary
+	})
 	if err := rs.Kill(2); err != nil {
 		t.Fatal(err)
 	}
