@@ -30,6 +30,10 @@ package proxy
 //     settle.
 //   - A thread over highMark arming a client of its own gives it to the
 //     least busy other thread, when that one is under lowMark.
+//   - A thread under lowMark arming a client of its own gives it to the
+//     busiest other thread under lowMark, when that one is busier: clients
+//     whose requests never leave their home thread (an uncontended pool)
+//     are packed too.
 //   - Between the marks nothing moves: the hysteresis that keeps a thread
 //     near either mark from trading clients back and forth.
 //
@@ -77,23 +81,30 @@ const (
 type placement uint8
 
 const (
-	placeHome  placement = iota // on its home thread, posted there from elsewhere
-	placeHere                   // on the running thread, which becomes its home
-	placeOther                  // on another thread, which becomes its home
+	placeHome   placement = iota // on its home thread, posted there from elsewhere
+	placeHere                    // on the running thread, which becomes its home
+	placeSpread                  // on the least busy other thread, which becomes its home
+	placePack                    // on the busiest other thread under lowMark, which becomes its home
 )
 
 // place decides where a client's next receive goes, from utilisations in
 // thousandths: here is the running thread's, home the client's home's
-// (here's own when atHome), other the least busy other thread's.
-func place(atHome bool, here, home, other int) placement {
-	if !atHome {
+// (here's own when atHome); least is the least busy other thread's, and
+// packTo the busiest other thread's under lowMark (-1 when none is).
+func place(atHome bool, here, home, least, packTo int) placement {
+	switch {
+	case !atHome:
 		if here < lowMark && (here >= home || home > highMark) {
 			return placeHere
 		}
-		return placeHome
-	}
-	if here > highMark && other < lowMark {
-		return placeOther
+	case here > highMark:
+		if least < lowMark {
+			return placeSpread
+		}
+	case here < lowMark:
+		if packTo > here && packTo < lowMark {
+			return placePack
+		}
 	}
 	return placeHome
 }
@@ -104,24 +115,29 @@ type threadLoad struct {
 	// and the window's end in milliseconds of monoNow (the rest). Written
 	// by the thread, read by any.
 	util atomic.Uint64
-	// forced, when positive, is the utilisation plus one that util()
+	// forced, when positive, is the utilisation plus one that utilAt
 	// reports instead of the measured one: tests place clients with it.
 	forced atomic.Int32
 	// clients counts the clients whose home this thread is.
 	clients atomic.Int32
 
 	// The thread's own: monoNow at the last return from io_uring_enter,
-	// the window's start in wall and CPU time, and the clients taken in
-	// and given away in it.
+	// the window's start in wall and CPU time, the clients taken in and
+	// given away in it, and the other threads a client may go to, found
+	// as the window began: the least busy, and the busiest under lowMark
+	// (nil when none is).
 	now                time.Duration
 	winStart, cpuStart time.Duration
 	movedIn, movedOut  int32
+	least, packTo      *ringThread
 }
 
-// tick closes the window when it has run its length. The thread calls it
-// each time io_uring_enter returns: one clock read, and a read of the
-// thread's CPU clock per window.
-func (tl *threadLoad) tick() {
+// tick closes the window when it has run its length, and looks at the
+// other threads for the next one. The thread calls it each time
+// io_uring_enter returns: one clock read, and per window a read of the
+// thread's CPU clock and of each other thread's utilisation.
+func (th *ringThread) tick() {
+	tl := &th.load
 	now := monoNow()
 	tl.now = now
 	span := now - tl.winStart
@@ -135,6 +151,20 @@ func (tl *threadLoad) tick() {
 	}
 	tl.winStart, tl.cpuStart = now, cpu
 	tl.movedIn, tl.movedOut = 0, 0
+	tl.least, tl.packTo = nil, nil
+	lu, pu := 0, 0
+	for _, o := range th.d.threads {
+		if o == th {
+			continue
+		}
+		u := o.load.utilAt(now)
+		if tl.least == nil || u < lu {
+			tl.least, lu = o, u
+		}
+		if u < lowMark && (tl.packTo == nil || u > pu) {
+			tl.packTo, pu = o, u
+		}
+	}
 }
 
 // utilAt is the thread's utilisation in thousandths as seen at now: 0 once
@@ -175,33 +205,36 @@ func (d *ringDriver) placeRecv(t *ringThread, rc *ringClient) *ringThread {
 	tl := &t.load
 	now := tl.now
 	if h := rc.home; h != t {
-		if tl.movedIn < tl.moveBudget() && place(false, tl.utilAt(now), h.load.utilAt(now), 0) == placeHere {
+		if tl.movedIn < tl.moveBudget() && place(false, tl.utilAt(now), h.load.utilAt(now), 0, -1) == placeHere {
 			tl.movedIn++
 			rc.moveTo(t)
 			return t
 		}
 		return h
 	}
-	here := tl.utilAt(now)
-	if here <= highMark || tl.movedOut >= tl.moveBudget() {
+	if tl.least == nil || tl.movedOut >= tl.moveBudget() {
 		return t
 	}
-	var o *ringThread
-	ou := 0
-	for _, th := range d.threads {
-		if th == t {
-			continue
-		}
-		if u := th.load.utilAt(now); o == nil || u < ou {
-			o, ou = th, u
-		}
+	here := tl.utilAt(now)
+	if here >= lowMark && here <= highMark {
+		return t
 	}
-	if o != nil && place(true, here, here, ou) == placeOther {
-		tl.movedOut++
-		rc.moveTo(o)
-		return o
+	packTo := -1
+	if tl.packTo != nil {
+		packTo = tl.packTo.load.utilAt(now)
 	}
-	return t
+	var to *ringThread
+	switch place(true, here, here, tl.least.load.utilAt(now), packTo) {
+	case placeSpread:
+		to = tl.least
+	case placePack:
+		to = tl.packTo
+	default:
+		return t
+	}
+	tl.movedOut++
+	rc.moveTo(to)
+	return to
 }
 
 // moveTo makes t the client's home. It holds the client's ownMu.

@@ -76,6 +76,9 @@ const (
 type ringDriver struct {
 	l       *loops
 	threads []*ringThread
+	// all is closed once threads is complete (or the start failed): the
+	// threads read it from then on (placement looks at each other).
+	all chan struct{}
 }
 
 // ringThread is one io_uring loop thread's state, touched by that thread
@@ -154,7 +157,7 @@ func startRing(n int) (*loops, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &ringDriver{l: l}
+	d := &ringDriver{l: l, all: make(chan struct{})}
 	l.drv = d
 	started := make(chan error)
 	for i := range max(n, 1) {
@@ -172,10 +175,12 @@ func startRing(n int) (*loops, error) {
 		}
 		// The threads started close their eventfds as they stop; stop
 		// closes the pipes.
+		close(d.all)
 		l.stop()
 		return nil, err
 	}
 	l.threads = len(d.threads)
+	close(d.all)
 	return l, nil
 }
 
@@ -251,11 +256,12 @@ func (d *ringDriver) run(th *ringThread, first bool, started chan<- error) {
 		r.Read(l.wakeR, th.wakeBuf[:], opWake)
 	}
 	complete := th.complete
+	<-d.all
 	for !th.stopped {
 		if err := r.Enter(1); err != nil {
 			break
 		}
-		th.load.tick()
+		th.tick()
 		l.running.Add(1)
 		th.busy.Store(true)
 		r.Completions(complete)
