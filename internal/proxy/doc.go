@@ -13,7 +13,8 @@
 //   - relay.go: its goroutine driver (blocking I/O).
 //   - loop_client_linux.go: its event-loop driver (non-blocking I/O).
 //   - loop_linux.go: the loop's threads, ready list and driver interface;
-//     loop_epoll_linux.go and loop_ring_linux.go are the two drivers.
+//     loop_epoll_linux.go and loop_ring_linux.go are the two drivers;
+//     loop_place_linux.go places io_uring clients on the threads.
 //   - session.go: pins, transactions across client connections, clean-up.
 //   - auth.go: client logins (SCRAM, x509) and authDenied, the one
 //     decision of what a client may run before and after logging in.
@@ -30,7 +31,12 @@
 // Hand-overs between them happen under the client's loopClient.ownMu. On
 // the loop, whichever loop thread holds ownMu acts for the client; the
 // driver's per-socket state is guarded by that same lock, except where its
-// type says otherwise (epollUp.ready, ringUp.mu).
+// type says otherwise (epollUp.ready, ringUp.mu). That includes the
+// io_uring client's home thread (ringClient.home), which the placement of
+// clients (loop_place_linux.go) changes under ownMu. A ring thread's
+// utilisation and client count (threadLoad) are atomics, written by the
+// thread (the count by whoever attaches, moves or closes a client) and
+// read by every thread; the rest of threadLoad is the thread's own.
 //
 // An upstream connection belongs to its pool, and between checkout and
 // check-in to the exchange that holds it (or to the client that pins it).

@@ -18,11 +18,14 @@ package proxy
 //
 // A ring takes submissions from the thread that made it only, so each loop
 // thread is locked to its OS thread. A client's receives go on the ring of
-// its home thread (assigned round-robin as it first enters the loop),
-// which keeps the threads' shares even; a reply's receive goes on the ring
-// of the thread that sent the request. Code that runs elsewhere (off the
-// loop threads, or on another thread for a client's next request) posts
-// the receive to the home thread's arm queue.
+// its home thread (assigned round-robin as it first enters the loop); a
+// reply's receive goes on the ring of the thread that sent the request.
+// Code that runs elsewhere (off the loop threads, or on another thread for
+// a client's next request) posts the receive to the home thread's arm
+// queue, unless the client moves: each thread measures its utilisation,
+// and clients are packed onto the threads that have headroom, so that a
+// light load keeps one thread busy rather than two waking each other, and
+// spread again when a thread nears saturation (loop_place_linux.go).
 //
 // The kernel holds a receive's socket and writes into its buffer until the
 // receive completes, so neither is let go before: a client closed while a
@@ -73,6 +76,9 @@ const (
 type ringDriver struct {
 	l       *loops
 	threads []*ringThread
+	// all is closed once threads is complete (or the start failed): the
+	// threads read it from then on (placement looks at each other).
+	all chan struct{}
 }
 
 // ringThread is one io_uring loop thread's state, touched by that thread
@@ -101,6 +107,10 @@ type ringThread struct {
 	evPending atomic.Bool
 	evBuf     [8]byte
 	qRun      []armItem // q's items being run, reused
+
+	// load is the thread's utilisation and client count, for placing
+	// clients (loop_place_linux.go).
+	load threadLoad
 }
 
 func (*ringThread) loopThread() {}
@@ -114,11 +124,14 @@ type armItem struct {
 // ringClient is a client socket's registration, guarded by the client's
 // ownMu. armed is set while a receive into rbuf is in flight, which
 // happens only in lsIdle; a client closed meanwhile keeps its descriptor
-// until that receive completes.
+// until that receive completes. home is the thread its receives go on,
+// which placeRecv may change; left is set once the client no longer
+// counts among its home's clients.
 type ringClient struct {
 	fdn   int
 	home  *ringThread
 	armed bool
+	left  bool
 }
 
 func (r *ringClient) fd() int  { return r.fdn }
@@ -144,7 +157,7 @@ func startRing(n int) (*loops, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &ringDriver{l: l}
+	d := &ringDriver{l: l, all: make(chan struct{})}
 	l.drv = d
 	started := make(chan error)
 	for i := range max(n, 1) {
@@ -162,10 +175,12 @@ func startRing(n int) (*loops, error) {
 		}
 		// The threads started close their eventfds as they stop; stop
 		// closes the pipes.
+		close(d.all)
 		l.stop()
 		return nil, err
 	}
 	l.threads = len(d.threads)
+	close(d.all)
 	return l, nil
 }
 
@@ -241,10 +256,12 @@ func (d *ringDriver) run(th *ringThread, first bool, started chan<- error) {
 		r.Read(l.wakeR, th.wakeBuf[:], opWake)
 	}
 	complete := th.complete
+	<-d.all
 	for !th.stopped {
 		if err := r.Enter(1); err != nil {
 			break
 		}
+		th.tick()
 		l.running.Add(1)
 		th.busy.Store(true)
 		r.Completions(complete)
@@ -417,7 +434,9 @@ func (th *ringThread) replyDone(ru *ringUp, res int32) {
 }
 
 func (d *ringDriver) attachClient(c *client, fd int) (loopSock, error) {
-	return &ringClient{fdn: fd, home: d.home()}, nil
+	h := d.home()
+	h.load.clients.Add(1)
+	return &ringClient{fdn: fd, home: h}, nil
 }
 
 func (d *ringDriver) attachUpstream(lu *loopUp, fd int) (any, error) {
@@ -429,16 +448,20 @@ func (d *ringDriver) attachUpstream(lu *loopUp, fd int) (any, error) {
 }
 
 // recvClient starts a receive into the free end of rbuf (compacted by
-// loopServe) on the client's home thread.
+// loopServe) on the client's home thread, which placeRecv may change.
 func (d *ringDriver) recvClient(th loopThread, c *client) {
 	rc := c.lc.sock.(*ringClient)
 	if rc.armed {
 		return
 	}
 	t, _ := th.(*ringThread)
-	if t != rc.home {
-		// Off the client's home thread: ask it.
+	if t == nil {
+		// Off the loop threads: ask the home thread.
 		rc.home.post(c, armClient)
+		return
+	}
+	if to := d.placeRecv(t, rc); to != t {
+		to.post(c, armClient)
 		return
 	}
 	rc.armed = true
@@ -511,6 +534,10 @@ func (d *ringDriver) sendUpstream(lu *loopUp, b []byte) (int, error) {
 func (d *ringDriver) closeClient(c *client) {
 	lc := &c.lc
 	rc := lc.sock.(*ringClient)
+	if !rc.left {
+		rc.left = true
+		rc.home.load.clients.Add(-1)
+	}
 	if rc.fdn < 0 {
 		return
 	}
