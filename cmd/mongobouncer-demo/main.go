@@ -75,7 +75,7 @@ func parseArgs(args []string, stderr io.Writer) (demoArgs, error) {
 	fs.StringVar(&a.bin, "mongobouncer", "bin/mongobouncer", "mongobouncer binary")
 	clients := fs.String("clients", "100,10", "driver clients of each round, comma-separated: each count runs direct, through mongobouncer and through HAProxy")
 	fs.IntVar(&a.pool, "pool", 10, "mongobouncer max_pool_size")
-	fs.DurationVar(&a.duration, "duration", 8*time.Second, "length of each run, warm-up included")
+	fs.DurationVar(&a.duration, "duration", 6*time.Second, "length of each run, warm-up included (each target runs twice per client count)")
 	fs.StringVar(&a.mode, "pool-mode", "transaction", "mongobouncer pool mode (session, transaction or statement)")
 	fs.StringVar(&a.haproxy, "haproxy", "", "haproxy binary (default: haproxy in PATH, or /usr/sbin/haproxy)")
 	fs.BoolVar(&a.noHAProxy, "no-haproxy", false, "leave HAProxy out")
@@ -184,12 +184,19 @@ func run(ctx context.Context, a demoArgs, w io.Writer) error {
 	_ = measure(ctx, warm, targets[0], a.clients[0], dmPort)
 	var failures []string
 	for i, n := range a.clients {
-		fmt.Fprintf(w, "\n== %d driver clients, 80 %% findOne by _id / 20 %% insertOne, %v per target (first %v left out) ...\n", n, a.duration, a.warmup)
+		fmt.Fprintf(w, "\n== %d driver clients, 80 %% findOne by _id / 20 %% insertOne, %d runs of %v per target in mirrored orders (first %v of each left out) ...\n",
+			n, passes, a.duration, a.warmup)
 		rows := make([]result, len(targets))
+		ran := make([]bool, len(targets))
 		for _, j := range runOrder(len(targets), i) {
-			rows[j] = measure(ctx, a, targets[j], n, dmPort)
+			r := measure(ctx, a, targets[j], n, dmPort)
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if ran[j] {
+				rows[j].merge(r)
+			} else {
+				rows[j], ran[j] = r, true
 			}
 		}
 		writeTable(w, rows)
@@ -214,17 +221,27 @@ func run(ctx context.Context, a demoArgs, w io.Writer) error {
 	return nil
 }
 
+// passes is how many times each target runs at each client count.
+const passes = 2
+
 // runOrder is the order in which the targets run at the i-th client count:
-// as listed, then reversed, and so on, so that a machine that speeds up or
-// slows down during the demo does not favour the target that always runs
-// first (FerretDB's speed here drifts by a factor of two within a minute).
+// each target twice, in an order and then in its mirror (direct,
+// mongobouncer, HAProxy, HAProxy, mongobouncer, direct), the first order
+// reversed at every other count. FerretDB's speed here drifts by a factor
+// of two within a minute, and whichever target ran last in a block gained
+// the most from it: with one pass per target, direct ran first at 100
+// clients and last at 10, and its ratios moved with that. Mirrored passes
+// give every target the same mean position, which cancels a steady drift.
 func runOrder(targets, i int) []int {
-	out := make([]int, targets)
-	for k := range out {
-		out[k] = k
+	out := make([]int, 0, passes*targets)
+	for k := range targets {
 		if i%2 == 1 {
-			out[k] = targets - 1 - k
+			k = targets - 1 - k
 		}
+		out = append(out, k)
+	}
+	for k := targets - 1; k >= 0; k-- {
+		out = append(out, out[k])
 	}
 	return out
 }
@@ -253,6 +270,18 @@ func measure(ctx context.Context, a demoArgs, t demoTarget, n, dmPort int) resul
 	})
 	from, to := res.Start.Add(a.warmup), res.Start.Add(a.duration)
 	return result{target: t, res: res, err: err, clientsN: clientSampler.stop(from, to), upN: upSampler.stop(from, to)}
+}
+
+// merge adds another run of the same target: its figures add up (see
+// loadgen.Result.Merge), and the connection counts are the larger of the
+// two, which the check holds to the pool's bound.
+func (r *result) merge(o result) {
+	r.res.Merge(&o.res)
+	if r.err == nil {
+		r.err = o.err
+	}
+	r.clientsN = max(r.clientsN, o.clientsN)
+	r.upN = max(r.upN, o.upN)
 }
 
 // writeTable prints one row per target, ratios against the first (direct).

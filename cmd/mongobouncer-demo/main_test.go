@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/loadgen"
 )
 
 func TestParseArgsDefaults(t *testing.T) {
@@ -19,12 +21,12 @@ func TestParseArgsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.bin != "bin/mongobouncer" || !slices.Equal(a.clients, []int{100, 10}) || a.pool != 10 ||
-		a.duration != 8*time.Second || a.warmup != 2*time.Second || a.mode != "transaction" || a.noHAProxy {
+		a.duration != 6*time.Second || a.warmup != 1500*time.Millisecond || a.mode != "transaction" || a.noHAProxy {
 		t.Fatalf("defaults %+v", a)
 	}
-	// The demo stays bounded: targets x counts x duration, plus a
+	// The demo stays bounded: targets x passes x counts x duration, plus a
 	// warm-up run, under two minutes with three targets.
-	if total := time.Duration(3*len(a.clients))*a.duration + a.warmup; total > 90*time.Second {
+	if total := time.Duration(3*passes*len(a.clients))*a.duration + a.warmup; total > 90*time.Second {
 		t.Fatalf("default runs take %v", total)
 	}
 }
@@ -126,9 +128,23 @@ func TestMaxIn(t *testing.T) {
 }
 
 func TestRunOrder(t *testing.T) {
-	for i, want := range [][]int{{0, 1, 2}, {2, 1, 0}, {0, 1, 2}} {
+	for i, want := range [][]int{{0, 1, 2, 2, 1, 0}, {2, 1, 0, 0, 1, 2}, {0, 1, 2, 2, 1, 0}} {
 		if got := runOrder(3, i); !slices.Equal(got, want) {
 			t.Errorf("runOrder(3, %d) = %v, want %v", i, got, want)
 		}
+	}
+}
+
+// A target's two runs make one row: figures added, the larger connection
+// counts (which check holds to the pool), the first error kept.
+func TestResultMergeRow(t *testing.T) {
+	boom := errors.New("boom")
+	r := result{res: loadgen.Result{Ops: 10, Elapsed: time.Second}, clientsN: 101, upN: 11}
+	r.merge(result{res: loadgen.Result{Ops: 30, Elapsed: time.Second}, err: boom, clientsN: 100, upN: 13})
+	if r.res.Ops != 40 || r.res.OpsPerSec != 20 || r.clientsN != 101 || r.upN != 13 || !errors.Is(r.err, boom) {
+		t.Fatalf("merged %+v", r)
+	}
+	if out := check(demoArgs{pool: 10}, []result{{}, r}); len(out) != 2 {
+		t.Errorf("check of a row with 13 upstream connections and an error: %q", out)
 	}
 }

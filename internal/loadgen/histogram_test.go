@@ -141,3 +141,31 @@ func BenchmarkHistogramRecord(b *testing.B) {
 		h.Record(time.Duration(i&0xfffff) * 97)
 	}
 }
+
+// Two runs merged report their operations over their measured time
+// together, and the latencies of both: the slow run's tail shows in p99.
+func TestResultMerge(t *testing.T) {
+	fast := Result{Ops: 90, Errors: 1, Elapsed: time.Second, ErrorSamples: []string{"a"}, hist: NewHistogram()}
+	for range 90 {
+		fast.hist.Record(time.Millisecond)
+	}
+	slow := Result{Ops: 10, WarmupOps: 3, Elapsed: time.Second, ErrorSamples: []string{"b", "c", "d", "e", "f"}, hist: NewHistogram()}
+	for range 10 {
+		slow.hist.Record(time.Second)
+	}
+	fast.Merge(&slow)
+	if fast.Ops != 100 || fast.WarmupOps != 3 || fast.Errors != 1 || fast.Elapsed != 2*time.Second || fast.OpsPerSec != 50 {
+		t.Fatalf("merged %+v", fast)
+	}
+	if len(fast.ErrorSamples) != maxErrorSamples || fast.ErrorSamples[0] != "a" {
+		t.Errorf("error samples %v", fast.ErrorSamples)
+	}
+	if fast.Histogram().Count() != 100 || fast.Latency.P50 > 2*time.Millisecond || fast.Latency.P99 < 500*time.Millisecond {
+		t.Errorf("latency %+v over %d", fast.Latency, fast.Histogram().Count())
+	}
+	var empty Result
+	empty.Merge(&Result{})
+	if empty.OpsPerSec != 0 || empty.Histogram().Count() != 0 {
+		t.Errorf("merging nothing gave %+v", empty)
+	}
+}

@@ -52,6 +52,31 @@ func (r *Result) Histogram() *Histogram {
 	return r.hist
 }
 
+// Merge adds o, a run of the same workload against the same target, to r:
+// operations, errors and measured time add up, and the latencies are
+// those of both runs together. The demo runs each target twice, in
+// mirrored orders, and reports them as one.
+func (r *Result) Merge(o *Result) {
+	if r.hist == nil {
+		r.hist = NewHistogram()
+	}
+	r.Ops += o.Ops
+	r.WarmupOps += o.WarmupOps
+	r.Errors += o.Errors
+	for _, m := range o.ErrorSamples {
+		if len(r.ErrorSamples) < maxErrorSamples {
+			r.ErrorSamples = append(r.ErrorSamples, m)
+		}
+	}
+	r.Elapsed += o.Elapsed
+	r.OpsPerSec = 0
+	if r.Elapsed > 0 {
+		r.OpsPerSec = float64(r.Ops) / r.Elapsed.Seconds()
+	}
+	r.hist.Merge(o.Histogram())
+	r.Latency = r.hist.Summary()
+}
+
 // errorLog counts errors cheaply and keeps the first few messages.
 type errorLog struct {
 	mu sync.Mutex
