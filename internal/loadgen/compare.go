@@ -48,23 +48,9 @@ type SideSummary struct {
 	completed int64
 }
 
+// add adds one run's figures to s.
 func (s *SideSummary) add(r *Result) {
-	if s.hist == nil {
-		s.hist = NewHistogram()
-	}
-	s.Ops += r.Ops
-	s.Errors += r.Errors
-	for _, m := range r.ErrorSamples {
-		if len(s.ErrorSamples) < maxErrorSamples {
-			s.ErrorSamples = append(s.ErrorSamples, m)
-		}
-	}
-	s.Elapsed += r.Elapsed
-	if s.Elapsed > 0 {
-		s.OpsPerSec = float64(s.Ops) / s.Elapsed.Seconds()
-	}
-	s.hist.Merge(r.hist)
-	s.Latency = s.hist.Summary()
+	s.merge(&SideSummary{Ops: r.Ops, Errors: r.Errors, ErrorSamples: r.ErrorSamples, Elapsed: r.Elapsed, hist: r.hist})
 }
 
 // RunRecord is one run of a comparison, in the order it ran.

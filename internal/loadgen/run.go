@@ -57,24 +57,11 @@ func (r *Result) Histogram() *Histogram {
 // those of both runs together. The demo runs each target twice, in
 // mirrored orders, and reports them as one.
 func (r *Result) Merge(o *Result) {
-	if r.hist == nil {
-		r.hist = NewHistogram()
-	}
-	r.Ops += o.Ops
+	s := SideSummary{Ops: r.Ops, Errors: r.Errors, ErrorSamples: r.ErrorSamples, Elapsed: r.Elapsed, hist: r.hist}
+	s.add(o)
+	r.Ops, r.Errors, r.ErrorSamples, r.Elapsed = s.Ops, s.Errors, s.ErrorSamples, s.Elapsed
+	r.OpsPerSec, r.Latency, r.hist = s.OpsPerSec, s.Latency, s.hist
 	r.WarmupOps += o.WarmupOps
-	r.Errors += o.Errors
-	for _, m := range o.ErrorSamples {
-		if len(r.ErrorSamples) < maxErrorSamples {
-			r.ErrorSamples = append(r.ErrorSamples, m)
-		}
-	}
-	r.Elapsed += o.Elapsed
-	r.OpsPerSec = 0
-	if r.Elapsed > 0 {
-		r.OpsPerSec = float64(r.Ops) / r.Elapsed.Seconds()
-	}
-	r.hist.Merge(o.Histogram())
-	r.Latency = r.hist.Summary()
 }
 
 // errorLog counts errors cheaply and keeps the first few messages.
