@@ -132,6 +132,13 @@ func TestUserPoolLoginFailureIsTheUsersAlone(t *testing.T) {
 	o.MonitoringMode = MonitoringPoll
 	o.HeartbeatInterval = 10 * time.Second
 	topo := newTopology(t, o)
+	// Wait for the first check before selecting: a selection made before
+	// it asks the monitor for another check, which would come 500 ms
+	// later and ready the paused pool in the middle of the test.
+	within(t, "the first check", func() bool {
+		srvs := topo.Servers()
+		return len(srvs) == 1 && srvs[0].State() == Usable && topo.TrySelectServer(Criteria{}) != nil
+	})
 	s := mustSelect(t, topo)
 
 	bad := mustUserPool(t, s, "bob@admin", scramAs(t, "bob", "wrong"))
