@@ -132,14 +132,7 @@ func TestUserPoolLoginFailureIsTheUsersAlone(t *testing.T) {
 	o.MonitoringMode = MonitoringPoll
 	o.HeartbeatInterval = 10 * time.Second
 	topo := newTopology(t, o)
-	// Wait for the first check before selecting: a selection made before
-	// it asks the monitor for another check, which would come 500 ms
-	// later and ready the paused pool in the middle of the test.
-	within(t, "the first check", func() bool {
-		srvs := topo.Servers()
-		return len(srvs) == 1 && srvs[0].State() == Usable && topo.TrySelectServer(Criteria{}) != nil
-	})
-	s := mustSelect(t, topo)
+	s := selectAfterFirstCheck(t, topo)
 
 	bad := mustUserPool(t, s, "bob@admin", scramAs(t, "bob", "wrong"))
 	_, err := bad.CheckOut(ctxTimeout(t, 5*time.Second))
@@ -193,7 +186,7 @@ func TestUserPoolNetworkErrorIsTheServers(t *testing.T) {
 	o := userOptions(rec, fake.Addr())
 	o.HeartbeatInterval = 10 * time.Second // no check comes to the rescue
 	topo := newTopology(t, o)
-	s := mustSelect(t, topo)
+	s := selectAfterFirstCheck(t, topo)
 	p := mustUserPool(t, s, "alice@admin", scramAs(t, "alice", "alice-pw"))
 	c, err := p.CheckOut(ctxTimeout(t, 5*time.Second))
 	if err != nil {
@@ -286,4 +279,14 @@ func BenchmarkUserPoolLookup(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// selectAfterFirstCheck selects the one server once its first check is
+// done. A selection made before it asks the monitor for another check,
+// which comes MinHeartbeatInterval (500 ms) later: on a slow machine, in
+// the middle of a test that counts on no check before it asks for one.
+func selectAfterFirstCheck(t *testing.T, topo *Topology) *Server {
+	t.Helper()
+	within(t, "the first check", func() bool { return topo.TrySelectServer(Criteria{}) != nil })
+	return mustSelect(t, topo)
 }
