@@ -184,7 +184,11 @@ func TestUserPoolNetworkErrorIsTheServers(t *testing.T) {
 	fake := fakemongo.Start(t, fakemongo.Options{Users: fakeUsers})
 	rec := &recorder{}
 	o := userOptions(rec, fake.Addr())
-	o.HeartbeatInterval = 10 * time.Second // no check comes to the rescue
+	// No check comes to the rescue: the network error asks for one at
+	// once, which would otherwise find the server again (and ready its
+	// pools) before the assertion on a slow machine.
+	o.HeartbeatInterval = time.Minute
+	o.MinHeartbeatInterval = time.Minute
 	topo := newTopology(t, o)
 	s := selectAfterFirstCheck(t, topo)
 	p := mustUserPool(t, s, "alice@admin", scramAs(t, "alice", "alice-pw"))
