@@ -261,14 +261,21 @@ func TestMongoshTLS(t *testing.T) {
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "NO_COLOR=1", "MONGOBOUNCER_TLS_CASES="+string(cases))
 	cmd.Dir = home
+	s.runAndCheck(t, "mongosh", "tls_sh", cmd)
+}
+
+// runAndCheck runs a tool's script (bounded by the command's context and
+// WaitDelay), and checks what it printed for every case.
+func (s *tlsToolSetup) runAndCheck(t *testing.T, tool, coll string, cmd *exec.Cmd) {
+	t.Helper()
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("mongosh: %v; output:\n%s", err, out)
+		t.Fatalf("%s: %v; output:\n%s", tool, err, out)
 	}
-	t.Logf("mongosh ran in %v:\n%s", time.Since(start).Round(time.Millisecond), out)
-	s.check(t, "mongosh", "tls_sh", string(out))
+	t.Logf("%s ran in %v:\n%s", tool, time.Since(start).Round(time.Millisecond), out)
+	s.check(t, tool, coll, string(out))
 }
 
 // pymongoTLSScript is mongoshTLSScript for pymongo (3.11: tls, tlsCAFile
@@ -305,14 +312,7 @@ func TestPymongoTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, debianPython, append([]string{"-c", pymongoTLSScript}, s.toolArgs()...)...)
-	cmd.WaitDelay = 5 * time.Second
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("pymongo: %v; output:\n%s", err, out)
-	}
-	t.Logf("pymongo ran in %v:\n%s", time.Since(start).Round(time.Millisecond), out)
-	s.check(t, "pymongo", "tls_py", string(out))
+	s.runAndCheck(t, "pymongo", "tls_py", cmd)
 }
 
 // needPymongo skips t when Debian's pymongo is missing (and fails it
