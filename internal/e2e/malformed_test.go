@@ -272,9 +272,12 @@ func malCatalogue(t testing.TB, zeros8MB []byte) []malCase {
 		}, want: malReplyClose, code: 22, errmsg: "invalid BSON"},
 
 		// Legacy OP_QUERY.
-		{name: "OP_QUERY for a non-hello command", msg: func(id int32) []byte {
-			return wire.AppendQuery(nil, id, 0, "admin.$cmd", 0, -1, malPing())
-		}, want: malReplyStay, replyOp: wire.OpReply, code: 352, errmsg: "OP_QUERY is only supported for hello"},
+		{name: "OP_QUERY command asking for exhaust", msg: func(id int32) []byte {
+			return wire.AppendQuery(nil, id, queryExhaust, "test.$cmd", 0, -1, malPing())
+		}, want: malReplyStay, replyOp: wire.OpReply, code: 2, errmsg: "Exhaust"},
+		{name: "OP_QUERY command with a $query that is not a document", msg: func(id int32) []byte {
+			return wire.AppendQuery(nil, id, 0, "test.$cmd", 0, -1, bsoncore.NewDocumentBuilder().AppendInt32("$query", 1).Build())
+		}, want: malReplyStay, replyOp: wire.OpReply, code: 2, errmsg: "$query"},
 		{name: "OP_QUERY find on a collection", msg: func(id int32) []byte {
 			return wire.AppendQuery(nil, id, 0, "test.c", 0, 0, bsoncore.NewDocumentBuilder().Build())
 		}, want: malReplyStay, replyOp: wire.OpReply, code: 352, errmsg: "test.c"},

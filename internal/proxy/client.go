@@ -76,7 +76,11 @@ type client struct {
 	connected time.Time
 	log       *slog.Logger
 
-	hello  bool // the client has sent its handshake
+	hello bool // the client has sent its handshake
+	// legacy is set while a command that came as an OP_QUERY is served:
+	// its replies go back as an OP_REPLY (legacy.go). Such a request is
+	// always the goroutine's.
+	legacy bool
 	lb     bool // the client is in load-balanced mode
 	maxMsg int
 	nextID int32 // requestID of our own replies

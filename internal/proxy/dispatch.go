@@ -99,7 +99,7 @@ func (c *client) refuse(reason string) {
 }
 
 // handleQuery serves legacy OP_QUERY, which modern drivers use only for the
-// first hello.
+// first hello; other commands are translated to OP_MSG (legacy.go).
 func (c *client) handleQuery(msg []byte, h wire.Header) error {
 	q, err := wire.ParseQuery(msg)
 	if err != nil {
@@ -117,10 +117,25 @@ func (c *client) handleQuery(msg []byte, h wire.Header) error {
 		c.writeLegacyReply(h.RequestID, false, doc)
 		return nil
 	}
-	doc := errorReply(352, "UnsupportedOpQueryCommand",
-		fmt.Sprintf("mongobouncer: OP_QUERY is only supported for hello and isMaster, not %q on %q; the client driver may require an upgrade", name, q.FullCollectionName))
-	c.writeLegacyReply(h.RequestID, true, legacyError(doc))
-	return nil
+	db := legacyDatabase(q.FullCollectionName)
+	if db == "" {
+		doc := errorReply(352, "UnsupportedOpQueryCommand",
+			fmt.Sprintf("mongobouncer: OP_QUERY is only supported for commands (on \"<db>.$cmd\"), not on %q; the client driver may require an upgrade", q.FullCollectionName))
+		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+		return nil
+	}
+	m, err := legacyCommand(nil, q, db)
+	if err != nil {
+		c.writeLegacyReply(h.RequestID, true, legacyError(errorReply(2, "BadValue", "mongobouncer: "+err.Error())))
+		return nil
+	}
+	// The command takes the OP_MSG path; every reply to it, built here or
+	// relayed, goes back as an OP_REPLY (writeRaw). m is the request's own
+	// buffer: the exchange keeps views into it until handleMsg returns.
+	c.legacy = true
+	defer func() { c.legacy = false }()
+	mh, _ := wire.ParseHeader(m)
+	return c.handleMsg(m, mh, false, 0)
 }
 
 func isCmdNamespace(ns string) bool {
@@ -288,6 +303,15 @@ func (c *client) writeLegacyReply(responseTo int32, failure bool, doc bsoncore.D
 // client's compressor when the client compressed its request and the
 // command may be compressed.
 func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID, name string) error {
+	if c.legacy {
+		buf := getBuffer(len(msg) + 64)
+		defer putBuffer(buf)
+		msg = legacyReply(buf.b[:0], msg)
+		if cap(msg) > cap(buf.b) {
+			buf.b = msg[:0]
+		}
+		compressed = false
+	}
 	if compressed && name != "" && !wire.MustNotCompress(name) {
 		buf := getBuffer(len(msg) + 64)
 		defer putBuffer(buf)

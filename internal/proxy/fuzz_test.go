@@ -51,5 +51,6 @@ func FuzzRequestParsers(f *testing.F) {
 		r.inspect(doc)
 		_, _ = r.key()
 		_ = parseHello(doc, "hello")
+		checkLegacy(t, b)
 	})
 }

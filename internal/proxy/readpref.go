@@ -7,9 +7,9 @@ package proxy
 // Drivers talk to mongobouncer as to a mongos, so a read that may go to a
 // secondary carries $readPreference in its OP_MSG body (server-selection
 // spec, "Passing read preference to mongos"); a command without one goes to
-// the primary. Legacy OP_QUERY carries only the handshake here (other
-// OP_QUERY commands are refused), so its secondaryOk bit and $query wrapper
-// never select a server.
+// the primary. A legacy OP_QUERY command reaches here translated to that
+// form (legacy.go): its $readPreference modifier, or its SecondaryOk flag
+// as secondaryPreferred, becomes the command's $readPreference.
 
 import (
 	"errors"
