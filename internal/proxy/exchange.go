@@ -5,7 +5,7 @@ package proxy
 // per client, blocking calls) and loop_client_linux.go (the event loop,
 // non-blocking calls and callbacks).
 //
-//	begin ─► target/usePin ─► checkedOut ─► (send) ─► onReply ─► release ─► (write) ─► end
+//	begin ─► target/usePin ─► checkOut ─► checkedOut ─► (send) ─► onReply ─► release ─► (write) ─► end
 //	                               │                      │
 //	                               └──────► fail ◄────────┘ (the failure exit)
 //
@@ -224,6 +224,27 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	}
 	x.holding()
 	return false, nil
+}
+
+// checkOut asks the request's pool (poolFor: srv's, or on a pass-through
+// route its user's) for a connection. One that can be had at once, or an
+// error that fails the checkout at once, is returned; otherwise the
+// checkout queues (pool.CheckOutFunc) and done later receives its result,
+// which the driver hands to checkedOut. Only then is the client waiting:
+// SHOW CLIENTS says "waiting" while a request waits for a connection, and
+// not for a checkout that a free connection serves at once, whichever
+// driver serves the request.
+func (x *exchange) checkOut(done func(*pool.Conn, error)) (pc *pool.Conn, queued bool, err error) {
+	p, err := x.c.poolFor(x.route, x.srv)
+	if err != nil {
+		return nil, false, err
+	}
+	x.pool = p
+	pc, queued, err = p.CheckOutFunc(done)
+	if queued {
+		x.c.setPhase(phaseWaiting)
+	}
+	return pc, queued, err
 }
 
 // undo takes back a request the loop began but cannot serve after all (its

@@ -223,16 +223,9 @@ func (c *client) loopCheckOut(th loopThread) {
 	if lc.deliver == nil {
 		lc.deliver = c.loopDelivered
 	}
-	p, err := c.poolFor(c.x.route, c.x.srv)
-	if err != nil {
-		c.loopCheckedOut(th, nil, err)
-		return
-	}
-	c.x.pool = p
-	pc, queued, err := p.CheckOutFunc(lc.deliver)
+	pc, queued, err := c.x.checkOut(lc.deliver)
 	if queued {
 		lc.state = lsWaiting
-		c.setPhase(phaseWaiting)
 		return
 	}
 	c.loopCheckedOut(th, pc, err)

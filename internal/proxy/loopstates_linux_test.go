@@ -38,11 +38,27 @@ type loopRig struct {
 
 func newLoopRig(t testing.TB, io string, maxPool int, h fakemongo.Handler) *loopRig {
 	t.Helper()
+	return newRig(t, rigOptions{loop: true, io: io, maxPool: maxPool}, h)
+}
+
+// rigOptions are a rig's I/O model (loop false: a goroutine per client),
+// pool size and pool monitor.
+type rigOptions struct {
+	loop    bool
+	io      string
+	maxPool int
+	monitor pool.Monitor
+}
+
+func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
+	t.Helper()
+	io, maxPool := o.io, o.maxPool
 	up := fakemongo.Start(t, fakemongo.Options{})
 	up.Handle("ping", h)
 	log := slog.New(slog.DiscardHandler)
 	po := pool.DefaultOptions()
 	po.MaxPoolSize = maxPool
+	po.Monitor = o.monitor
 	topo, err := topology.New("loop-test", topology.Options{
 		Hosts:                  []string{up.Addr()},
 		Pool:                   po,
@@ -57,7 +73,7 @@ func newLoopRig(t testing.TB, io string, maxPool int, h fakemongo.Handler) *loop
 	}
 	t.Cleanup(topo.Close)
 	route := &Route{Name: "*", Mode: ModeTransaction, Topology: topo}
-	s, err := New(Options{Routes: []*Route{route}, EventLoop: true, LoopThreads: 2, LoopIO: io, Logger: log})
+	s, err := New(Options{Routes: []*Route{route}, EventLoop: o.loop, LoopThreads: 2, LoopIO: io, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +154,94 @@ func eachDriver(t *testing.T, f func(t *testing.T, io string)) {
 			t.Skip("the kernel refuses io_uring here")
 		}
 		f(t, LoopIOAuto)
+	})
+}
+
+// eachModel runs f on each I/O model: a goroutine per client, then the
+// event loop on each driver (eachDriver).
+func eachModel(t *testing.T, f func(t *testing.T, o rigOptions)) {
+	t.Run("goroutine", func(t *testing.T) { f(t, rigOptions{}) })
+	eachDriver(t, func(t *testing.T, io string) { f(t, rigOptions{loop: true, io: io}) })
+}
+
+// SHOW CLIENTS says "waiting" while a request waits for a connection, and
+// only then, on every I/O model: not while a free connection is being
+// checked out, and not for the client that holds the connection.
+func TestWaitingMeansWaitingForAConnection(t *testing.T) {
+	eachModel(t, func(t *testing.T, o rigOptions) {
+		// gate, when set, holds the next checkout at its start (under the
+		// pool's lock, before it finds a free connection) until closed.
+		var gate atomic.Pointer[chan struct{}]
+		held := make(chan struct{}, 1)
+		o.monitor = pool.MonitorFunc(func(e pool.Event) {
+			if e.Type != pool.ConnectionCheckOutStarted {
+				return
+			}
+			if g := gate.Swap(nil); g != nil {
+				held <- struct{}{}
+				<-*g
+			}
+		})
+		o.maxPool = 1
+		release := make(chan struct{})
+		var hold atomic.Bool
+		r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply {
+			if hold.Load() {
+				<-release
+			}
+			return fakemongo.OK()
+		})
+		a := r.client(0)
+		ca := r.only()
+		affOK(t, a.cmd(ping())) // a pooled connection, free
+		if o.loop {
+			r.waitState(ca, lsIdle)
+		}
+		state := func(c *client) clientState { return clientState(c.state.Load()) }
+
+		g := make(chan struct{})
+		gate.Store(&g)
+		done := make(chan bson.Raw, 2)
+		go func() { done <- a.cmd(ping()) }()
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the checkout never started")
+		}
+		st := state(ca)
+		close(g)
+		affOK(t, <-done)
+		if st != stateActive {
+			t.Fatalf("state %v during a checkout a free connection serves, want %v", st, stateActive)
+		}
+
+		b := r.client(0)
+		var cb *client
+		for _, c := range r.s.snapshot() {
+			if c != ca {
+				cb = c
+			}
+		}
+		if o.loop {
+			r.waitState(cb, lsIdle)
+		}
+		hold.Store(true)
+		go func() { done <- a.cmd(ping()) }()
+		wait.Until(t, "a's request out", 5*time.Second, time.Millisecond, func() bool { return r.inUse() == 1 })
+		go func() { done <- b.cmd(ping()) }()
+		wait.Until(t, "b waiting for the connection", 5*time.Second, time.Millisecond, func() bool {
+			return state(cb) == stateWaiting
+		})
+		if st := state(ca); st != stateActive {
+			t.Fatalf("a, holding the connection, is %v, want %v", st, stateActive)
+		}
+		hold.Store(false)
+		close(release)
+		affOK(t, <-done)
+		affOK(t, <-done)
+		wait.Until(t, "both idle", 5*time.Second, time.Millisecond, func() bool {
+			return state(ca) == stateIdle && state(cb) == stateIdle
+		})
 	})
 }
 

@@ -10,6 +10,7 @@ package proxy
 import (
 	"context"
 
+	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -135,17 +136,34 @@ func (c *client) acquire() error {
 		// takes the route now configured.
 		return errRouteReplaced
 	}
-	c.setPhase(phaseWaiting)
-	p, err := c.poolFor(route, srv)
-	if err != nil {
-		_, err = x.checkedOut(nil, err)
-		return err
-	}
-	x.pool = p
 	for {
-		pc, err := p.CheckOut(context.Background())
+		pc, queued, err := x.checkOut(c.checkOutDone())
+		if queued {
+			// The pool calls done exactly once, at the latest when
+			// wait_queue_timeout fails the checkout.
+			got := <-c.checkedOutCh
+			pc, err = got.pc, got.err
+		}
 		if retry, err := x.checkedOut(pc, err); !retry {
 			return err
 		}
 	}
+}
+
+// checkOutResult is the result of a queued checkout.
+type checkOutResult struct {
+	pc  *pool.Conn
+	err error
+}
+
+// checkOutDone returns the client goroutine's pool.CheckOutFunc callback,
+// made at its first use: it hands the result to checkedOutCh, which has
+// room for it (one request at a time), so it never blocks the pool.
+func (c *client) checkOutDone() func(*pool.Conn, error) {
+	if c.checkOutFn == nil {
+		ch := make(chan checkOutResult, 1)
+		c.checkedOutCh = ch
+		c.checkOutFn = func(pc *pool.Conn, err error) { ch <- checkOutResult{pc, err} }
+	}
+	return c.checkOutFn
 }
