@@ -94,47 +94,12 @@ func (c *client) relay(msg []byte, compressed bool, compID wire.CompressorID) er
 	}
 }
 
-// acquire finds the upstream connection for the request: the client's pin
-// for the route when it has one and affinity allows, else a checkout from
-// the server that affinity names or that selection picks, once the route
-// lets requests through.
+// acquire finds the upstream connection for the request where target
+// says: the client's pin, or a checkout, waited for when it queues.
 func (c *client) acquire() error {
 	x := &c.x
-	route := x.route
-	need := x.affinity()
-	crit, addRP, err := criteria(route, &x.req, c.msg.Body)
-	if err != nil {
+	if t, err := x.target(true); err != nil || t == targetPin {
 		return err
-	}
-	x.addRP = addRP
-	if need == nil && crit.ReadPref != nil {
-		// The server the read preference chose is needed as affinity's
-		// would be: a pin elsewhere (session mode) is not used for it.
-		if need, err = route.Topology.SelectServer(context.Background(), crit); err != nil {
-			return err
-		}
-	}
-	if x.usePin(need) {
-		return nil
-	}
-	srv := need
-	if srv == nil {
-		// SelectServer bounds its own wait by server_selection_timeout.
-		s, err := route.Topology.SelectServer(context.Background(), crit)
-		if err != nil {
-			return err
-		}
-		srv = s
-	}
-	x.srv = srv
-	if err := route.waitGate(c.s.stopping); err != nil {
-		return err
-	}
-	if c.s.Route(route.Name) != route {
-		// A reload replaced or removed the route while the request waited
-		// at its pause (and carried the pause over): the driver's retry
-		// takes the route now configured.
-		return errRouteReplaced
 	}
 	for {
 		pc, queued, err := x.checkOut(c.checkOutDone())
