@@ -309,6 +309,14 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 		x.retried = true
 		return true, nil
 	}
+	if err == nil && pc.Upstream().AwaitsStray(x.reqID) {
+		// A late reply to an earlier moreToCome request with this very ID
+		// (clients reuse low IDs) may still come on pc, and would pass for
+		// this request's: pc is closed, and the checkout tried again.
+		pc.MarkErrored(errAmbiguousRequestID)
+		_ = pc.Pool().CheckIn(pc)
+		return true, nil
+	}
 	if c.phase != phaseActive { // only the owner writes phase: no lock to read it
 		c.setPhase(phaseActive)
 	}
@@ -355,6 +363,10 @@ func (x *exchange) checkOut(done func(*pool.Conn, error)) (pc *pool.Conn, queued
 	}
 	return pc, queued, err
 }
+
+// errAmbiguousRequestID closes a connection on which a request's ID could
+// be answered by a late reply to an earlier moreToCome request.
+var errAmbiguousRequestID = errors.New("a reply to an earlier moreToCome request with the same ID may still come")
 
 // undo takes back a request the loop began but cannot serve after all (its
 // upstream connection cannot be used without a goroutine): the connection

@@ -253,6 +253,43 @@ func TestWaitingMeansWaitingForAConnection(t *testing.T) {
 	})
 }
 
+// A moreToCome request whose reply the fence did not see leaves its ID
+// remembered on the connection, since a late reply may still come. A
+// later request with that ID (another client's: clients reuse low IDs)
+// must not go out on that connection, where the late reply would pass
+// for its own: the connection is closed and another one serves it.
+func TestRequestReusingAStrayIDTakesAnotherConnection(t *testing.T) {
+	eachModel(t, func(t *testing.T, o rigOptions) {
+		var created atomic.Int64
+		o.monitor = pool.MonitorFunc(func(e pool.Event) {
+			if e.Type == pool.ConnectionCreated {
+				created.Add(1)
+			}
+		})
+		o.maxPool = 1
+		r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		a, b := r.client(0), r.client(0)
+		affOK(t, a.cmd(ping()))
+		// The fake upstream, like a real server, does not answer it: the
+		// fence sees no reply and remembers ID 7.
+		if _, err := a.c.Write(wire.AppendMsg(nil, 7, 0, wire.FlagMoreToCome, mustDoc(t, ping()))); err != nil {
+			t.Fatal(err)
+		}
+		a.id = 7
+		affOK(t, a.cmd(ping())) // served after the moreToCome request
+		before := created.Load()
+		b.id = 6
+		affOK(t, b.cmd(ping())) // ID 7
+		if got := created.Load() - before; got != 1 {
+			t.Fatalf("%d connections created for the request with the remembered ID, want 1 (not the connection awaiting a reply to 7)", got)
+		}
+		affOK(t, b.cmd(ping())) // ID 8: the new connection serves it
+		if got := created.Load() - before; got != 1 {
+			t.Fatalf("%d connections created after it, want none", got-1)
+		}
+	})
+}
+
 func TestLoopStates(t *testing.T) {
 	eachDriver(t, func(t *testing.T, io string) {
 		release := make(chan struct{})

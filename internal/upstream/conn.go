@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -395,6 +396,12 @@ func (c *Conn) Stray(responseTo int32) bool {
 	}
 	return false
 }
+
+// AwaitsStray reports whether a reply to a moreToCome request with ID id,
+// whose reply a fence did not see, may still come on this connection (and
+// Stray would drop it). A request sent with that ID could not tell its own
+// reply from that one. Only the connection's user calls it.
+func (c *Conn) AwaitsStray(id int32) bool { return slices.Contains(c.strays, id) }
 
 // fencePing is the command Fence sends.
 var fencePing = func() bsoncore.Document {

@@ -118,6 +118,9 @@ func TestFenceRemembersUnansweredRequests(t *testing.T) {
 	if c.Stray(78) {
 		t.Fatal("a reply to another request taken for a stray")
 	}
+	if !c.AwaitsStray(77) || !c.AwaitsStray(77) || c.AwaitsStray(78) {
+		t.Fatal("AwaitsStray does not say (without forgetting it) that a reply to 77 may still come")
+	}
 	if !c.Stray(77) || c.Stray(77) {
 		t.Fatal("the unanswered request is not remembered exactly once")
 	}
