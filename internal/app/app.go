@@ -229,11 +229,15 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 // io_uring cannot be used.
 var ErrNoIOUring = errors.New(`event_loop_io = "io_uring", but io_uring is unavailable here (an old kernel, kernel.io_uring_disabled, or a seccomp profile that refuses it): use "auto", which falls back to epoll`)
 
-// loopIO maps event_loop_io to the proxy's LoopIO. io_uring required is
-// auto there: New has checked that it is available.
+// loopIO maps event_loop_io to the proxy's LoopIO. io_uring required stays
+// required there: a ring that cannot start (a locked-memory limit, where
+// the kernel allows io_uring) fails the start rather than running epoll.
 func loopIO(io config.EventLoopIO) string {
-	if io == config.EventLoopIOEpoll {
+	switch io {
+	case config.EventLoopIOEpoll:
 		return proxy.LoopIOEpoll
+	case config.EventLoopIOUring:
+		return proxy.LoopIOUring
 	}
 	return proxy.LoopIOAuto
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/proxy"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/seccomp"
 )
 
@@ -44,4 +45,20 @@ func closeApp(a *App) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	a.Close(ctx)
+}
+
+// event_loop_io = "io_uring" stays required in the proxy: a ring that
+// cannot start there (a locked-memory limit on a kernel that allows
+// io_uring) fails the start rather than running epoll.
+func TestIOUringRequiredReachesTheProxy(t *testing.T) {
+	for io, want := range map[config.EventLoopIO]string{
+		config.EventLoopIOUring: proxy.LoopIOUring,
+		config.EventLoopIOEpoll: proxy.LoopIOEpoll,
+		config.EventLoopIOAuto:  proxy.LoopIOAuto,
+		"":                      proxy.LoopIOAuto,
+	} {
+		if got := loopIO(io); got != want {
+			t.Errorf("event_loop_io %q: proxy LoopIO %q, want %q", io, got, want)
+		}
+	}
 }

@@ -26,8 +26,9 @@ type ioModel struct {
 var (
 	ioGoroutine = ioModel{"goroutine", false, config.EventLoopIOAuto}
 	ioEpoll     = ioModel{"epoll", true, config.EventLoopIOEpoll}
-	// ioUring requires io_uring (startup fails without it) rather than
-	// "auto", which would quietly run epoll where the kernel refuses it.
+	// ioUring requires io_uring rather than "auto", which would quietly
+	// run epoll where the kernel refuses it or the ring cannot start (a
+	// locked-memory limit): startup fails instead, and so does the test.
 	ioUring = ioModel{"io_uring", true, config.EventLoopIOUring}
 	// ioDefault is the shipped configuration, for oneIO tests.
 	ioDefault = ioModel{"default", true, config.EventLoopIOAuto}

@@ -50,6 +50,9 @@ type Upstream interface {
 	// Stray reports whether a reply to responseTo answers an earlier
 	// moreToCome request whose reply the fence did not see, and forgets it.
 	Stray(responseTo int32) bool
+	// AwaitsStray reports whether such a request with ID id is
+	// remembered: a request sent with that ID would be ambiguous.
+	AwaitsStray(id int32) bool
 	// RawConn returns the socket for non-blocking I/O of whole exchanges,
 	// when nothing (TLS, compression, buffered input) stands between the
 	// socket and the messages; ok is false otherwise.

@@ -116,6 +116,10 @@ type client struct {
 
 	// x is the request being forwarded (exchange.go).
 	x exchange
+	// checkOutFn and checkedOutCh carry a queued checkout's result to the
+	// client's goroutine (relay.go); made at its first queued checkout.
+	checkOutFn   func(*pool.Conn, error)
+	checkedOutCh chan checkOutResult
 
 	sessMu sync.Mutex // guards appName, user, pins, open and phase; see doc.go for the lock order
 	// appName is the client's application name from its handshake.

@@ -5,7 +5,7 @@ package proxy
 // per client, blocking calls) and loop_client_linux.go (the event loop,
 // non-blocking calls and callbacks).
 //
-//	begin ─► target/usePin ─► checkedOut ─► (send) ─► onReply ─► release ─► (write) ─► end
+//	begin ─► target ─► checkOut ─► checkedOut ─► (send) ─► onReply ─► release ─► (write) ─► end
 //	                               │                      │
 //	                               └──────► fail ◄────────┘ (the failure exit)
 //
@@ -14,6 +14,7 @@ package proxy
 // state) changes only in setPhase, called from here.
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -92,8 +93,9 @@ func (s *Server) routeOf(only string, req *request) *Route {
 
 // loopMay reports whether the event loop may serve a request on route
 // itself: a plain command outside a transaction and an exhaust stream, to
-// a route in statement or transaction mode that is not paused, with no
-// affinity to follow. Everything else goes to the client's goroutine.
+// a route in statement or transaction mode, with no affinity to follow.
+// Everything else goes to the client's goroutine, and so does what target
+// finds it cannot serve without blocking.
 func (c *client) loopMay(flags wire.MsgFlags, req *request, route *Route) bool {
 	if flags&(wire.FlagExhaustAllowed|wire.FlagMoreToCome) != 0 {
 		return false
@@ -110,13 +112,22 @@ func (c *client) loopMay(flags wire.MsgFlags, req *request, route *Route) bool {
 		string(req.db) == AdminDatabase || c.s.draining.Load() {
 		return false
 	}
-	return route != nil && !route.noLoop.Load() && route.PoolMode() != ModeSession && !route.Paused() &&
+	return route != nil && !route.noLoop.Load() && route.PoolMode() != ModeSession &&
 		(!route.multi() || req.info.kind == kindOther)
 }
 
 // begin starts forwarding the parsed request (x.req) of msgLen bytes to
-// route.
+// route: prepare, then started.
 func (x *exchange) begin(route *Route, msgLen int, reqID int32) {
+	x.prepare(route, msgLen, reqID)
+	x.started()
+}
+
+// prepare sets the exchange up for the parsed request (x.req) of msgLen
+// bytes to route, recording nothing about it yet: the loop prepares, asks
+// target whether it can serve the request without blocking, and only then
+// starts it (or forgets it, and the goroutine begins it again).
+func (x *exchange) prepare(route *Route, msgLen int, reqID int32) {
 	c := x.c
 	x.route, x.srv, x.need, x.pc, x.pinned, x.pool = route, nil, nil, nil, false, nil
 	x.key, x.inTxn = x.req.key()
@@ -127,9 +138,106 @@ func (x *exchange) begin(route *Route, msgLen int, reqID int32) {
 	x.reqID, x.replies, x.retried = reqID, 0, false
 	x.start = monoNow()
 	x.bytesIn, x.bytesOut, x.ok = msgLen, 0, false
+}
+
+// started records that the prepared request began: it counts, its route
+// is the client's latest, and the client is active.
+func (x *exchange) started() {
+	c := x.c
 	c.requests.Add(1)
-	c.useRoute(route)
+	c.useRoute(x.route)
 	c.setPhase(phaseActive)
+}
+
+// forget drops a prepared request that never started.
+func (x *exchange) forget() {
+	x.route, x.srv, x.need, x.pc, x.pinned = nil, nil, nil, nil, false
+}
+
+// targetKind is what target decided.
+type targetKind uint8
+
+const (
+	// targetCheckOut: check a connection out of x.srv's pool (checkOut).
+	targetCheckOut targetKind = iota
+	// targetPin: the request uses the client's pin, x.pc.
+	targetPin
+	// targetGoroutine: only the goroutine driver can go on (wait false).
+	targetGoroutine
+)
+
+// target decides where the request goes. The server affinity needs (the
+// one of a cursor or a transaction), else the one the read preference
+// selects, is needed; the client's pin for the route serves the request
+// when it is on that server; else the needed server, or the one selection
+// picks, is checked out from, once the route lets requests through (its
+// pause) and unless a reload replaced the route meanwhile. x.addRP says
+// to add the route's default read preference to the command.
+//
+// wait says the driver may block: the goroutine's selection waits up to
+// server_selection_timeout, and it waits at the route's pause. The loop
+// must not block: with wait false the decision is the same, but wherever
+// only the goroutine can go on (no server is selectable now, an invalid
+// read preference to answer, a command to rewrite, a pinned client, a
+// paused route) target answers targetGoroutine, having changed nothing of
+// the client's, and never an error. An error fails the request.
+func (x *exchange) target(wait bool) (targetKind, error) {
+	route := x.route
+	need := x.affinity()
+	crit, addRP, err := criteria(route, &x.req, x.c.msg.Body)
+	if err != nil || (addRP && !wait) {
+		if !wait {
+			return targetGoroutine, nil
+		}
+		return 0, err
+	}
+	x.addRP = addRP
+	if need == nil && crit.ReadPref != nil {
+		// The server the read preference chose is needed as affinity's
+		// would be: a pin elsewhere (session mode) is not used for it.
+		if need, err = x.selectServer(crit, wait); need == nil {
+			return targetGoroutine, err
+		}
+	}
+	if x.usePin(need, wait) {
+		if !wait {
+			return targetGoroutine, nil
+		}
+		return targetPin, nil
+	}
+	srv := need
+	if srv == nil {
+		if srv, err = x.selectServer(crit, wait); srv == nil {
+			return targetGoroutine, err
+		}
+	}
+	x.srv = srv
+	if !wait {
+		if route.Paused() {
+			return targetGoroutine, nil
+		}
+		return targetCheckOut, nil
+	}
+	if err := route.waitGate(x.c.s.stopping); err != nil {
+		return 0, err
+	}
+	if x.c.s.Route(route.Name) != route {
+		// A reload replaced or removed the route while the request waited
+		// at its pause (and carried the pause over): the driver's retry
+		// takes the route now configured.
+		return 0, errRouteReplaced
+	}
+	return targetCheckOut, nil
+}
+
+// selectServer picks a server of the route that meets crit. With wait it
+// waits for one up to server_selection_timeout (an error then); without,
+// it returns nil at once when none meets crit now.
+func (x *exchange) selectServer(crit topology.Criteria, wait bool) (*topology.Server, error) {
+	if !wait {
+		return x.route.Topology.TrySelectServer(crit), nil
+	}
+	return x.route.Topology.SelectServer(context.Background(), crit)
 }
 
 // affinity returns the server that must serve the request (the one that
@@ -163,19 +271,20 @@ func (x *exchange) affinity() *topology.Server {
 	return srv
 }
 
-// usePin takes the client's pinned connection for the route when it has
-// one that affinity allows (need, from affinity); it reports whether it did.
-func (x *exchange) usePin(need *topology.Server) bool {
+// usePin reports whether the client has a pinned connection for the route
+// on the server the request needs (need, any when nil); with take, it
+// takes it for the request.
+func (x *exchange) usePin(need *topology.Server, take bool) bool {
 	c := x.c
 	x.need = need
 	c.sessMu.Lock()
 	p := c.pinLocked(x.route)
 	ok := p != nil && p.conn != nil && (need == nil || need == p.srv)
-	if ok {
+	if ok && take {
 		x.srv, x.pc, x.pinned = p.srv, p.conn, true
 	}
 	c.sessMu.Unlock()
-	if ok {
+	if ok && take {
 		x.holding()
 	}
 	return ok
@@ -198,6 +307,14 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	c, route, srv := x.c, x.route, x.srv
 	if err != nil && !x.retried && clearedAndReady(err, x.pool) {
 		x.retried = true
+		return true, nil
+	}
+	if err == nil && pc.Upstream().AwaitsStray(x.reqID) {
+		// A late reply to an earlier moreToCome request with this very ID
+		// (clients reuse low IDs) may still come on pc, and would pass for
+		// this request's: pc is closed, and the checkout tried again.
+		pc.MarkErrored(errAmbiguousRequestID)
+		_ = pc.Pool().CheckIn(pc)
 		return true, nil
 	}
 	if c.phase != phaseActive { // only the owner writes phase: no lock to read it
@@ -225,6 +342,31 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	x.holding()
 	return false, nil
 }
+
+// checkOut asks the request's pool (poolFor: srv's, or on a pass-through
+// route its user's) for a connection. One that can be had at once, or an
+// error that fails the checkout at once, is returned; otherwise the
+// checkout queues (pool.CheckOutFunc) and done later receives its result,
+// which the driver hands to checkedOut. Only then is the client waiting:
+// SHOW CLIENTS says "waiting" while a request waits for a connection, and
+// not for a checkout that a free connection serves at once, whichever
+// driver serves the request.
+func (x *exchange) checkOut(done func(*pool.Conn, error)) (pc *pool.Conn, queued bool, err error) {
+	p, err := x.c.poolFor(x.route, x.srv)
+	if err != nil {
+		return nil, false, err
+	}
+	x.pool = p
+	pc, queued, err = p.CheckOutFunc(done)
+	if queued {
+		x.c.setPhase(phaseWaiting)
+	}
+	return pc, queued, err
+}
+
+// errAmbiguousRequestID closes a connection on which a request's ID could
+// be answered by a late reply to an earlier moreToCome request.
+var errAmbiguousRequestID = errors.New("a reply to an earlier moreToCome request with the same ID may still come")
 
 // undo takes back a request the loop began but cannot serve after all (its
 // upstream connection cannot be used without a goroutine): the connection

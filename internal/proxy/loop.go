@@ -29,4 +29,8 @@ const (
 	LoopIOAuto = ""
 	// LoopIOEpoll uses epoll and read system calls.
 	LoopIOEpoll = "epoll"
+	// LoopIOUring requires io_uring: New starts the loop at once and fails
+	// where the ring cannot start (a kernel that refuses io_uring, or a
+	// locked-memory limit), rather than running epoll.
+	LoopIOUring = "io_uring"
 )

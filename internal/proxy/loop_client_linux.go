@@ -199,18 +199,13 @@ func (c *client) loopRequest(th loopThread, msg []byte) bool {
 	if !c.loopMay(c.msg.Flags, req, route) {
 		return false
 	}
-	crit, addRP, err := criteria(route, req, c.msg.Body)
-	if err != nil || addRP {
-		// An error reply, or a command to rewrite: the goroutine's.
-		return false
-	}
-	srv := route.Topology.TrySelectServer(crit)
-	if srv == nil {
+	x.prepare(route, len(msg), int32(binary.LittleEndian.Uint32(msg[4:])))
+	if t, _ := x.target(false); t != targetCheckOut {
+		x.forget()
 		return false
 	}
 	// The request is the loop's from here on.
-	x.begin(route, len(msg), int32(binary.LittleEndian.Uint32(msg[4:])))
-	x.srv = srv
+	x.started()
 	c.lc.unsent = true
 	c.loopCheckOut(th)
 	return true
@@ -223,16 +218,9 @@ func (c *client) loopCheckOut(th loopThread) {
 	if lc.deliver == nil {
 		lc.deliver = c.loopDelivered
 	}
-	p, err := c.poolFor(c.x.route, c.x.srv)
-	if err != nil {
-		c.loopCheckedOut(th, nil, err)
-		return
-	}
-	c.x.pool = p
-	pc, queued, err := p.CheckOutFunc(lc.deliver)
+	pc, queued, err := c.x.checkOut(lc.deliver)
 	if queued {
 		lc.state = lsWaiting
-		c.setPhase(phaseWaiting)
 		return
 	}
 	c.loopCheckedOut(th, pc, err)

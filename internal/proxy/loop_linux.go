@@ -254,10 +254,21 @@ func (s *Server) loopsFor() *loops {
 	if !s.opts.EventLoop {
 		return nil
 	}
+	l, err := s.startLoops()
+	if err != nil {
+		s.log.Warn("event loop unavailable; every client is served by its goroutine", "error", err)
+	}
+	return l
+}
+
+// startLoops starts the loops once. Auto prefers io_uring and falls back to
+// epoll with a warning; LoopIOUring never falls back (New starts the loops
+// at once then, and fails where the ring cannot start).
+func (s *Server) startLoops() (*loops, error) {
 	s.loopsMu.Lock()
 	defer s.loopsMu.Unlock()
 	if l := s.loopsPtr.Load(); l != nil || s.loopsOff {
-		return l
+		return l, nil
 	}
 	n := s.opts.LoopThreads
 	if n <= 0 {
@@ -265,23 +276,27 @@ func (s *Server) loopsFor() *loops {
 	}
 	var l *loops
 	var err error
-	if s.opts.LoopIO != LoopIOEpoll && uring.Supported() {
+	switch {
+	case s.opts.LoopIO == LoopIOUring:
+		l, err = startRing(n)
+	case s.opts.LoopIO != LoopIOEpoll && uring.Supported():
 		if l, err = startRing(n); err != nil {
 			s.log.Warn("io_uring unavailable; the event loop uses epoll", "error", err)
 		}
-	}
-	if l == nil {
+		if l == nil {
+			l, err = startEpoll(n)
+		}
+	default:
 		l, err = startEpoll(n)
 	}
 	if err != nil {
 		s.loopsOff = true
-		s.log.Warn("event loop unavailable; every client is served by its goroutine", "error", err)
-		return nil
+		return nil, err
 	}
 	s.loopsPtr.Store(l)
 	l.wg.Add(1)
 	go s.sweepIdle(l)
-	return l
+	return l, nil
 }
 
 // stopLoops stops the loops, if they were started, for good. Requests

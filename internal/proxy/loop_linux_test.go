@@ -51,6 +51,27 @@ func TestLoopFallsBackToEpoll(t *testing.T) {
 	}
 }
 
+// Where the ring cannot start, LoopIOUring does not fall back to epoll:
+// the loop stays off, and New fails (so a test or a configuration that
+// asks for io_uring never runs quietly on epoll).
+func TestLoopIOUringNeverFallsBack(t *testing.T) {
+	if !seccomp.RefuseIOUring(t) {
+		return
+	}
+	s := &Server{opts: Options{EventLoop: true, LoopThreads: 2, LoopIO: LoopIOUring}, log: slog.New(slog.DiscardHandler)}
+	l, err := s.startLoops()
+	if l != nil {
+		s.stopLoops()
+		t.Fatalf("the loop started on io_uring %v, want no loop", isRing(l))
+	}
+	if err == nil {
+		t.Fatal("no error from a ring that cannot start")
+	}
+	if s.loopsFor() != nil {
+		t.Fatal("loopsFor started a loop after all")
+	}
+}
+
 // isRing reports whether the loops run on the io_uring driver.
 func isRing(l *loops) bool {
 	_, ok := l.drv.(*ringDriver)

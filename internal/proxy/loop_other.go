@@ -31,5 +31,7 @@ func (c *client) disconnect() {
 
 func (s *Server) stopLoops() {}
 
+func (s *Server) startLoops() (*loops, error) { return nil, nil }
+
 // loops is the event loop, which never starts here.
 type loops struct{}

@@ -38,11 +38,30 @@ type loopRig struct {
 
 func newLoopRig(t testing.TB, io string, maxPool int, h fakemongo.Handler) *loopRig {
 	t.Helper()
-	up := fakemongo.Start(t, fakemongo.Options{})
+	return newRig(t, rigOptions{loop: true, io: io, maxPool: maxPool}, h)
+}
+
+// rigOptions are a rig's I/O model (loop false: a goroutine per client),
+// pool size and pool monitor.
+type rigOptions struct {
+	loop    bool
+	io      string
+	maxPool int
+	monitor pool.Monitor
+	// answerMoreToCome makes the fake upstream answer moreToCome
+	// requests, as FerretDB does.
+	answerMoreToCome bool
+}
+
+func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
+	t.Helper()
+	io, maxPool := o.io, o.maxPool
+	up := fakemongo.Start(t, fakemongo.Options{AnswerMoreToCome: o.answerMoreToCome})
 	up.Handle("ping", h)
 	log := slog.New(slog.DiscardHandler)
 	po := pool.DefaultOptions()
 	po.MaxPoolSize = maxPool
+	po.Monitor = o.monitor
 	topo, err := topology.New("loop-test", topology.Options{
 		Hosts:                  []string{up.Addr()},
 		Pool:                   po,
@@ -57,9 +76,16 @@ func newLoopRig(t testing.TB, io string, maxPool int, h fakemongo.Handler) *loop
 	}
 	t.Cleanup(topo.Close)
 	route := &Route{Name: "*", Mode: ModeTransaction, Topology: topo}
-	s, err := New(Options{Routes: []*Route{route}, EventLoop: true, LoopThreads: 2, LoopIO: io, Logger: log})
+	s, err := New(Options{Routes: []*Route{route}, EventLoop: o.loop, LoopThreads: 2, LoopIO: io, Logger: log})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if io == LoopIOUring {
+		// New started the loop, and on io_uring: an io_uring subtest never
+		// runs on epoll.
+		if l := s.loopsPtr.Load(); l == nil || !isRing(l) {
+			t.Fatal("LoopIOUring, and the loop is not on io_uring")
+		}
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -130,15 +156,163 @@ func (r *loopRig) inUse() int {
 
 func ping() bson.D { return bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}} }
 
-// eachDriver runs f on epoll and, where the kernel allows it, io_uring.
+// eachDriver runs f on epoll and, where the kernel allows it, io_uring
+// (LoopIOUring, which fails rather than fall back to epoll).
 func eachDriver(t *testing.T, f func(t *testing.T, io string)) {
 	t.Run("epoll", func(t *testing.T) { f(t, LoopIOEpoll) })
 	t.Run("io_uring", func(t *testing.T) {
 		if !uring.Supported() {
 			t.Skip("the kernel refuses io_uring here")
 		}
-		f(t, LoopIOAuto)
+		f(t, LoopIOUring)
 	})
+}
+
+// eachModel runs f on each I/O model: a goroutine per client, then the
+// event loop on each driver (eachDriver).
+func eachModel(t *testing.T, f func(t *testing.T, o rigOptions)) {
+	t.Run("goroutine", func(t *testing.T) { f(t, rigOptions{}) })
+	eachDriver(t, func(t *testing.T, io string) { f(t, rigOptions{loop: true, io: io}) })
+}
+
+// SHOW CLIENTS says "waiting" while a request waits for a connection, and
+// only then, on every I/O model: not while a free connection is being
+// checked out, and not for the client that holds the connection.
+func TestWaitingMeansWaitingForAConnection(t *testing.T) {
+	eachModel(t, func(t *testing.T, o rigOptions) {
+		// gate, when set, holds the next checkout at its start (under the
+		// pool's lock, before it finds a free connection) until closed.
+		var gate atomic.Pointer[chan struct{}]
+		held := make(chan struct{}, 1)
+		o.monitor = pool.MonitorFunc(func(e pool.Event) {
+			if e.Type != pool.ConnectionCheckOutStarted {
+				return
+			}
+			if g := gate.Swap(nil); g != nil {
+				held <- struct{}{}
+				<-*g
+			}
+		})
+		o.maxPool = 1
+		release := make(chan struct{})
+		var hold atomic.Bool
+		r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply {
+			if hold.Load() {
+				<-release
+			}
+			return fakemongo.OK()
+		})
+		a := r.client(0)
+		ca := r.only()
+		affOK(t, a.cmd(ping())) // a pooled connection, free
+		if o.loop {
+			r.waitState(ca, lsIdle)
+		}
+		state := func(c *client) clientState { return clientState(c.state.Load()) }
+
+		g := make(chan struct{})
+		gate.Store(&g)
+		done := make(chan bson.Raw, 2)
+		go func() { done <- a.cmd(ping()) }()
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the checkout never started")
+		}
+		st := state(ca)
+		close(g)
+		affOK(t, <-done)
+		if st != stateActive {
+			t.Fatalf("state %v during a checkout a free connection serves, want %v", st, stateActive)
+		}
+
+		b := r.client(0)
+		var cb *client
+		for _, c := range r.s.snapshot() {
+			if c != ca {
+				cb = c
+			}
+		}
+		if o.loop {
+			r.waitState(cb, lsIdle)
+		}
+		hold.Store(true)
+		go func() { done <- a.cmd(ping()) }()
+		wait.Until(t, "a's request out", 5*time.Second, time.Millisecond, func() bool { return r.inUse() == 1 })
+		go func() { done <- b.cmd(ping()) }()
+		wait.Until(t, "b waiting for the connection", 5*time.Second, time.Millisecond, func() bool {
+			return state(cb) == stateWaiting
+		})
+		if st := state(ca); st != stateActive {
+			t.Fatalf("a, holding the connection, is %v, want %v", st, stateActive)
+		}
+		hold.Store(false)
+		close(release)
+		affOK(t, <-done)
+		affOK(t, <-done)
+		wait.Until(t, "both idle", 5*time.Second, time.Millisecond, func() bool {
+			return state(ca) == stateIdle && state(cb) == stateIdle
+		})
+	})
+}
+
+// A request whose ID a late reply to an earlier moreToCome request could
+// answer is not sent on that connection: once the upstream was seen
+// answering such requests (FerretDB), an unanswered one's ID is awaited,
+// and a request reusing it takes another connection. An upstream that
+// never answers them (MongoDB) costs nothing: clients number requests
+// from 1, so IDs come back often, and the connection serves them.
+func TestRequestReusingAStrayIDTakesAnotherConnection(t *testing.T) {
+	for _, answers := range []bool{true, false} {
+		t.Run(map[bool]string{true: "upstream answers moreToCome", false: "upstream never answers"}[answers], func(t *testing.T) {
+			eachModel(t, func(t *testing.T, o rigOptions) {
+				var created atomic.Int64
+				o.monitor = pool.MonitorFunc(func(e pool.Event) {
+					if e.Type == pool.ConnectionCreated {
+						created.Add(1)
+					}
+				})
+				o.maxPool = 1
+				o.answerMoreToCome = answers
+				r := newRig(t, o, func(req *fakemongo.Request) fakemongo.Reply {
+					if req.Body.Lookup("quiet").Type != 0 {
+						return fakemongo.Reply{NoReply: true}
+					}
+					return fakemongo.OK()
+				})
+				a, b := r.client(0), r.client(0)
+				affOK(t, a.cmd(ping()))
+				if answers {
+					// Answered, and dropped by the fence: the connection has
+					// shown that its server answers moreToCome requests.
+					if _, err := a.c.Write(wire.AppendMsg(nil, 3, 0, wire.FlagMoreToCome, mustDoc(t, ping()))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Not answered before the fence: ID 7 is remembered.
+				quiet := append(ping(), bson.E{Key: "quiet", Value: true})
+				if _, err := a.c.Write(wire.AppendMsg(nil, 7, 0, wire.FlagMoreToCome, mustDoc(t, quiet))); err != nil {
+					t.Fatal(err)
+				}
+				a.id = 7
+				affOK(t, a.cmd(ping())) // served after the moreToCome requests
+				before := created.Load()
+				b.id = 6
+				affOK(t, b.cmd(ping())) // ID 7
+				want := int64(0)
+				if answers {
+					want = 1
+				}
+				if got := created.Load() - before; got != want {
+					t.Fatalf("%d connections created for the request with the remembered ID, want %d", got, want)
+				}
+				affOK(t, b.cmd(ping())) // ID 8: no new connection
+				if got := created.Load() - before; got != want {
+					t.Fatalf("%d connections created after it, want none", got-want)
+				}
+			})
+		})
+	}
 }
 
 func TestLoopStates(t *testing.T) {
@@ -379,10 +553,10 @@ func TestLoopRequestSendFails(t *testing.T) {
 func BenchmarkLoopRequest(b *testing.B) {
 	drivers := []string{LoopIOEpoll}
 	if uring.Supported() {
-		drivers = append(drivers, LoopIOAuto)
+		drivers = append(drivers, LoopIOUring)
 	}
 	for _, io := range drivers {
-		name := map[string]string{LoopIOEpoll: "epoll", LoopIOAuto: "io_uring"}[io]
+		name := map[string]string{LoopIOEpoll: "epoll", LoopIOUring: "io_uring"}[io]
 		for _, n := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/clients=%d", name, n), func(b *testing.B) {
 				r := newLoopRig(b, io, min(n, 2), func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })

@@ -10,6 +10,7 @@ package proxy
 import (
 	"context"
 
+	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -93,59 +94,41 @@ func (c *client) relay(msg []byte, compressed bool, compID wire.CompressorID) er
 	}
 }
 
-// acquire finds the upstream connection for the request: the client's pin
-// for the route when it has one and affinity allows, else a checkout from
-// the server that affinity names or that selection picks, once the route
-// lets requests through.
+// acquire finds the upstream connection for the request where target
+// says: the client's pin, or a checkout, waited for when it queues.
 func (c *client) acquire() error {
 	x := &c.x
-	route := x.route
-	need := x.affinity()
-	crit, addRP, err := criteria(route, &x.req, c.msg.Body)
-	if err != nil {
+	if t, err := x.target(true); err != nil || t == targetPin {
 		return err
 	}
-	x.addRP = addRP
-	if need == nil && crit.ReadPref != nil {
-		// The server the read preference chose is needed as affinity's
-		// would be: a pin elsewhere (session mode) is not used for it.
-		if need, err = route.Topology.SelectServer(context.Background(), crit); err != nil {
-			return err
-		}
-	}
-	if x.usePin(need) {
-		return nil
-	}
-	srv := need
-	if srv == nil {
-		// SelectServer bounds its own wait by server_selection_timeout.
-		s, err := route.Topology.SelectServer(context.Background(), crit)
-		if err != nil {
-			return err
-		}
-		srv = s
-	}
-	x.srv = srv
-	if err := route.waitGate(c.s.stopping); err != nil {
-		return err
-	}
-	if c.s.Route(route.Name) != route {
-		// A reload replaced or removed the route while the request waited
-		// at its pause (and carried the pause over): the driver's retry
-		// takes the route now configured.
-		return errRouteReplaced
-	}
-	c.setPhase(phaseWaiting)
-	p, err := c.poolFor(route, srv)
-	if err != nil {
-		_, err = x.checkedOut(nil, err)
-		return err
-	}
-	x.pool = p
 	for {
-		pc, err := p.CheckOut(context.Background())
+		pc, queued, err := x.checkOut(c.checkOutDone())
+		if queued {
+			// The pool calls done exactly once, at the latest when
+			// wait_queue_timeout fails the checkout.
+			got := <-c.checkedOutCh
+			pc, err = got.pc, got.err
+		}
 		if retry, err := x.checkedOut(pc, err); !retry {
 			return err
 		}
 	}
+}
+
+// checkOutResult is the result of a queued checkout.
+type checkOutResult struct {
+	pc  *pool.Conn
+	err error
+}
+
+// checkOutDone returns the client goroutine's pool.CheckOutFunc callback,
+// made at its first use: it hands the result to checkedOutCh, which has
+// room for it (one request at a time), so it never blocks the pool.
+func (c *client) checkOutDone() func(*pool.Conn, error) {
+	if c.checkOutFn == nil {
+		ch := make(chan checkOutResult, 1)
+		c.checkedOutCh = ch
+		c.checkOutFn = func(pc *pool.Conn, err error) { ch <- checkOutResult{pc, err} }
+	}
+	return c.checkOutFn
 }

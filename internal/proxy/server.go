@@ -70,7 +70,8 @@ type Options struct {
 	// Ps than loop threads (cmd/mongobouncer runs one more).
 	LoopThreads int
 	// LoopIO chooses the event loop's I/O: LoopIOAuto (io_uring where the
-	// kernel allows it, else epoll) or LoopIOEpoll.
+	// kernel allows it, else epoll), LoopIOEpoll, or LoopIOUring (io_uring
+	// or New fails).
 	LoopIO string
 	// TLS is the TLS offered to clients; the zero value offers none.
 	// SetTLS changes it live.
@@ -185,6 +186,11 @@ func New(opts Options) (*Server, error) {
 	s.table.Store(t)
 	if err := s.SetTLS(opts.TLS); err != nil {
 		return nil, err
+	}
+	if opts.EventLoop && opts.LoopIO == LoopIOUring && EventLoopSupported {
+		if _, err := s.startLoops(); err != nil {
+			return nil, fmt.Errorf("proxy: io_uring required, and it cannot start: %w", err)
+		}
 	}
 	return s, nil
 }

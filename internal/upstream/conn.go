@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,8 +48,10 @@ type Conn struct {
 	// reqID numbers the requests RoundTrip sends.
 	reqID atomic.Int32
 	// strays are moreToCome requests whose replies may still come (Fence,
-	// Stray); used by the connection's user only.
-	strays []int32
+	// Stray); answers is set once the server was seen answering such a
+	// request. Used by the connection's user only.
+	strays  []int32
+	answers bool
 
 	// wbuf is the writer's compression scratch; only
 	// the writing goroutine touches it.
@@ -361,6 +364,7 @@ func (c *Conn) Fence(ctx context.Context, after int32) error {
 			return nil
 		case to == after && dropped == 0:
 			dropped++
+			c.answers = true
 		case c.Stray(to):
 		default:
 			return c.badReply("fence %d found a reply to %d", id, to)
@@ -390,9 +394,31 @@ func (c *Conn) Stray(responseTo int32) bool {
 	for i, id := range c.strays {
 		if id == responseTo {
 			c.strays = append(c.strays[:i], c.strays[i+1:]...)
+			c.answers = true
 			return true
 		}
 	}
+	return false
+}
+
+// AwaitsStray reports whether a reply to a moreToCome request with ID id,
+// whose reply a fence did not see, may still come on this connection (and
+// Stray would drop it). A request sent with that ID could not tell its own
+// reply from that one. Only a connection whose server has been seen
+// answering such requests (in a fence, or late) is taken to: MongoDB never
+// does, and clients number their requests from 1 in every process, so a
+// remembered ID comes back often (each time it would cost the connection);
+// on any other connection the ID is forgotten and false returned. Only the
+// connection's user calls it.
+func (c *Conn) AwaitsStray(id int32) bool {
+	i := slices.Index(c.strays, id)
+	if i < 0 {
+		return false
+	}
+	if c.answers {
+		return true
+	}
+	c.strays = slices.Delete(c.strays, i, i+1)
 	return false
 }
 

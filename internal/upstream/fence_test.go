@@ -194,3 +194,53 @@ func TestRoundTripDropsRememberedStray(t *testing.T) {
 		t.Fatalf("%d bytes left", c.Buffered())
 	}
 }
+
+// AwaitsStray holds a connection back from a request reusing a remembered
+// ID only once its server was seen answering a moreToCome request: a
+// server that never answers them (MongoDB) has the ID forgotten instead,
+// so clients reusing low IDs do not cost connections.
+func TestAwaitsStrayOnlyWhereTheServerAnswers(t *testing.T) {
+	silent := dialDev(t, Options{}, fenceServer(t, func(c *fakeConn, req request) bool {
+		if req.flags&wire.FlagMoreToCome != 0 {
+			return true
+		}
+		return c.reply(req, okDoc, nil)
+	}))
+	sendMoreToCome(t, silent, 77)
+	if err := silent.Fence(testCtx(t), 77); err != nil {
+		t.Fatal(err)
+	}
+	if silent.AwaitsStray(77) || silent.Stray(77) {
+		t.Fatal("a server never seen answering moreToCome: AwaitsStray kept the ID")
+	}
+
+	// This one answers the first moreToCome request at once, and the
+	// second one never (or later than the fence).
+	n := 0
+	answering := dialDev(t, Options{}, fenceServer(t, func(c *fakeConn, req request) bool {
+		if req.flags&wire.FlagMoreToCome != 0 {
+			n++
+			if n > 1 {
+				return true
+			}
+		}
+		return c.reply(req, okDoc, nil)
+	}))
+	sendMoreToCome(t, answering, 5)
+	if err := answering.Fence(testCtx(t), 5); err != nil {
+		t.Fatal(err)
+	}
+	if answering.AwaitsStray(5) {
+		t.Fatal("a reply the fence dropped is still awaited")
+	}
+	sendMoreToCome(t, answering, 77)
+	if err := answering.Fence(testCtx(t), 77); err != nil {
+		t.Fatal(err)
+	}
+	if !answering.AwaitsStray(77) || !answering.AwaitsStray(77) || answering.AwaitsStray(78) {
+		t.Fatal("AwaitsStray does not say (without forgetting it) that a reply to 77 may still come")
+	}
+	if !answering.Stray(77) || answering.AwaitsStray(77) {
+		t.Fatal("the awaited reply is not dropped once")
+	}
+}
