@@ -74,3 +74,29 @@ func TestRTTResetWhenUnknown(t *testing.T) {
 		}
 	})
 }
+
+// TestReadWindowUsesLiveRTT: a replica-set read's latency window compares
+// each member's current average, which the RTT monitor moves between the
+// descriptions a streaming monitor publishes, not the average the member's
+// last published description was parsed with.
+func TestReadWindowUsesLiveRTT(t *testing.T) {
+	topo, sa, sb := craftedReplicaSet(t)
+	topo.opts.LocalThreshold = 15 * time.Millisecond
+	topo.update(sb, secondaryDesc(sb.Address(), nil, []string{sa.Address(), sb.Address()}), nil, false, false)
+	// Both descriptions say 1ms; since then the secondary slowed down.
+	sa.rtt.Store(int64(time.Millisecond))
+	sb.rtt.Store(int64(200 * time.Millisecond))
+	rp := &sdam.ReadPref{Mode: sdam.Nearest}
+	for i := range 50 {
+		if s := topo.TrySelectServer(Criteria{ReadPref: rp}); s != sa {
+			t.Fatalf("selection %d: %v, want the primary, the only member in the window", i, s.Description().SDAM.Type)
+		}
+	}
+	// And back: once the primary is the slow one, only the secondary.
+	sa.rtt.Store(int64(300 * time.Millisecond))
+	for i := range 50 {
+		if s := topo.TrySelectServer(Criteria{ReadPref: rp}); s != sb {
+			t.Fatalf("selection %d after the change: %v, want the secondary", i, s.Description().SDAM.Type)
+		}
+	}
+}
