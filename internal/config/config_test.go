@@ -147,7 +147,8 @@ func examplePath(t *testing.T) string {
 func TestConfigWarnings(t *testing.T) {
 	doc := "[databases.a]\nconnection_string = \"mongodb://u:Hunter2Zz@h/?maxConnecting=0&journal=maybe\"\n" +
 		"\n[databases.b]\nconnection_string = \"mongodb://h/?authMechanismProperties=A:Hunter2Zz,B&authSource=x\"\n" +
-		"[databases.c]\nconnection_string = \"mongodb://h/\"\n"
+		"[databases.c]\nconnection_string = \"mongodb://h/\"\n" +
+		"[databases.d]\nconnection_string = \"mongodb://h/?w=majority&retryWrites=true&socketTimeoutMS=0\"\n"
 	c, err := Parse([]byte(doc), "w.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +158,7 @@ func TestConfigWarnings(t *testing.T) {
 		`w.toml:2: connection_string in [databases.a]: maxConnecting="0" ignored: must be a whole number from 1 to 2147483647`,
 		`w.toml:2: connection_string in [databases.a]: journal="maybe" ignored: must be true or false`,
 		`w.toml:5: connection_string in [databases.b]: authMechanismProperties ignored: must be comma-separated KEY:value pairs`,
+		`w.toml:9: connection_string in [databases.d]: options retryWrites, socketTimeoutMS, w are ignored: a driver applies them itself`,
 	}
 	if len(ws) != len(want) {
 		t.Fatalf("got %d warnings, want %d: %v", len(ws), len(want), ws)

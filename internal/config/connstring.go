@@ -158,9 +158,10 @@ type ConnString struct {
 	// never quote secrets; the application logs them at startup.
 	Warnings []string
 	// AppOptions are the options accepted only so that a string can be
-	// copied from an application (w, journal, retryWrites, ...), by
-	// lowercase name, with their last valid value. mongobouncer does not
-	// act on them.
+	// copied from an application (w, journal, retryWrites, ...; and
+	// socketTimeoutMS, timeoutMS and zlibCompressionLevel at their inert
+	// values), by lowercase name, with their last valid value.
+	// mongobouncer does not act on them; Config.Warnings names them.
 	AppOptions map[string]string
 	// AppName is appName; "" when not set.
 	AppName string
@@ -492,7 +493,7 @@ func (cs *ConnString) setOptions(po parsedOptions, srv bool, nhosts int) error {
 		}
 	}
 	for k, val := range v {
-		if uriOptions[k].use == useApp {
+		if u := uriOptions[k].use; u == useApp || u == useUnapplied {
 			if cs.AppOptions == nil {
 				cs.AppOptions = map[string]string{}
 			}

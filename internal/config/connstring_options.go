@@ -44,6 +44,13 @@ const (
 	// string that sets them is refused, since ignoring them would connect
 	// in a way the user did not ask for.
 	useRefused
+	// useUnapplied options set something mongobouncer could be expected
+	// to do to its upstreams but does not (a socket timeout, a compression
+	// level): their inert value, which asks for what mongobouncer does
+	// anyway, is accepted and kept in ConnString.AppOptions, any other
+	// valid value refused. A value the spec ignores with a warning is
+	// ignored with one, as for every option.
+	useUnapplied
 )
 
 // optSpec describes one option.
@@ -58,6 +65,9 @@ type optSpec struct {
 	alias string
 	// why explains a refused option.
 	why string
+	// inert is, for a useUnapplied option, the value that asks for
+	// nothing mongobouncer does not do ("" when every value does).
+	inert string
 	// strict makes a value of the wrong type an error instead of a
 	// warning: ignoring tls=ture would connect without TLS.
 	strict bool
@@ -126,13 +136,20 @@ var uriOptions = func() map[string]optSpec {
 	add(optSpec{name: "retryReads", kind: kindBool, use: useApp})
 	add(optSpec{name: "retryWrites", kind: kindBool, use: useApp})
 	add(optSpec{name: "serverSelectionTryOnce", kind: kindBool, use: useApp})
-	add(nonNeg("socketTimeoutMS", useApp))
-	add(nonNeg("timeoutMS", useApp))
 	add(optSpec{name: "w", kind: kindString, use: useApp})
 	add(nonNeg("wTimeoutMS", useApp))
 	add(optSpec{name: "wtimeout", kind: kindInt, use: useApp, min: 0, max: maxInt64, alias: "wtimeoutms"})
-	add(optSpec{name: "zlibCompressionLevel", kind: kindInt, use: useApp, min: -1, max: 9})
-	add(optSpec{name: "zstdCompressionLevel", kind: kindInt, use: useApp, min: -1, max: 22})
+
+	// Options mongobouncer could be expected to apply to its upstreams
+	// but does not: only their inert values are accepted.
+	add(optSpec{name: "socketTimeoutMS", kind: kindInt, use: useUnapplied, min: 0, max: maxInt64, inert: "0",
+		why: "mongobouncer sets no timeout on upstream reads and writes (a client's own socketTimeoutMS applies between it and mongobouncer); remove it or set 0"})
+	add(optSpec{name: "timeoutMS", kind: kindInt, use: useUnapplied, min: 0, max: maxInt64, inert: "0",
+		why: "mongobouncer applies no operation timeout of its own (a client's own timeoutMS travels in its commands as maxTimeMS); remove it or set 0"})
+	add(optSpec{name: "zlibCompressionLevel", kind: kindInt, use: useUnapplied, min: -1, max: 9, inert: "-1",
+		why: "mongobouncer compresses with zlib at the library's default level; remove it or set -1"})
+	add(optSpec{name: "zstdCompressionLevel", kind: kindInt, use: useUnapplied, min: -1, max: 22,
+		why: "mongobouncer compresses with zstd at the library's default level; remove it"})
 	add(nonNeg("maxAdaptiveRetries", useApp))
 	add(optSpec{name: "enableOverloadRetargeting", kind: kindBool, use: useApp})
 	add(optSpec{name: "uuidRepresentation", kind: kindString, use: useApp})
@@ -145,6 +162,17 @@ var uriOptions = func() map[string]optSpec {
 	}
 	return m
 }()
+
+// isInert reports whether clean, a valid value of a useUnapplied option,
+// is the one that asks for nothing mongobouncer does not do.
+func isInert(spec optSpec, clean string) bool {
+	if spec.inert == "" {
+		return false
+	}
+	n, err := strconv.ParseInt(clean, 10, 64)
+	want, _ := strconv.ParseInt(spec.inert, 10, 64)
+	return err == nil && n == want
+}
 
 // maxDuration is the largest time.Duration.
 const maxDuration = time.Duration(1<<63 - 1)
@@ -215,6 +243,9 @@ func parseOptions(query string) (parsedOptions, error) {
 			}
 			po.warnings = append(po.warnings, fmt.Sprintf("%s ignored: %s", shown, problem))
 			continue
+		}
+		if spec.use == useUnapplied && !isInert(spec, clean) {
+			return po, connStringError(ErrConnString, "option %s=%s is not supported: %s", key, truncateOpt(clean), spec.why)
 		}
 		if spec.kind == kindTags {
 			po.tags = append(po.tags, parseTags(clean))

@@ -185,6 +185,10 @@ func TestParseConnStringErrors(t *testing.T) {
 		{"mongodb://[::1/", "", ErrConnString},
 		{"mongodb://h%zz/", "host 1 of 1 is not valid percent-encoding", ErrConnString},
 		{"mongodb://h/?proxyHost=p&proxyPort=1", "option proxyHost is not supported", ErrConnString},
+		{"mongodb://h/?socketTimeoutMS=7500", "option socketTimeoutMS=7500 is not supported: mongobouncer sets no timeout on upstream", ErrConnString},
+		{"mongodb://h/?timeoutMS=100", "option timeoutMS=100 is not supported", ErrConnString},
+		{"mongodb://h/?compressors=zlib&zlibCompressionLevel=9", "option zlibCompressionLevel=9 is not supported", ErrConnString},
+		{"mongodb://h/?zstdCompressionLevel=-1", "option zstdCompressionLevel=-1 is not supported", ErrConnString},
 		{"mongodb://h/?tlsInsecure=false&tlsAllowInvalidHostnames=true", "tlsInsecure and tlsAllowInvalidHostnames cannot be given together", ErrConnString},
 		{"mongodb://h/?w", `option "w" has no value`, ErrConnString},
 		{"mongodb://h/?tls=true&ssl=false", "tls=true and ssl=false disagree", ErrConnString},
@@ -316,5 +320,22 @@ func TestParseConnStringSRV(t *testing.T) {
 	cs, err = ParseConnString("mongodb+srv://c.example.net/?tls=false&maxStalenessSeconds=-1")
 	if err != nil || cs.TLS || cs.SRVServiceName != "mongodb" || cs.MaxStaleness == nil || *cs.MaxStaleness != 0 {
 		t.Errorf("tls=false: %v %s", err, fields(cs))
+	}
+}
+
+// Options mongobouncer could be expected to apply but does not are
+// accepted at their inert values only, and a value the spec ignores is
+// ignored with a warning as usual, never refused.
+func TestUnappliedOptionsInertValues(t *testing.T) {
+	cs, err := ParseConnString("mongodb://h/?socketTimeoutMS=0&timeoutMS=0&zlibCompressionLevel=-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs.Warnings) != 0 || len(cs.AppOptions) != 3 || cs.AppOptions["sockettimeoutms"] != "0" {
+		t.Errorf("warnings %q, AppOptions %v", cs.Warnings, cs.AppOptions)
+	}
+	cs, err = ParseConnString("mongodb://h/?socketTimeoutMS=-5&zlibCompressionLevel=10")
+	if err != nil || len(cs.Warnings) != 2 || len(cs.AppOptions) != 0 {
+		t.Errorf("invalid values: %v, warnings %q, AppOptions %v", err, cs.Warnings, cs.AppOptions)
 	}
 }

@@ -31,6 +31,10 @@ var specRejected = map[string]struct{ option, why string }{
 	// otherwise be silently ignored and change how it runs.
 	"valid-warnings/Unrecognized option keys are ignored":  {"foo", "unknown option refused, not ignored: a misspelling must not pass silently"},
 	"valid-warnings/Unsupported option values are ignored": {"fsync", "fsync is no option of the URI-options spec; refused as unknown"},
+	// Settings mongobouncer could be expected to apply to its upstreams
+	// but does not (useUnapplied): refused unless inert.
+	"compression-options/Valid compression options are parsed correctly":           {"zlibCompressionLevel", "mongobouncer compresses at the library's default level; only -1 is accepted"},
+	"connection-options/Valid connection and timeout options are parsed correctly": {"socketTimeoutMS", "no upstream socket timeout or operation timeout of mongobouncer's own; only 0 is accepted"},
 	// SOCKS5 proxies: mongobouncer dials its upstreams itself.
 	"proxy-options/only host present":                             {"proxyHost", "no SOCKS5 proxy support: refused, not silently bypassed"},
 	"proxy-options/host and default port present":                 {"proxyHost", "no SOCKS5 proxy support"},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -37,11 +38,28 @@ func (c Config) Warnings() []*Error {
 		}
 		path := []string{tableDatabases, name, "connection_string"}
 		e, _ := c.src.lookup(path)
-		for _, w := range cs.Warnings {
+		warn := func(w string) {
 			out = append(out, &Error{
 				File: file, Line: e.pos.line, Column: e.pos.column, Key: dotted(path),
 				Msg: describe(path, "") + ": " + w, Err: ErrConnStringWarning,
 			})
+		}
+		for _, w := range cs.Warnings {
+			warn(w)
+		}
+		if len(cs.AppOptions) > 0 {
+			// Names only: the values are the application's business.
+			names := make([]string, 0, len(cs.AppOptions))
+			for k := range cs.AppOptions {
+				names = append(names, uriOptions[k].name)
+			}
+			slices.Sort(names)
+			what := "option " + names[0] + " is"
+			if len(names) > 1 {
+				what = "options " + strings.Join(names, ", ") + " are"
+			}
+			warn(what + " ignored: a driver applies them itself (in its commands, its retries or its sockets), " +
+				"so each client's own settings hold through mongobouncer, which does not apply these to its upstream connections")
 		}
 	}
 	return out

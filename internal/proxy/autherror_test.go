@@ -2,12 +2,15 @@ package proxy
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
@@ -80,6 +83,44 @@ func TestPassThroughFailureReply(t *testing.T) {
 		}
 		if _, err := body.LookupErr("errorLabels"); err == nil {
 			t.Errorf("%s: retry labels: %v", name, body)
+		}
+	}
+}
+
+// A selection error names every member with its address and error: the
+// client's reply gives only the cause and the counts by role (no member
+// list leaks to clients), while the log keeps the addresses.
+func TestSelectionErrorReplyHidesMembers(t *testing.T) {
+	var logs strings.Builder
+	s := &Server{opts: Options{Observer: nopObserver{}}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	err := &topology.SelectionError{Topology: "orders", Err: topology.ErrSelectionTimeout, Type: sdam.ReplicaSetNoPrimary,
+		Waited: 30 * time.Second, Servers: []topology.ServerStatus{
+			{Address: "db1.internal:27017", State: topology.Unknown, Err: errors.New("dial tcp 10.0.0.1:27017: connection refused")},
+			{Address: "db2.internal:27017", State: topology.Usable, Kind: topology.KindRSSecondary},
+			{Address: "db3.internal:27017", State: topology.Usable, Kind: topology.KindRSSecondary},
+			{Address: "db4.internal:27017", Removed: "it is a member of replica set \"other\""},
+		}}
+	var req request
+	req.inspect(mustDoc(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}))
+	body := s.upstreamError(&Route{Name: "orders"}, err, &req, false)
+	msg, _ := body.Lookup("errmsg").StringValueOK()
+	for _, leak := range []string{"db1", "db2", "db3", "db4", "10.0.0.1", "other"} {
+		if strings.Contains(msg, leak) {
+			t.Errorf("the client's message names %q: %s", leak, msg)
+		}
+	}
+	for _, want := range []string{"no upstream server available", `"orders"`, "server selection timed out", "ReplicaSetNoPrimary",
+		"4 servers", "2 RSSecondary", "1 unknown", "1 removed"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the client's message lacks %q: %s", want, msg)
+		}
+	}
+	if code := body.Lookup("code").Int32(); code != codeHostUnreachable {
+		t.Errorf("code %d", code)
+	}
+	for _, want := range []string{"db1.internal:27017", "connection refused", "db4.internal:27017"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log lacks %q: %s", want, logs.String())
 		}
 	}
 }

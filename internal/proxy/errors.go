@@ -53,9 +53,10 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 		// The route's service user was refused: no retry can help until
 		// the configuration is fixed, so the server's code 18, no labels.
 		s.opts.Observer.UpstreamError(route.Name, upstream.CodeAuthenticationFailed)
-		msg := fmt.Sprintf("mongobouncer: authentication of route %q to its upstream failed (command %s): %v", route.Name, req.name(), err)
+		detail := clientDetail(s, route, err)
+		msg := fmt.Sprintf("mongobouncer: authentication of route %q to its upstream failed (command %s): %s", route.Name, req.name(), detail)
 		if route.PassThrough {
-			msg = fmt.Sprintf("mongobouncer: route %q logs in upstream as each client's own user (SCRAM pass-through), and the upstream refused this user (command %s): %v", route.Name, req.name(), err)
+			msg = fmt.Sprintf("mongobouncer: route %q logs in upstream as each client's own user (SCRAM pass-through), and the upstream refused this user (command %s): %s", route.Name, req.name(), detail)
 		}
 		return errorReply(upstream.CodeAuthenticationFailed, "AuthenticationFailed", msg)
 	case errors.Is(err, errNoPassThroughSecret):
@@ -91,8 +92,22 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 		what = "upstream connection failed"
 	}
 	s.opts.Observer.UpstreamError(route.Name, code)
-	msg := fmt.Sprintf("mongobouncer: %s (route %q, command %s): %v", what, route.Name, req.name(), err)
+	msg := fmt.Sprintf("mongobouncer: %s (route %q, command %s): %s", what, route.Name, req.name(), clientDetail(s, route, err))
 	return errorReply(code, codeName, msg, labelsFor(req, inTxn)...)
+}
+
+// clientDetail is the text of err a client gets. A selection error lists
+// every member with its address and error, which mongobouncer, a mongos to
+// its clients, keeps to its log: the client gets the counts by role.
+func clientDetail(s *Server, route *Route, err error) string {
+	var sel *topology.SelectionError
+	if !errors.As(err, &sel) {
+		return err.Error()
+	}
+	if s.log != nil {
+		s.log.Warn("server selection failed", "route", route.Name, "error", err)
+	}
+	return sel.ClientMessage()
 }
 
 // upstreamAuthFailure reports whether the upstream refused the route's

@@ -52,7 +52,8 @@ type AppError struct {
 	HandshakeCompleted bool
 	// SystemOverloaded: the error carries the SystemOverloadedError label.
 	// CMAP's pool puts it on network errors and timeouts while
-	// establishing a connection (backpressure); such errors change nothing.
+	// establishing a connection (backpressure, see ConnectFailure); such
+	// errors change nothing.
 	SystemOverloaded bool
 	// Code (when HasCode) and Message are a CommandError's code and
 	// errmsg; without a code the message decides (the legacy rule).
@@ -74,6 +75,45 @@ type AppError struct {
 	ServiceID *bson.ObjectID
 	// Err is the error itself, stored in the Unknown description.
 	Err error
+}
+
+// Stage is the step of establishing an application connection that
+// failed.
+type Stage int
+
+// The steps of establishing a connection, in order.
+const (
+	// StageDial is the TCP (or Unix socket) connect.
+	StageDial Stage = iota + 1
+	// StageTLS is the TLS handshake.
+	StageTLS
+	// StageHello is the MongoDB handshake: the hello command and its reply.
+	StageHello
+	// StageAuth is authentication, after hello.
+	StageAuth
+)
+
+// ConnectFailure returns the AppError for a failure to establish an
+// application connection at stage, begun in pool generation generation.
+// io says the connection itself failed (reset, EOF, or, with timeout, a
+// read, write or connect that timed out) rather than being refused for a
+// reason (a name that does not resolve, a certificate that does not
+// verify, an unusable hello reply, failed authentication).
+//
+// It applies CMAP's backpressure rule: an I/O failure or timeout in the
+// connect, the TLS handshake or hello is what an overloaded server's
+// ingress limiter looks like, so the pool labels it SystemOverloadedError
+// and HandleAppError leaves the server and its pool alone (the monitor,
+// on its own connection, decides whether the server is gone). A failure
+// in authentication, or one that is no I/O failure, carries no label:
+// the server is marked Unknown and its pool cleared.
+func ConnectFailure(stage Stage, io, timeout bool, generation uint64, err error) AppError {
+	e := AppError{Kind: NetworkError, Generation: generation, Err: err}
+	if io && timeout {
+		e.Kind = NetworkTimeout
+	}
+	e.SystemOverloaded = io && stage >= StageDial && stage <= StageHello
+	return e
 }
 
 // ErrorAction is what to do about an error. The zero value does nothing.

@@ -86,6 +86,40 @@ func TestHandleAppError(t *testing.T) {
 	}
 }
 
+func TestConnectFailure(t *testing.T) {
+	primary := ServerDescription{Address: "a:1", Type: RSPrimary, SetName: "rs"}
+	cause := errors.New("x")
+	for _, tc := range []struct {
+		name        string
+		stage       Stage
+		io, timeout bool
+		kind        ErrorKind
+		ignored     bool
+	}{
+		{"connect reset", StageDial, true, false, NetworkError, true},
+		{"connect timeout", StageDial, true, true, NetworkTimeout, true},
+		{"TLS handshake EOF", StageTLS, true, false, NetworkError, true},
+		{"hello timeout", StageHello, true, true, NetworkTimeout, true},
+		{"hello closed", StageHello, true, false, NetworkError, true},
+		{"auth connection closed", StageAuth, true, false, NetworkError, false},
+		{"auth timeout", StageAuth, true, true, NetworkTimeout, false},
+		{"auth refused", StageAuth, false, false, NetworkError, false},
+		{"name does not resolve", StageDial, false, false, NetworkError, false},
+		{"certificate does not verify", StageTLS, false, false, NetworkError, false},
+		{"unusable hello", StageHello, false, false, NetworkError, false},
+	} {
+		e := ConnectFailure(tc.stage, tc.io, tc.timeout, 3, cause)
+		if e.Kind != tc.kind || e.HandshakeCompleted || e.Generation != 3 || e.Err != cause || e.SystemOverloaded != tc.ignored {
+			t.Errorf("%s: %+v", tc.name, e)
+		}
+		a := HandleAppError(primary, ReplicaSetWithPrimary, 3, e)
+		acted := a.Stale || a.MarkUnknown || a.ClearPool || a.RequestCheck || a.CancelCheck
+		if tc.ignored == acted || tc.ignored == (a.MarkUnknown && a.ClearPool) {
+			t.Errorf("%s: %+v", tc.name, a)
+		}
+	}
+}
+
 func TestCheckFailed(t *testing.T) {
 	known := ServerDescription{Address: "a:1", Type: RSSecondary}
 	unknown := ServerDescription{Address: "a:1"}

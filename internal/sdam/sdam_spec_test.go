@@ -164,30 +164,29 @@ func (r *runner) appError(ae specAppError) {
 	if !ok {
 		r.t.Fatalf("application error for %s, which is not in the topology", ae.Address)
 	}
+	if ae.When != "afterHandshakeCompletes" && ae.When != "beforeHandshakeCompletes" {
+		r.t.Fatalf("unknown when %q", ae.When)
+	}
 	var e AppError
-	switch ae.Type {
-	case "network":
-		e.Kind = NetworkError
-	case "timeout":
-		e.Kind = NetworkTimeout
-	case "command":
+	switch {
+	case ae.Type == "command":
 		var found bool
 		if e, found = CommandErrorFromReply(extDoc(r.t, ae.Response)); !found {
 			return // e.g. only writeErrors: no error for SDAM
 		}
-	default:
+		e.HandshakeCompleted = ae.When == "afterHandshakeCompletes"
+	case ae.Type != "network" && ae.Type != "timeout":
 		r.t.Fatalf("unknown application error type %q", ae.Type)
-	}
-	switch ae.When {
-	case "afterHandshakeCompletes":
-		e.HandshakeCompleted = true
-	case "beforeHandshakeCompletes":
-		// CMAP's backpressure rule: the pool labels network errors and
-		// timeouts while establishing a connection SystemOverloadedError
-		// (the official Go driver's runner does the same).
-		e.SystemOverloaded = e.Kind != CommandError
+	case ae.When == "afterHandshakeCompletes":
+		e = AppError{Kind: NetworkError, HandshakeCompleted: true}
+		if ae.Type == "timeout" {
+			e.Kind = NetworkTimeout
+		}
 	default:
-		r.t.Fatalf("unknown when %q", ae.When)
+		// The connection broke or timed out during the handshake: built
+		// as internal/topology builds it from the dialer's error, which
+		// applies CMAP's backpressure label.
+		e = ConnectFailure(StageHello, true, ae.Type == "timeout", 0, nil)
 	}
 	e.Generation = r.pools[ae.Address]
 	if ae.Generation != nil {

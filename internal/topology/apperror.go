@@ -7,8 +7,11 @@ package topology
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
+	"net"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
@@ -29,10 +32,16 @@ func IsStateChangeCode(code int32) bool { return sdam.IsStateChangeError(code, t
 //     failed establishment's, generation is older than the pool's), or a
 //     state-change error whose topologyVersion is not newer than the
 //     server's, is stale and ignored.
-//   - A failure to establish a connection (*pool.ConnectionError or
-//     *upstream.ConnectError: network error, timeout, failed hello or
-//     authentication) and a network error that is not a timeout mark the
-//     server Unknown and clear its pool.
+//   - A connection that broke or timed out while being established (the
+//     connect, the TLS handshake or hello) is labelled
+//     SystemOverloadedError by CMAP's backpressure rule and changes
+//     nothing: an overloaded server looks like that, and the monitor, on
+//     its own connection, finds a server that is really gone.
+//   - Any other failure to establish a connection (*pool.ConnectionError
+//     or *upstream.ConnectError: a failed authentication, an unusable or
+//     refused hello, a name that does not resolve, a certificate that does
+//     not verify) and a network error on an established connection that
+//     is not a timeout mark the server Unknown and clear its pool.
 //   - A state-change error (NotWritablePrimary, NodeIsRecovering...) marks
 //     the server Unknown and asks for an immediate check; the pool is
 //     cleared only for shutdown errors (11600, 91).
@@ -158,15 +167,15 @@ func (s *Server) appError(err error, c *pool.Conn) (sdam.AppError, bool) {
 	switch {
 	case errors.As(err, &connErr) || errors.As(err, &upErr):
 		// SDAM: any failure before the handshake completes, timeouts and
-		// authentication failures included.
-		ae.HandshakeCompleted = false
-		ae.Kind = sdam.NetworkError
-		if timeout {
-			ae.Kind = sdam.NetworkTimeout
-		}
+		// authentication failures included, unless CMAP's backpressure
+		// rule labels it (sdam.ConnectFailure).
+		gen := ae.Generation
 		if connErr != nil {
-			ae.Generation = connErr.Generation
+			gen = connErr.Generation
 		}
+		id := ae.ServiceID
+		ae = sdam.ConnectFailure(connectStage(upErr), isIOFailure(err), timeout, gen, err)
+		ae.MaxWireVersion, ae.ServiceID = s.maxWireVersion(), id
 	case errors.As(err, &cmdErr):
 		ae.Kind = sdam.CommandError
 		ae.Code, ae.HasCode, ae.Message = cmdErr.Code, true, cmdErr.Message
@@ -191,4 +200,45 @@ func (s *Server) maxWireVersion() int32 {
 		return h.MaxWireVersion
 	}
 	return 0
+}
+
+// connectStage maps the dialer's stage names onto SDAM's; a
+// *pool.ConnectionError whose cause is no *upstream.ConnectError (a
+// Connector of a test's) counts as the handshake's.
+func connectStage(e *upstream.ConnectError) sdam.Stage {
+	if e == nil {
+		return sdam.StageHello
+	}
+	switch e.Stage {
+	case "dial":
+		return sdam.StageDial
+	case "tls":
+		return sdam.StageTLS
+	case "auth":
+		return sdam.StageAuth
+	}
+	return sdam.StageHello
+}
+
+// isIOFailure reports whether a connection establishment failed because
+// the connection itself broke or timed out, which an overloaded server
+// causes too, rather than for a reason no load explains: a name that does
+// not resolve, a certificate that does not verify or is refused, a reply
+// that is no hello (all of which the dialer also wraps as network errors).
+func isIOFailure(err error) bool {
+	if !upstream.IsNetworkError(err) || errors.Is(err, upstream.ErrBadReply) {
+		return false
+	}
+	var (
+		dnsErr    *net.DNSError
+		verifyErr *tls.CertificateVerificationError
+		hostErr   x509.HostnameError
+		authErr   x509.UnknownAuthorityError
+		certErr   x509.CertificateInvalidError
+		alertErr  tls.AlertError
+		recordErr tls.RecordHeaderError
+	)
+	return !errors.As(err, &dnsErr) && !errors.As(err, &verifyErr) && !errors.As(err, &hostErr) &&
+		!errors.As(err, &authErr) && !errors.As(err, &certErr) && !errors.As(err, &alertErr) &&
+		!errors.As(err, &recordErr)
 }

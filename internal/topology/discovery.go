@@ -382,6 +382,10 @@ func (s *Server) setDescLocked(nsd sdam.ServerDescription, hello *upstream.Hello
 	if state == Unknown {
 		lastErr = nsd.Error
 	}
+	if nsd.Type == sdam.Unknown && prev.SDAM.Type != sdam.Unknown {
+		// SDAM: from a known type to Unknown, the round-trip time is null.
+		s.resetRTT()
+	}
 	d := &Description{Address: s.addr, State: state, Kind: kind, Hello: hello, LastError: lastErr,
 		Updated: time.Now(), SDAM: nsd}
 	s.desc.Store(d)

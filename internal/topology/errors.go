@@ -1,8 +1,10 @@
 package topology
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,6 +76,50 @@ func (e *SelectionError) Error() string {
 		} else if s.State == Usable {
 			b.WriteString(" (not selectable)")
 		}
+	}
+	return b.String()
+}
+
+// ClientMessage is Error without the member list, for a client: mongobouncer
+// is a mongos to its clients, and the members' addresses and errors stay
+// in its own log. It gives the cause, the topology type and how many
+// servers there are in each role.
+func (e *SelectionError) ClientMessage() string {
+	var b strings.Builder
+	cause := "no server selected"
+	for _, c := range []error{ErrSelectionTimeout, ErrClosed, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(e.Err, c) {
+			cause = c.Error()
+			break
+		}
+	}
+	fmt.Fprintf(&b, "no usable server for %q after %v: %s", e.Topology, e.Waited.Round(time.Millisecond), cause)
+	if e.Type != sdam.TopologyUnknown {
+		fmt.Fprintf(&b, " (topology %s)", e.Type)
+	}
+	roles := map[string]int{}
+	var names []string
+	for _, s := range e.Servers {
+		role := "unknown"
+		switch {
+		case s.Removed != "":
+			role = "removed"
+		case s.State == Usable:
+			role = s.Kind.String()
+		}
+		if roles[role] == 0 {
+			names = append(names, role)
+		}
+		roles[role]++
+	}
+	slices.Sort(names)
+	for i, r := range names {
+		if i == 0 {
+			fmt.Fprintf(&b, ": %d servers: ", len(e.Servers))
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d %s", roles[r], r)
 	}
 	return b.String()
 }

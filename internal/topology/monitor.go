@@ -1,6 +1,6 @@
 // The server monitor: one goroutine per server checks it with hello over a
 // dedicated connection and reports each outcome to the Server (markUsable,
-// markUnknown, addRTTSample, events). It speaks the two protocols of the
+// failed, addRTTSample, events). It speaks the two protocols of the
 // server monitoring specification:
 //
 //   - Polling (this file): hello every HeartbeatInterval, or sooner when a
@@ -26,9 +26,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
@@ -96,7 +96,7 @@ func (s *Server) emit(e Event) {
 var errCheckCancelled = errors.New("topology: check cancelled after an application network error")
 
 // monitor is the state of one server's monitor goroutine. Only that
-// goroutine touches it, apart from rttMu, which the RTT goroutine shares.
+// goroutine touches it.
 // The monitoring connection itself stays in Server.mconn.
 type monitor struct {
 	s *Server
@@ -121,9 +121,6 @@ type monitor struct {
 
 	// rtt runs while the server is streamed; nil otherwise.
 	rtt *rttMonitor
-	// rttMu serializes addRTTSample (a read-modify-write) between this
-	// goroutine and the RTT goroutine.
-	rttMu sync.Mutex
 }
 
 // checkResult is the outcome of one check.
@@ -185,12 +182,10 @@ func (s *Server) monitor(ctx context.Context) {
 			}
 			continue
 		default:
-			known := s.State() == Usable
-			network := upstream.IsNetworkError(r.err) || r.timeout
 			m.closeConn()
-			m.failed(r)
+			again := m.failed(r)
 			s.checked.Store(true)
-			if known && network && !retried {
+			if again && !retried {
 				retried = true
 				continue
 			}
@@ -310,9 +305,11 @@ func (m *monitor) succeeded(r checkResult) {
 	m.tv = r.hello.TopologyVersion
 }
 
-// failed publishes a failed check: the server is marked Unknown and its
-// pool cleared (interrupting in-use connections after a timeout).
-func (m *monitor) failed(r checkResult) {
+// failed publishes a failed check as sdam.CheckFailed decides: the server
+// is marked Unknown and its pool cleared (interrupting in-use connections
+// after a timeout). It reports whether the next check should start at
+// once (a network error on a server that was known).
+func (m *monitor) failed(r checkResult) bool {
 	s := m.s
 	o := &s.topo.opts
 	m.tv = nil
@@ -329,15 +326,22 @@ func (m *monitor) failed(r checkResult) {
 		// would log at every heartbeat.
 		s.topo.log.Debug("server check failed", attrs...)
 	}
-	if o.Pool.LoadBalanced {
+	kind := sdam.CommandError
+	switch {
+	case r.timeout:
+		kind = sdam.NetworkTimeout
+	case upstream.IsNetworkError(r.err):
+		kind = sdam.NetworkError
+	}
+	cur := s.Description().SDAM
+	cur.Address = s.addr // none before the server's first description
+	a := sdam.CheckFailed(cur, kind, r.err)
+	if !o.Pool.LoadBalanced {
 		// No SDAM behind a load balancer: a failed check says nothing
 		// about the backend the next connection will reach.
-		return
+		s.topo.update(s, a.Unknown, nil, a.ClearPool, a.InterruptInUse)
 	}
-	// SDAM: clear on network and command errors alike, and interrupt
-	// in-use connections after a timeout: operations on them are most
-	// likely stuck behind the same problem.
-	s.markUnknown(r.err, true, r.timeout)
+	return a.CheckAgainNow
 }
 
 // stop releases everything when the monitor exits.
@@ -353,11 +357,7 @@ func (m *monitor) closeConn() {
 }
 
 // addRTT records an RTT sample.
-func (m *monitor) addRTT(d time.Duration) {
-	m.rttMu.Lock()
-	m.s.addRTTSample(d)
-	m.rttMu.Unlock()
-}
+func (m *monitor) addRTT(d time.Duration) { m.s.addRTTSample(d) }
 
 // monitorConnID is the connection ID given to the monitor dialer. Pools
 // number their connections from 1, so 0 tells monitoring connections apart

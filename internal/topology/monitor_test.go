@@ -133,7 +133,7 @@ func TestRTTMonitorFailuresChangeNothing(t *testing.T) {
 	eventually(t, "server Usable", func() bool { return s.State() == Usable })
 	// The handshake's sample was added before the server became Usable;
 	// from here on only the RTT monitor could add one.
-	s.rtt.Store(0)
+	s.resetRTT()
 	awaited := func() int {
 		n := 0
 		for _, e := range rec.topoEvents(HeartbeatSucceeded, "") {
@@ -169,7 +169,7 @@ func TestRTTSamplesWhileStreaming(t *testing.T) {
 	// from an RTT probe: streamed replies are none (see
 	// TestRTTMonitorFailuresChangeNothing).
 	for i := range 3 {
-		s.rtt.Store(0)
+		s.resetRTT()
 		eventually(t, "an RTT sample", func() bool { return s.RTT() > 0 })
 		t.Logf("sample %d: %v", i, s.RTT())
 	}

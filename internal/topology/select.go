@@ -105,6 +105,12 @@ func (t *Topology) pickFor(sel *selection, c Criteria) *Server {
 	ready := cands[:0:0]
 	for _, sd := range cands {
 		if srv := sel.byAddr[sd.Address]; srv != nil && srv.State() == Usable {
+			// The window compares the live average: while a member is
+			// streamed, its RTT monitor updates it between the streamed
+			// replies, which alone publish new descriptions.
+			if rtt, ok := srv.avgRTT(); ok {
+				sd.AvgRTT, sd.HasRTT = rtt, true
+			}
 			ready = append(ready, sd)
 		}
 	}

@@ -96,8 +96,9 @@ type Server struct {
 	loadBalancer bool
 
 	// rtt is the moving average round-trip time of hello, in nanoseconds;
-	// 0 before the first sample. Written by the monitor and its RTT
-	// goroutine, serialized by the monitor's rttMu.
+	// noRTT before the first sample and after the server became Unknown.
+	// Written by the monitor, its RTT goroutine and setDescLocked, each
+	// with a compare-and-swap.
 	rtt atomic.Int64
 
 	// checkNow asks the monitor for an immediate check (capacity 1, so
@@ -116,6 +117,7 @@ type Server struct {
 
 func newServer(t *Topology, addr string) *Server {
 	s := &Server{topo: t, addr: addr, checkNow: make(chan struct{}, 1)}
+	s.rtt.Store(noRTT)
 	s.desc.Store(&Description{Address: addr, State: Unknown, Updated: time.Now()})
 	return s
 }
@@ -145,8 +147,14 @@ func (s *Server) State() ServerState { return s.desc.Load().State }
 func (s *Server) Kind() Kind { return s.desc.Load().Kind }
 
 // RTT returns the moving average of hello round-trip times, 0 before the
-// first successful check.
-func (s *Server) RTT() time.Duration { return time.Duration(s.rtt.Load()) }
+// first successful check and while the server is Unknown.
+func (s *Server) RTT() time.Duration { return time.Duration(max(s.rtt.Load(), 0)) }
+
+// avgRTT returns the moving average and whether there is one.
+func (s *Server) avgRTT() (time.Duration, bool) {
+	v := s.rtt.Load()
+	return time.Duration(max(v, 0)), v != noRTT
+}
 
 // RequestCheck asks the monitor to check the server now instead of at the
 // next heartbeat. Requests are coalesced and rate-limited by
@@ -158,18 +166,29 @@ func (s *Server) RequestCheck() {
 	}
 }
 
-// rttAlpha is the weight of a new sample in the RTT moving average (SDAM
-// uses 0.2).
-const rttAlpha = 0.2
+// noRTT is Server.rtt without an average.
+const noRTT = -1
 
+// addRTTSample folds a hello round trip into the average, as
+// server-selection.md computes it (sdam.NextAvgRTT: rounded, a negative
+// sample counted as zero). The monitor and the RTT goroutine both add
+// samples, and a change to Unknown resets the average, hence the
+// compare-and-swap.
 func (s *Server) addRTTSample(d time.Duration) {
-	old := s.rtt.Load()
-	if old == 0 {
-		s.rtt.Store(int64(d))
-		return
+	for {
+		old := s.rtt.Load()
+		next := sdam.NextAvgRTT(time.Duration(max(old, 0)), old != noRTT, d)
+		if s.rtt.CompareAndSwap(old, int64(next)) {
+			return
+		}
 	}
-	s.rtt.Store(int64(rttAlpha*float64(d) + (1-rttAlpha)*float64(old)))
 }
+
+// resetRTT forgets the average: SDAM sets a server's round-trip time to
+// null when it changes from a known type to Unknown, and the next sample
+// starts the average afresh instead of being weighed against a server that
+// may since have moved or restarted.
+func (s *Server) resetRTT() { s.rtt.Store(noRTT) }
 
 // markUsable records a successful check: the hello becomes the server's
 // new SDAM description, applied to the topology.
@@ -182,14 +201,6 @@ func (s *Server) markUsable(h *upstream.Hello) {
 		sd = sdam.ParseServerDescription(s.addr, h.Raw, s.RTT(), now)
 	}
 	s.topo.update(s, sd, h, false, false)
-}
-
-// markUnknown marks the server Unknown with cause err and, if clear is set,
-// clears its pool (interrupting in-use connections if interrupt is set).
-// The description changes first, as SDAM requires, so that no new selection
-// picks the server while its pool is being cleared.
-func (s *Server) markUnknown(err error, clear, interrupt bool) {
-	s.topo.update(s, sdam.UnknownServer(s.addr, err, nil), nil, clear, interrupt)
 }
 
 // isTimeout reports whether err is a network or context timeout.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -269,6 +270,12 @@ func TestHandleError(t *testing.T) {
 		&pool.PoolClearedError{Address: addr},
 		&pool.PoolClosedError{Address: addr},
 		&upstream.ConnectError{Addr: addr, Stage: "dial", Err: context.Canceled},
+		// CMAP's backpressure rule: a connection that broke or timed out
+		// while being established.
+		&pool.ConnectionError{Address: addr, Generation: g0, Err: &upstream.ConnectError{Addr: addr, Stage: "dial",
+			Err: &upstream.NetworkError{Addr: addr, Op: "dial", Err: syscall.ECONNREFUSED}}},
+		&pool.ConnectionError{Address: addr, Generation: g0, Err: &upstream.ConnectError{Addr: addr, Stage: "hello",
+			Err: &upstream.NetworkError{Addr: addr, Op: "read", Err: os.ErrDeadlineExceeded}}},
 	}
 	for _, err := range noEffect {
 		s.HandleError(err, c1)
@@ -311,9 +318,9 @@ func TestHandleError(t *testing.T) {
 	usableAgain()
 	_ = s.Pool().CheckIn(c2)
 
-	// A failed establishment, from CheckOut or the background: handled with
-	// the generation it started in.
-	refused := &upstream.ConnectError{Addr: addr, Stage: "dial", Err: &upstream.NetworkError{Addr: addr, Op: "dial", Err: io.ErrUnexpectedEOF}}
+	// A failed establishment that is no I/O failure, from CheckOut or the
+	// background: handled with the generation it started in.
+	refused := &upstream.ConnectError{Addr: addr, Stage: "auth", Err: &upstream.CommandError{Code: 18, CodeName: "AuthenticationFailed"}}
 	s.HandleError(&pool.ConnectionError{Address: addr, Generation: g0, Err: refused}, nil)
 	if s.State() != Usable || gen() != g0+2 {
 		t.Fatalf("stale ConnectionError: state %v generation %d", s.State(), gen())
@@ -330,9 +337,10 @@ func TestHandleError(t *testing.T) {
 
 func TestBackgroundErrorClearsPool(t *testing.T) {
 	fake := fakemongo.Start(t, fakemongo.Options{})
-	// The first pool handshake fails; monitoring is unaffected.
+	// The first pool handshake is refused (a hello that fails, not a
+	// connection that breaks); monitoring is unaffected.
 	fake.SetFailPoint(fakemongo.FailPoint{
-		Mode: fakemongo.FailTimes, Times: 1, FailCommands: []string{"hello"}, AppName: poolApp, CloseConnection: true,
+		Mode: fakemongo.FailTimes, Times: 1, FailCommands: []string{"hello"}, AppName: poolApp, ErrorCode: 2,
 	})
 	rec := &recorder{}
 	o := testOptions(rec, fake.Addr())
@@ -355,6 +363,53 @@ func TestBackgroundErrorClearsPool(t *testing.T) {
 		st := s.Pool().Stats()
 		return s.State() == Usable && st.Total >= 2
 	})
+}
+
+// TestHandshakeNetworkErrorIsBackpressure: a pooled connection that
+// breaks or times out in its handshake is labelled SystemOverloadedError
+// (CMAP's backpressure rule) and leaves the server Usable and its pool
+// uncleared, as SDAM says for such errors.
+func TestHandshakeNetworkErrorIsBackpressure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fp   fakemongo.FailPoint
+	}{
+		{"closed", fakemongo.FailPoint{CloseConnection: true}},
+		{"timeout", fakemongo.FailPoint{BlockConnection: true, BlockTime: 3 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := fakemongo.Start(t, fakemongo.Options{})
+			rec := &recorder{}
+			o := testOptions(rec, fake.Addr())
+			o.HeartbeatInterval = time.Minute
+			o.Dialer = upstream.NewDialer(upstream.Options{AppName: poolApp, ConnectTimeout: 300 * time.Millisecond, Logger: testLogger()})
+			topo := newTopology(t, o)
+			s := selectAfterFirstCheck(t, topo)
+			fp := tc.fp
+			fp.Mode, fp.Times, fp.FailCommands, fp.AppName = fakemongo.FailTimes, 1, []string{"hello"}, poolApp
+			fake.SetFailPoint(fp)
+
+			_, err := s.Pool().CheckOut(context.Background())
+			var ce *upstream.ConnectError
+			if !errors.As(err, &ce) || ce.Stage != "hello" {
+				t.Fatalf("CheckOut = %v, want a failed hello", err)
+			}
+			s.HandleError(err, nil)
+			if s.State() != Usable || s.Pool().Stats().Generation != 0 {
+				t.Errorf("after %v: state %v, generation %d; want Usable and uncleared", err, s.State(), s.Pool().Stats().Generation)
+			}
+			if n := len(rec.poolEvents(pool.PoolCleared, "")); n != 0 {
+				t.Errorf("%d PoolCleared events", n)
+			}
+			for _, e := range rec.topoEvents(ServerChanged, "") {
+				if e.New.State == Unknown {
+					t.Errorf("server marked Unknown: %v", e.Err)
+				}
+			}
+			c := checkOut(t, s)
+			_ = s.Pool().CheckIn(c)
+		})
+	}
 }
 
 func TestTwoMongosRoundRobin(t *testing.T) {

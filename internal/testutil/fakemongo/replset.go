@@ -358,7 +358,10 @@ func (rs *ReplicaSet) StepDown(i int) error {
 // Elect makes member i primary in a new term: electionId rises, the
 // previous primary (if another member) steps down as in StepDown, and
 // every member's topologyVersion is bumped. Dead, hidden and arbiter
-// members cannot be elected.
+// members cannot be elected. setVersion does not change: on a real replica
+// set it is the configuration's version, raised by a reconfig (Reconfig),
+// while an election only starts a new term, which electionId carries; SDAM
+// compares the pair, so a stale primary is told apart by electionId alone.
 func (rs *ReplicaSet) Elect(i int) error {
 	rs.scriptMu.Lock()
 	defer rs.scriptMu.Unlock()
