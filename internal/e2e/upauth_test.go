@@ -7,6 +7,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/app"
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/certs"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/ferretdb"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
@@ -144,6 +147,51 @@ func TestUpstreamLoginThroughBouncer(t *testing.T) {
 		}
 		if pooled == 0 || monitors == 0 {
 			t.Fatalf("%d pooled connections logged in, %d monitoring connections without login; want both", pooled, monitors)
+		}
+		if f := up.AuthFailures(); f != 0 {
+			t.Fatalf("%d failed logins", f)
+		}
+	})
+}
+
+// TestUpstreamLoginX509: a route whose connection string logs in with
+// MONGODB-X509 (tls=true, the CA and the client certificate as files)
+// serves its clients, and the upstream saw each pooled connection log in
+// as the certificate's subject, its monitors never.
+func TestUpstreamLoginX509(t *testing.T) {
+	eachIO(t, func(t *testing.T) {
+		dir := t.TempDir()
+		ca := certs.NewCA(t, "upstream CA")
+		srv := ca.Server(t, "127.0.0.1")
+		subject := pkix.Name{CommonName: "mongobouncer", OrganizationalUnit: []string{"poolers"}, Organization: []string{"Example"}}
+		cl := ca.Client(t, subject)
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true,
+			TLSConfig: &tls.Config{Certificates: []tls.Certificate{srv.TLS()}, ClientCAs: ca.Pool(),
+				ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12},
+			Users: []fakemongo.User{{Name: subject.String(), DB: "$external", Mechanisms: []string{fakemongo.MechX509}}},
+		})
+		uri := fmt.Sprintf("mongodb://%s/?directConnection=true&authMechanism=MONGODB-X509&tls=true&tlsCAFile=%s&tlsCertificateKeyFile=%s",
+			up.Addr(), certs.Write(t, dir, "ca.pem", ca.CertPEM()), certs.Write(t, dir, "client.pem", cl.CertPEM(), cl.KeyPEM(t)))
+		_, addr := bouncer(t, uri, nil)
+		c := driver(t, addr, "")
+		insertFind(t, c, "shop")
+		want := "$external." + subject.String()
+		if u := serviceUserOf(t, c); u != want {
+			t.Fatalf("upstream says the connection is logged in as %s, want %s", u, want)
+		}
+		pooled, monitors := 0, 0
+		for id, user := range up.AuthenticatedUsers() {
+			switch user {
+			case want:
+				pooled++
+			case "":
+				monitors++
+			default:
+				t.Errorf("connection %d: user %q", id, user)
+			}
+		}
+		if pooled == 0 || monitors == 0 {
+			t.Fatalf("%d pooled connections logged in with X.509, %d monitoring connections without login; want both", pooled, monitors)
 		}
 		if f := up.AuthFailures(); f != 0 {
 			t.Fatalf("%d failed logins", f)
