@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,8 +221,9 @@ func TestUpstreamWrongPasswordBacksOff(t *testing.T) {
 			return up.Builtin(req)
 		})
 		var logs logbuf.Buffer
-		addr := bouncerLogging(t, "mongodb://"+svcUser+":"+wrongPassword+"@"+up.Addr()+"/?directConnection=true", &logs)
-		c := driver(t, addr, "&retryReads=false&retryWrites=false")
+		a := newBouncerWithLogger(t, "mongodb://"+svcUser+":"+wrongPassword+"@"+up.Addr()+"/?directConnection=true",
+			slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		c := driver(t, a.Addrs()[0].String(), "&retryReads=false&retryWrites=false")
 
 		const clients, window = 32, 1200 * time.Millisecond
 		start := logins.Load()
@@ -269,10 +272,38 @@ func TestUpstreamWrongPasswordBacksOff(t *testing.T) {
 		if attempts > 40 || 2*attempts > requests.Load() {
 			t.Fatalf("%d login attempts for %d requests in %v: the pool does not back off", attempts, requests.Load(), window)
 		}
-		log := logs.String()
-		warns := strings.Count(log, "authentication to the upstream failed")
-		if warns == 0 || int64(warns) > up.AuthFailures() {
-			t.Fatalf("%d warnings for %d failed logins; log:\n%s", warns, up.AuthFailures(), log)
+		// Exactly one warning per pool generation: every failure clears
+		// the pool (nothing else clears it here), and the failures of the
+		// attempts under way then are stale. Once the last failure's
+		// warning is out, generations 0 .. current-1 have one each.
+		var log string
+		var gens []uint64
+		var current uint64
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			log, gens, current = logs.String(), nil, a.Pools()[0].Generation
+			for line := range strings.Lines(log) {
+				if strings.Contains(line, "authentication to the upstream failed") {
+					_, rest, _ := strings.Cut(strings.TrimSpace(line), " generation=")
+					num, _, _ := strings.Cut(rest, " ")
+					g, err := strconv.ParseUint(num, 10, 64)
+					if err != nil {
+						t.Fatalf("a warning without its generation: %s", line)
+					}
+					gens = append(gens, g)
+				}
+			}
+			if uint64(len(gens)) == current || time.Now().After(deadline) {
+				break
+			}
+		}
+		slices.Sort(gens)
+		for i, g := range gens {
+			if g != uint64(i) {
+				t.Fatalf("warnings for generations %v, want one for each of 0..%d; log:\n%s", gens, current-1, log)
+			}
+		}
+		if len(gens) == 0 || uint64(len(gens)) != current || int64(len(gens)) > up.AuthFailures() {
+			t.Fatalf("%d warnings for %d pool generations and %d failed logins; log:\n%s", len(gens), current, up.AuthFailures(), log)
 		}
 		if strings.Contains(log, wrongPassword) {
 			t.Fatalf("the log shows the password:\n%s", log)
