@@ -39,6 +39,16 @@ type authLookup struct {
 	mu       sync.Mutex
 	authUser string
 	routes   map[string]config.EffectiveRoute
+	// au logs in as auth_user for every lookup, so that its SCRAM keys
+	// (a PBKDF2 per mechanism and upstream salt) are derived once, not per
+	// lookup; rebuilt when auth_user or its password changes (reload).
+	au *lookupAuth
+}
+
+// lookupAuth is auth_user's authenticator and what it was built from.
+type lookupAuth struct {
+	user, db, password string
+	a                  upstream.HandshakeAuthenticator
 }
 
 // setConfig takes auth_user and the routes of cfg (at start and reload).
@@ -49,7 +59,24 @@ func (l *authLookup) setConfig(cfg config.Config, routes []config.EffectiveRoute
 	}
 	l.mu.Lock()
 	l.authUser, l.routes = cfg.Global.AuthUser, m
+	l.au = nil // a reload may change auth_user, its password or the upstreams
 	l.mu.Unlock()
+}
+
+// authenticator returns the authenticator logging in as user@db with
+// password: the one kept from earlier lookups, unless these differ.
+func (l *authLookup) authenticator(user, db, password string) (upstream.HandshakeAuthenticator, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if au := l.au; au != nil && au.user == user && au.db == db && au.password == password {
+		return au.a, nil
+	}
+	a, err := upstream.NewAuthenticator(upstream.Credential{Username: user, Password: password, Source: db})
+	if err != nil {
+		return nil, err
+	}
+	l.au = &lookupAuth{user: user, db: db, password: password, a: a}
+	return a, nil
 }
 
 // route returns the route asked about users of db.
@@ -87,7 +114,7 @@ func (l *authLookup) Lookup(ctx context.Context, user, db string) (auth.Creds, e
 			return auth.Creds{}, fmt.Errorf("auth_user lookup on route %q: %w", er.Name, err)
 		}
 	}
-	a, err := upstream.NewAuthenticator(upstream.Credential{Username: auUser, Password: pw, Source: auDB})
+	a, err := l.authenticator(auUser, auDB, pw)
 	if err != nil {
 		return auth.Creds{}, err
 	}

@@ -7,9 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
 func TestLoadAuthUsers(t *testing.T) {
@@ -72,5 +75,67 @@ func TestAuthLookupRoute(t *testing.T) {
 	l.setConfig(cfg, []config.EffectiveRoute{{Name: "shop"}})
 	if _, err := l.Lookup(context.Background(), "u", "admin"); !errors.Is(err, auth.ErrNotFound) || !errors.Is(err, errNoLookupRoute) {
 		t.Fatalf("no route for admin: %v", err)
+	}
+}
+
+// authLookup logs in as auth_user with one authenticator, kept across
+// lookups (its SCRAM keys are derived once, not per lookup: a random user
+// named in a hello costs no PBKDF2), and built again when auth_user's
+// password changes or a reload comes.
+func TestAuthLookupKeepsOneAuthenticator(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true, Users: []fakemongo.User{
+		{Name: "mbauth", Password: "mbauth-pw"}, {Name: "u1", Password: "p1"}, {Name: "u2", Password: "p2"},
+	}})
+	cs, err := config.ParseConnString("mongodb://" + up.Addr() + "/?directConnection=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Global.AuthUser = "mbauth@admin"
+	routes := []config.EffectiveRoute{{Name: config.CatchAll, Conn: cs, Pool: config.Pool{ConnectTimeout: 5 * time.Second}}}
+	usersWith := func(pw string) *auth.Users {
+		u, err := auth.ParseFile([]byte(`"mbauth@admin" "`+pw+`"`), "users.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	l := &authLookup{}
+	l.setConfig(cfg, routes)
+	l.authn = auth.New(usersWith("mbauth-pw"), nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lookup := func(user string) upstream.HandshakeAuthenticator {
+		t.Helper()
+		if _, err := l.Lookup(ctx, user, "admin"); err != nil && (user != "ghost" || !errors.Is(err, auth.ErrNotFound)) {
+			t.Fatalf("lookup of %s: %v", user, err)
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.au.a
+	}
+	first := lookup("u1")
+	for _, u := range []string{"u2", "ghost", "u1"} {
+		if lookup(u) != first {
+			t.Fatalf("lookup of %s built another authenticator", u)
+		}
+	}
+	if up.Requests("usersInfo") != 4 || up.AuthFailures() != 0 {
+		t.Fatalf("%d usersInfo, %d failed logins", up.Requests("usersInfo"), up.AuthFailures())
+	}
+	// A new password (a reload of auth_file) is used at the next lookup.
+	l.authn.Update(usersWith("new-pw"), nil)
+	if _, err := l.Lookup(ctx, "u1", "admin"); err == nil || up.AuthFailures() != 1 {
+		t.Fatalf("lookup as auth_user with a new (wrong) password: %v, %d failed logins", err, up.AuthFailures())
+	}
+	l.authn.Update(usersWith("mbauth-pw"), nil)
+	second := lookup("u2")
+	if second == first {
+		t.Fatal("the authenticator outlived its password")
+	}
+	// A reload starts over.
+	l.setConfig(cfg, routes)
+	if lookup("u1") == second {
+		t.Fatal("the authenticator outlived a reload")
 	}
 }

@@ -72,6 +72,10 @@ var (
 	ErrConversation = errors.New("no such SASL conversation")
 	// ErrNotFound is a user a Lookup does not know.
 	ErrNotFound = errors.New("user not found")
+	// ErrLookupsBusy is a lookup that could not start: CacheOptions.
+	// MaxLookups lookups were running for its whole wait. It is not
+	// cached, and the login fails as an unknown user's does.
+	ErrLookupsBusy = errors.New("too many user lookups running at once")
 	// ErrAuthFile is a problem in the auth_file; *FileError wraps it.
 	ErrAuthFile = errors.New("invalid auth_file")
 )

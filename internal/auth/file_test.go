@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xdg-go/scram"
 )
 
 func TestParseFileForms(t *testing.T) {
@@ -189,5 +191,70 @@ func TestCacheForgetAsksAgain(t *testing.T) {
 	_, _ = c.Get(ctx, "u", "db")
 	if calls.Load() != 2 {
 		t.Fatalf("%d lookups after Refresh, want 2", calls.Load())
+	}
+}
+
+// At most MaxLookups lookups run at once, whatever the users: one past
+// them waits for a slot, up to the lookup timeout, then fails with
+// ErrLookupsBusy (not cached), and its login fails as an unknown user's;
+// a slot that frees during the wait is taken.
+func TestCacheBoundsLookupsAtOnce(t *testing.T) {
+	sc, _ := Derive(SCRAMSHA256, "late", "pw", []byte("0123456789abcdef"), 4096)
+	lateCreds, err := NewCreds(map[Mechanism]scram.StoredCredentials{SCRAMSHA256: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running, peak, calls atomic.Int32
+	release := make(chan struct{})
+	c := NewCache(LookupFunc(func(ctx context.Context, user, db string) (Creds, error) {
+		calls.Add(1)
+		n := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		if user != "late" {
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return lateCreds, nil
+	}), CacheOptions{MaxLookups: 2, Timeout: 300 * time.Millisecond}) // the blocked lookups ignore it
+	var wg sync.WaitGroup
+	for _, u := range []string{"a", "b"} {
+		wg.Go(func() { _, _ = c.Get(context.Background(), u, "db") })
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for calls.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Both slots taken: a third user's lookup waits, then fails.
+	start := time.Now()
+	if _, err := c.Get(context.Background(), "late", "db"); !errors.Is(err, ErrLookupsBusy) {
+		t.Fatalf("a lookup past MaxLookups: %v", err)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("waited %v for a slot, want the lookup timeout (300ms)", d)
+	}
+	// Its login fails as an unknown user's would.
+	a := New(&Users{}, nil, c)
+	if _, err := login(t, a, SCRAMSHA256, "late", "db", "pw", true); !IsAuthFailed(err) {
+		t.Fatalf("login while the lookups are busy: %v", err)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("%d lookups ran, want 2 (MaxLookups)", calls.Load())
+	}
+	// A slot that frees during the wait is taken, and the busy answer was
+	// not cached: the user logs in now.
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		close(release)
+	}()
+	if id, err := login(t, a, SCRAMSHA256, "late", "db", "pw", true); err != nil || id.User != "late" {
+		t.Fatalf("login once a slot freed: %v %v", id, err)
+	}
+	wg.Wait()
+	if peak.Load() != 2 {
+		t.Fatalf("%d lookups ran at once, want 2", peak.Load())
 	}
 }

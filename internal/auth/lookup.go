@@ -2,12 +2,20 @@ package auth
 
 // The auth_user lookup cache: users missing from the auth_file are asked
 // of the upstream (usersInfo with showCredentials, logged in as auth_user)
-// through a Lookup, at most once at a time per user, with the answers kept
-// for a while, found or not.
+// through a Lookup, at most once at a time per user and MaxLookups at once
+// in all, with the answers kept for a while, found or not.
+//
+// The bound on lookups at once matters because any client can start one
+// before logging in, by naming a user nobody has asked about (a hello's
+// saslSupportedMechs, a saslStart): each costs the upstream a connection and
+// a login. Past the bound a new lookup waits for a slot, up to the lookup
+// timeout, on the goroutine of the client that asked; then the login fails
+// as an unknown user's, and nothing is cached.
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -37,13 +45,26 @@ type CacheOptions struct {
 	Timeout time.Duration
 	// MaxEntries bounds the users remembered (default 10000).
 	MaxEntries int
+	// MaxLookups bounds the lookups running at once, for all users
+	// (default DefaultMaxLookups). A lookup past it waits for one to end,
+	// at most Timeout, then fails with ErrLookupsBusy.
+	MaxLookups int
 }
+
+// DefaultMaxLookups is the default CacheOptions.MaxLookups. A lookup takes
+// a few milliseconds (a connection, a login with cached keys, usersInfo):
+// 16 at once serve thousands of distinct users' first logins a second,
+// e.g. after a restart, while a client naming random users holds at most
+// 16 upstream connections.
+const DefaultMaxLookups = 16
 
 // Cache is a Lookup's answers, shared by every client connection.
 type Cache struct {
 	l    Lookup
 	opts CacheOptions
 	now  func() time.Time
+	// slots holds a token per lookup running (MaxLookups).
+	slots chan struct{}
 
 	mu      sync.Mutex
 	entries map[string]*cacheEntry
@@ -70,13 +91,19 @@ func NewCache(l Lookup, o CacheOptions) *Cache {
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = 10000
 	}
-	return &Cache{l: l, opts: o, now: time.Now, entries: map[string]*cacheEntry{}}
+	if o.MaxLookups <= 0 {
+		o.MaxLookups = DefaultMaxLookups
+	}
+	return &Cache{l: l, opts: o, now: time.Now, entries: map[string]*cacheEntry{},
+		slots: make(chan struct{}, o.MaxLookups)}
 }
 
 // Get returns user@db's credentials, asking the Lookup unless a fresh
 // answer is cached or a lookup for the same user is already in flight (then
 // it waits for that one). ctx bounds the wait, not the lookup, which runs
-// for every waiter under the cache's own timeout.
+// for every waiter under the cache's own timeout. With MaxLookups running,
+// a new lookup first waits for a slot (see acquire); an error wrapping
+// ErrLookupsBusy says it got none.
 func (c *Cache) Get(ctx context.Context, user, db string) (Creds, error) {
 	key := UserKey(user, db)
 	c.mu.Lock()
@@ -93,7 +120,13 @@ func (c *Cache) Get(ctx context.Context, user, db string) (Creds, error) {
 		e = &cacheEntry{done: make(chan struct{})}
 		c.store(key, e)
 		c.mu.Unlock()
-		go c.run(key, e, user, db)
+		// Waiting for a slot here, not in run, takes no goroutine per
+		// waiting lookup: only the asking client's own.
+		if err := c.acquire(ctx); err != nil {
+			c.publish(key, e, Creds{}, err)
+		} else {
+			go c.run(key, e, user, db)
+		}
 	} else {
 		c.mu.Unlock()
 	}
@@ -127,11 +160,39 @@ func (c *Cache) store(key string, e *cacheEntry) {
 	c.entries[key] = e
 }
 
-// run performs one lookup and publishes its answer.
+// acquire takes a lookup slot, waiting for one at most the lookup
+// timeout, and as long as ctx allows.
+func (c *Cache) acquire(ctx context.Context) error {
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(c.opts.Timeout)
+	defer t.Stop()
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%w (%d, for %v)", ErrLookupsBusy, cap(c.slots), c.opts.Timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run performs one lookup in a slot acquire took, and publishes its
+// answer.
 func (c *Cache) run(key string, e *cacheEntry, user, db string) {
+	defer func() { <-c.slots }()
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
 	creds, err := c.l.Lookup(ctx, user, db)
+	c.publish(key, e, creds, err)
+}
+
+// publish records a lookup's answer (cached unless a failure to ask) and
+// wakes its waiters.
+func (c *Cache) publish(key string, e *cacheEntry, creds Creds, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e.creds, e.err = creds, err

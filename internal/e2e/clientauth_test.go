@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -241,6 +242,56 @@ func TestUnauthenticatedCommandsRefusedConnectionStays(t *testing.T) {
 		}
 		if rep := r.cmd(find); okOf(rep) != 1 {
 			t.Fatalf("find after the refused login: %v", rep)
+		}
+	})
+}
+
+// TestUnauthenticatedCommandsPassThrough is the test above on a
+// pass-through route (the default with auth_type = "scram"): a health
+// check's ping and buildInfo before any login are answered, over the
+// server's own pool, and pin nothing: after the login, in session mode
+// too, the client's commands run upstream as its user.
+func TestUnauthenticatedCommandsPassThrough(t *testing.T) {
+	eachIO(t, func(t *testing.T) {
+		for _, mode := range []string{"statement", "session"} {
+			t.Run(mode, func(t *testing.T) {
+				up, log := passUp(t)
+				users := writeUsers(t, map[string]string{"alice@admin": "alice-pw"})
+				toml := strings.Replace(baseTOML(up.URI(), fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\n", users)),
+					`pool_mode = "statement"`, fmt.Sprintf("pool_mode = %q", mode), 1)
+				_, addr, _ := fileBouncer(t, toml)
+				r := dialRaw(t, addr)
+				r.hello()
+				time.Sleep(20 * time.Millisecond) // idle: the event loop takes the client
+				for range 3 {
+					if rep := r.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "shop"}}); okOf(rep) != 1 {
+						t.Fatalf("ping before login: %v", rep)
+					}
+					rep := r.cmd(bson.D{{Key: "buildInfo", Value: 1}, {Key: "$db", Value: "admin"}})
+					if okOf(rep) != 1 || rep.Lookup("gitVersion").StringValue() != "fakemongo" {
+						t.Fatalf("buildInfo before login: %v", rep)
+					}
+				}
+				find := bson.D{{Key: "find", Value: "orders"}, {Key: "$db", Value: "shop"}}
+				if rep := r.cmd(find); codeOf(rep) != 13 || !strings.Contains(rep.Lookup("errmsg").StringValue(), "requires authentication") {
+					t.Fatalf("unauthenticated find: %v", rep)
+				}
+				if up.Requests("ping") != 3 || up.Requests("find") != 0 {
+					t.Fatalf("upstream saw %d pings (want 3) and %d finds (want 0)", up.Requests("ping"), up.Requests("find"))
+				}
+				if rep := rawLogin(t, r, "SCRAM-SHA-256", "alice", "alice-pw", true); okOf(rep) != 1 {
+					t.Fatalf("login: %v", rep)
+				}
+				time.Sleep(20 * time.Millisecond)
+				for range 3 {
+					if rep := r.cmd(find); okOf(rep) != 1 {
+						t.Fatalf("find after login: %v", rep)
+					}
+				}
+				if got := log.users("find"); !slices.Equal(got, []string{"admin.alice"}) {
+					t.Fatalf("finds ran upstream as %q, want alice only", got)
+				}
+			})
 		}
 	})
 }

@@ -7,9 +7,13 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +25,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/app"
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/certs"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/ferretdb"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
@@ -151,6 +156,51 @@ func TestUpstreamLoginThroughBouncer(t *testing.T) {
 	})
 }
 
+// TestUpstreamLoginX509: a route whose connection string logs in with
+// MONGODB-X509 (tls=true, the CA and the client certificate as files)
+// serves its clients, and the upstream saw each pooled connection log in
+// as the certificate's subject, its monitors never.
+func TestUpstreamLoginX509(t *testing.T) {
+	eachIO(t, func(t *testing.T) {
+		dir := t.TempDir()
+		ca := certs.NewCA(t, "upstream CA")
+		srv := ca.Server(t, "127.0.0.1")
+		subject := pkix.Name{CommonName: "mongobouncer", OrganizationalUnit: []string{"poolers"}, Organization: []string{"Example"}}
+		cl := ca.Client(t, subject)
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true,
+			TLSConfig: &tls.Config{Certificates: []tls.Certificate{srv.TLS()}, ClientCAs: ca.Pool(),
+				ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12},
+			Users: []fakemongo.User{{Name: subject.String(), DB: "$external", Mechanisms: []string{fakemongo.MechX509}}},
+		})
+		uri := fmt.Sprintf("mongodb://%s/?directConnection=true&authMechanism=MONGODB-X509&tls=true&tlsCAFile=%s&tlsCertificateKeyFile=%s",
+			up.Addr(), certs.Write(t, dir, "ca.pem", ca.CertPEM()), certs.Write(t, dir, "client.pem", cl.CertPEM(), cl.KeyPEM(t)))
+		_, addr := bouncer(t, uri, nil)
+		c := driver(t, addr, "")
+		insertFind(t, c, "shop")
+		want := "$external." + subject.String()
+		if u := serviceUserOf(t, c); u != want {
+			t.Fatalf("upstream says the connection is logged in as %s, want %s", u, want)
+		}
+		pooled, monitors := 0, 0
+		for id, user := range up.AuthenticatedUsers() {
+			switch user {
+			case want:
+				pooled++
+			case "":
+				monitors++
+			default:
+				t.Errorf("connection %d: user %q", id, user)
+			}
+		}
+		if pooled == 0 || monitors == 0 {
+			t.Fatalf("%d pooled connections logged in with X.509, %d monitoring connections without login; want both", pooled, monitors)
+		}
+		if f := up.AuthFailures(); f != 0 {
+			t.Fatalf("%d failed logins", f)
+		}
+	})
+}
+
 // TestUpstreamWrongPasswordBacksOff: with a wrong password, clients get
 // code 18 naming the route; the failure is logged at warn without the
 // password, at most once per failed attempt (once per pool generation);
@@ -171,8 +221,9 @@ func TestUpstreamWrongPasswordBacksOff(t *testing.T) {
 			return up.Builtin(req)
 		})
 		var logs logbuf.Buffer
-		addr := bouncerLogging(t, "mongodb://"+svcUser+":"+wrongPassword+"@"+up.Addr()+"/?directConnection=true", &logs)
-		c := driver(t, addr, "&retryReads=false&retryWrites=false")
+		a := newBouncerWithLogger(t, "mongodb://"+svcUser+":"+wrongPassword+"@"+up.Addr()+"/?directConnection=true",
+			slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		c := driver(t, a.Addrs()[0].String(), "&retryReads=false&retryWrites=false")
 
 		const clients, window = 32, 1200 * time.Millisecond
 		start := logins.Load()
@@ -221,10 +272,38 @@ func TestUpstreamWrongPasswordBacksOff(t *testing.T) {
 		if attempts > 40 || 2*attempts > requests.Load() {
 			t.Fatalf("%d login attempts for %d requests in %v: the pool does not back off", attempts, requests.Load(), window)
 		}
-		log := logs.String()
-		warns := strings.Count(log, "authentication to the upstream failed")
-		if warns == 0 || int64(warns) > up.AuthFailures() {
-			t.Fatalf("%d warnings for %d failed logins; log:\n%s", warns, up.AuthFailures(), log)
+		// Exactly one warning per pool generation: every failure clears
+		// the pool (nothing else clears it here), and the failures of the
+		// attempts under way then are stale. Once the last failure's
+		// warning is out, generations 0 .. current-1 have one each.
+		var log string
+		var gens []uint64
+		var current uint64
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			log, gens, current = logs.String(), nil, a.Pools()[0].Generation
+			for line := range strings.Lines(log) {
+				if strings.Contains(line, "authentication to the upstream failed") {
+					_, rest, _ := strings.Cut(strings.TrimSpace(line), " generation=")
+					num, _, _ := strings.Cut(rest, " ")
+					g, err := strconv.ParseUint(num, 10, 64)
+					if err != nil {
+						t.Fatalf("a warning without its generation: %s", line)
+					}
+					gens = append(gens, g)
+				}
+			}
+			if uint64(len(gens)) == current || time.Now().After(deadline) {
+				break
+			}
+		}
+		slices.Sort(gens)
+		for i, g := range gens {
+			if g != uint64(i) {
+				t.Fatalf("warnings for generations %v, want one for each of 0..%d; log:\n%s", gens, current-1, log)
+			}
+		}
+		if len(gens) == 0 || uint64(len(gens)) != current || int64(len(gens)) > up.AuthFailures() {
+			t.Fatalf("%d warnings for %d pool generations and %d failed logins; log:\n%s", len(gens), current, up.AuthFailures(), log)
 		}
 		if strings.Contains(log, wrongPassword) {
 			t.Fatalf("the log shows the password:\n%s", log)

@@ -333,6 +333,11 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	x.pc = pc
 	mode := route.PoolMode()
 	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && c.hasOpen(route))))
+	if route.PassThrough && c.ident == nil {
+		// A ping before the login, on the server's own pool (poolFor):
+		// the client's requests after its login go as its user.
+		pinNow = false
+	}
 	if pinNow && (x.need == nil || !route.multi() || c.pinServer(route) == nil || c.pinServer(route) == srv) {
 		c.sessMu.Lock()
 		c.setPinLocked(route, srv, pc)

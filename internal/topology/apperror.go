@@ -133,7 +133,7 @@ func (s *Server) handleError(err error, c *pool.Conn, current bool) {
 		t.log.Warn("authentication to the upstream failed; server marked Unknown and its pool paused until the next successful check",
 			slog.String("topology", t.name), slog.String("address", s.addr),
 			slog.String("mechanism", authErr.Mechanism), slog.String("user", authErr.Username),
-			slog.String("authSource", authErr.Source), slog.Any("error", err))
+			slog.String("authSource", authErr.Source), slog.Uint64("generation", ae.Generation), slog.Any("error", err))
 	case act.MarkUnknown:
 		level := slog.LevelInfo
 		if !wasUsable {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -46,7 +47,9 @@ type Credential struct {
 	Source string
 }
 
-// String describes the credential without its password.
+// String describes the credential without its password. GoString and
+// LogValue print the same, so that neither %#v nor slog (whose JSON
+// handler would marshal the fields) shows the password.
 func (c Credential) String() string {
 	m := c.Mechanism
 	if m == "" {
@@ -54,6 +57,12 @@ func (c Credential) String() string {
 	}
 	return fmt.Sprintf("%s user %q on %q", m, c.Username, c.Source)
 }
+
+// GoString is String, for %#v.
+func (c Credential) GoString() string { return c.String() }
+
+// LogValue is String, for slog.
+func (c Credential) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // AuthError reports that an upstream did not accept mongobouncer's
 // credentials, or that the authentication conversation went wrong (a

@@ -148,6 +148,9 @@ func (a *passThroughAuth) String() string { return a.p.String() }
 // GoString is String, for %#v.
 func (a *passThroughAuth) GoString() string { return a.String() }
 
+// LogValue is String, for slog.
+func (a *passThroughAuth) LogValue() slog.Value { return slog.StringValue(a.String()) }
+
 // StartHandshake implements HandshakeAuthenticator: the first saslStart as
 // speculativeAuthenticate, with the client's mechanism (no negotiation).
 func (a *passThroughAuth) StartHandshake() ([]byte, Authenticator, error) {

@@ -2,10 +2,15 @@ package upstream
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
+	"crypto/md5"
 	"crypto/pbkdf2"
+	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -311,6 +316,54 @@ func TestPassThroughPrintsNoSecrets(t *testing.T) {
 		t.Fatalf("the user does not show:\n%s", s)
 	}
 	checkNoSecrets(t, s, ck, st)
+}
+
+// TestCredentialsPrintNoSecrets is TestPassThroughPrintsNoSecrets for a
+// password: no way of printing a Credential, the authenticators built
+// from one (with their per-mechanism clients made), the Options holding
+// them or a Dialer shows the password, its SHA-1 digest or the TLS key.
+func TestCredentialsPrintNoSecrets(t *testing.T) {
+	const pw = "hunter2-pässword"
+	cred := Credential{Username: "alice", Password: pw, Source: "app"}
+	a, err := NewAuthenticator(cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{MechanismSCRAMSHA1, MechanismSCRAMSHA256} {
+		if _, err := a.(*scramAuth).client(m); err != nil { // each holds the prepared password
+			t.Fatal(err)
+		}
+	}
+	x, err := NewAuthenticator(Credential{Mechanism: MechanismX509, Username: "CN=alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{AppName: "app", Authenticator: a,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{{1}}, PrivateKey: key}}}}
+	d := NewDialer(o)
+	sc := a.(*scramAuth).clients[MechanismSCRAMSHA1]
+	var out strings.Builder
+	for _, v := range []any{cred, &cred, a, x, sc, o, &o, d, []Credential{cred}, map[string]Options{"k": o}} {
+		fmt.Fprintf(&out, "%v|%+v|%#v|%s\n", v, v, v, v)
+	}
+	for _, h := range []slog.Handler{slog.NewTextHandler(&out, nil), slog.NewJSONHandler(&out, nil)} {
+		slog.New(h).Info("dial", "cred", cred, "ptr", &cred, "a", a, "x", x, "opts", o, "optsPtr", &o, "d", d,
+			slog.Any("any", cred), slog.Group("g", "cred", cred, "opts", o))
+	}
+	s := out.String()
+	if !strings.Contains(s, `"alice"`) || !strings.Contains(s, "CN=alice") {
+		t.Fatalf("the user does not show:\n%s", s)
+	}
+	digest := md5.Sum([]byte("alice:mongo:" + pw))
+	for _, secret := range []string{"hunter2", hex.EncodeToString(digest[:]), key.D.String(), key.D.Text(16)} {
+		if strings.Contains(s, secret) {
+			t.Fatalf("%q shows in:\n%s", secret, s)
+		}
+	}
 }
 
 // fakeStoredCredentials reads a user's stored SCRAM credentials from the

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,6 +67,23 @@ type scramClient struct {
 }
 
 var _ HandshakeAuthenticator = (*scramAuth)(nil)
+
+// String is the credential's, without the password, should the
+// authenticator be printed (the fields hold the password, and fmt prints
+// unexported fields); GoString and LogValue likewise.
+func (a *scramAuth) String() string { return a.cred.String() }
+
+// GoString is String, for %#v.
+func (a *scramAuth) GoString() string { return a.String() }
+
+// LogValue is String, for slog.
+func (a *scramAuth) LogValue() slog.Value { return slog.StringValue(a.String()) }
+
+// String hides the prepared password (as good as the password).
+func (sc *scramClient) String() string { return "SCRAM client" }
+
+// GoString is String, for %#v.
+func (sc *scramClient) GoString() string { return sc.String() }
 
 func newSCRAM(c Credential) (*scramAuth, error) {
 	a := &scramAuth{cred: c, clients: make(map[string]*scramClient)}

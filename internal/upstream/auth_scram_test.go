@@ -14,6 +14,7 @@ import (
 	"github.com/xdg-go/scram"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/specdir"
 )
 
@@ -333,4 +334,38 @@ func FuzzSCRAMConversation(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSASLprepPasswordLogsIn: SCRAM-SHA-256 prepares the password with
+// SASLprep, so "I\u00ADX" (a soft hyphen, which SASLprep maps to nothing)
+// logs in as a user whose password is "IX", negotiated or not; SCRAM-SHA-1
+// does not (MongoDB digests the password as it is), so there the same
+// password is wrong and "IX" is right.
+func TestSASLprepPasswordLogsIn(t *testing.T) {
+	s := fakemongo.Start(t, fakemongo.Options{Users: []fakemongo.User{{Name: "prep", Password: "IX"}}})
+	for _, c := range []struct {
+		mech, password string
+		ok             bool
+	}{
+		{MechanismSCRAMSHA256, "I\u00ADX", true},
+		{"", "I\u00ADX", true},
+		{MechanismSCRAMSHA256, "IX", true},
+		{MechanismSCRAMSHA1, "IX", true},
+		{MechanismSCRAMSHA1, "I\u00ADX", false},
+	} {
+		conn, err := dialAuth(t, s.Addr(), Credential{Mechanism: c.mech, Username: "prep", Password: c.password}, nil)
+		if !c.ok {
+			var ae *AuthError
+			if !errors.As(err, &ae) || !ae.AuthenticationFailed() {
+				t.Errorf("%s %q: %v, want code 18", c.mech, c.password, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s %q: %v", c.mech, c.password, err)
+		}
+		if u := loggedInAs(t, conn); u != "admin.prep" {
+			t.Errorf("%s %q: logged in as %q", c.mech, c.password, u)
+		}
+	}
 }

@@ -6,6 +6,7 @@ package upstream
 
 import (
 	"context"
+	"log/slog"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
@@ -16,6 +17,16 @@ type x509Auth struct {
 }
 
 var _ HandshakeAuthenticator = (*x509Auth)(nil)
+
+// String is the credential's (there is no password: the certificate is in
+// Options.TLSConfig), as the SCRAM authenticator prints.
+func (a *x509Auth) String() string { return a.cred.String() }
+
+// GoString is String, for %#v.
+func (a *x509Auth) GoString() string { return a.String() }
+
+// LogValue is String, for slog.
+func (a *x509Auth) LogValue() slog.Value { return slog.StringValue(a.String()) }
 
 // command is {authenticate: 1, mechanism: "MONGODB-X509"}, with the user
 // only when one was given (the spec: the server derives it otherwise).

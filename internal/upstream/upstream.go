@@ -81,6 +81,21 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// String summarises o without what may be secret: the Authenticator
+// prints as its own String (no password), TLSConfig only as whether there
+// is one (its certificates hold private keys), and functions not at all.
+// GoString and LogValue print the same.
+func (o Options) String() string {
+	return fmt.Sprintf("upstream.Options{AppName:%q ConnectTimeout:%v Compressors:%v LoadBalanced:%v TLS:%v Authenticator:%v MaxMessageSize:%d Detach:%v}",
+		o.AppName, o.ConnectTimeout, o.Compressors, o.LoadBalanced, o.TLSConfig != nil, o.Authenticator, o.MaxMessageSize, o.Detach)
+}
+
+// GoString is String, for %#v.
+func (o Options) GoString() string { return o.String() }
+
+// LogValue is String, for slog.
+func (o Options) LogValue() slog.Value { return slog.StringValue(o.String()) }
+
 // Authenticator authenticates a new connection after its hello. It is the
 // seam for SCRAM and other mechanisms. ctx carries the connect deadline; c
 // is ready for RoundTrip.
@@ -95,6 +110,16 @@ type Dialer struct {
 	// offered are the compressors we offered, for checking the server's pick.
 	offered map[string]wire.CompressorID
 }
+
+// String is the options', without secrets (fmt would print the
+// unexported options field by field, the password with them).
+func (d *Dialer) String() string { return "upstream.Dialer " + d.opts.String() }
+
+// GoString is String, for %#v.
+func (d *Dialer) GoString() string { return d.String() }
+
+// LogValue is String, for slog.
+func (d *Dialer) LogValue() slog.Value { return slog.StringValue(d.String()) }
 
 var (
 	_ pool.Connector = (*Dialer)(nil)
