@@ -82,6 +82,16 @@ func (a *Authenticator) creds(ctx context.Context, user, db string) (Creds, bool
 	return Creds{}, false
 }
 
+// Mechanisms returns what hello's saslSupportedMechs reports for user@db:
+// the user's mechanisms, or both for an unknown user, so that the answer
+// does not tell who exists.
+func (a *Authenticator) Mechanisms(ctx context.Context, user, db string) []Mechanism {
+	if c, ok := a.creds(ctx, user, db); ok {
+		return c.Mechanisms()
+	}
+	return Mechanisms
+}
+
 // Conversation is one SCRAM login attempt on one client connection.
 type Conversation struct {
 	a         *Authenticator

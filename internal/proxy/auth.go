@@ -292,15 +292,12 @@ func (c *client) helloAuth(body, reply bsoncore.Document) bsoncore.Document {
 	if v, err := body.LookupErr("saslSupportedMechs"); err == nil {
 		c.mechsAsked = c.ident == nil
 		if s, ok := v.StringValueOK(); ok {
-			if _, _, ok := strings.Cut(s, "."); ok && !a.X509 {
-				// Both mechanisms for every user, known or not, whatever
-				// the stored ones: the answer must not tell who exists
-				// (issue 19). A user stored with SCRAM-SHA-1 only must
-				// then name it (authMechanism), or the driver's choice
-				// of SCRAM-SHA-256 fails as a wrong password. Nothing is
-				// looked up either: a hello costs no auth_user lookup.
+			if db, user, ok := strings.Cut(s, "."); ok && !a.X509 {
+				ctx, cancel := context.WithTimeout(context.Background(), authTimeout)
+				mechs := a.Users.Mechanisms(ctx, user, db)
+				cancel()
 				aidx, d := bsoncore.AppendArrayElementStart(extra, "saslSupportedMechs")
-				for i, m := range auth.Mechanisms {
+				for i, m := range mechs {
 					d = bsoncore.AppendStringElement(d, fmt.Sprint(i), string(m))
 				}
 				extra, _ = bsoncore.AppendArrayEnd(d, aidx)

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -68,41 +66,6 @@ func TestAuthDenied(t *testing.T) {
 		if c.authDenied(r) != nil {
 			t.Errorf("%s refused without client authentication", r.name())
 		}
-	}
-}
-
-// saslSupportedMechs tells nobody who exists or how a user is stored: a
-// user with one stored mechanism, a user with a plain password and an
-// unknown user get the same answer, before and after a login. (A login
-// with a mechanism the user lacks fails as a wrong password does: see
-// auth.TestLookupUsedForMissingUsers.)
-func TestSaslSupportedMechsTellNobody(t *testing.T) {
-	sc256, _ := auth.Derive(auth.SCRAMSHA256, "only256", "pw", []byte("0123456789abcdef"), 4096)
-	sc1, _ := auth.Derive(auth.SCRAMSHA1, "only1", "pw", []byte("0123456789abcdef"), 4096)
-	file := fmt.Sprintf("%q %q\n%q %q\n%q %q\n", "app@admin", "pw",
-		"only256@admin", auth.FormatStored(auth.SCRAMSHA256, sc256), "only1@admin", auth.FormatStored(auth.SCRAMSHA1, sc1))
-	users, err := auth.ParseFile([]byte(file), "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &client{s: &Server{opts: Options{Auth: &ClientAuth{Users: auth.New(users, nil, nil)}}}}
-	mechsOf := func(user string) string {
-		body, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin." + user}})
-		reply := c.helloAuth(body, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}))
-		return bsoncore.Document(reply).Lookup("saslSupportedMechs").String()
-	}
-	want := mechsOf("ghost")
-	if !strings.Contains(want, "SCRAM-SHA-1") || !strings.Contains(want, "SCRAM-SHA-256") {
-		t.Fatalf("saslSupportedMechs of an unknown user: %s", want)
-	}
-	for _, u := range []string{"app", "only256", "only1", "ghost2"} {
-		if got := mechsOf(u); got != want {
-			t.Errorf("saslSupportedMechs of %s: %s, of an unknown user: %s", u, got, want)
-		}
-	}
-	c.ident = &auth.Identity{User: "app", DB: "admin"}
-	if got := mechsOf("only1"); got != want {
-		t.Errorf("saslSupportedMechs asked after a login: %s, want %s", got, want)
 	}
 }
 
