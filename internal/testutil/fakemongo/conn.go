@@ -285,7 +285,7 @@ func (c *conn) serveOne() error {
 		r, act := m.admit(req, class)
 		switch act {
 		case admitRefuse:
-			return c.finish(req, r, compressor, compressed)
+			return c.finish(req, c.s.withTopologyVersion(r), compressor, compressed)
 		case admitHangUp:
 			return errCloseConn
 		}
@@ -379,7 +379,7 @@ func (c *conn) interruptedOr(req *Request, err error, compressor wire.Compressor
 		return errCloseConn
 	}
 	c.beginOp(false)
-	return c.finish(req, interruptedReply(req), compressor, compressed)
+	return c.finish(req, c.s.withTopologyVersion(interruptedReply(req)), compressor, compressed)
 }
 
 // send writes one reply and returns its requestID.

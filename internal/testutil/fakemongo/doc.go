@@ -89,6 +89,10 @@
 //   - retryable inserts, updates and deletes are remembered by (lsid,
 //     txnNumber), so a retry on the new primary answers the first result
 //     instead of writing twice;
+//   - every state-change error (10107, 11602, 13435, 13436) carries the
+//     member's topologyVersion, the one its hello reports at that moment,
+//     so SDAM's rule that an error not newer than what the monitor heard
+//     is ignored gets exercised;
 //   - cursor ids stay per member and per process life.
 //
 // Each member's find replies carry ServedByField (its address) and its

@@ -118,6 +118,24 @@ func (m *Member) admit(req *Request, class cmdClass) (Reply, admitAction) {
 	return Error(codeNotPrimaryNoSecondaryOk, "", "not primary and secondaryOk=false"), admitRefuse
 }
 
+// withTopologyVersion adds the server's topologyVersion to r's error
+// document, as mongod 4.4+ does on its NotPrimaryError and ShutdownError
+// replies, so that a client can tell an error that predates what its
+// monitor last heard (SDAM ignores it) from news.
+func (s *Server) withTopologyVersion(r Reply) Reply {
+	if !s.opts.TopologyVersion || len(r.Docs) != 1 || len(r.Docs[0]) < 5 {
+		return r
+	}
+	d := r.Docs[0]
+	out := append([]byte(nil), d[:len(d)-1]...) // without the final NUL
+	tidx, out := bsoncore.AppendDocumentElementStart(out, "topologyVersion")
+	out = bsoncore.AppendObjectIDElement(out, "processId", s.processID)
+	out = bsoncore.AppendInt64Element(out, "counter", s.topologyVersion())
+	out = endDoc(out, tidx)
+	out = endDoc(out, 0)
+	return Reply{Docs: []bsoncore.Document{out}}
+}
+
 // interruptedReply is the answer to a write a stepdown killed.
 func interruptedReply(req *Request) Reply {
 	return Error(codeInterruptedDueToReplStateChange, "", "operation was interrupted because the node stepped down",

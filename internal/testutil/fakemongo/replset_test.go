@@ -162,6 +162,12 @@ func TestReplicaSetSecondaryRefusesWritesAndPlainReads(t *testing.T) {
 	if codeOf(r) != 10107 || strOf(r, "codeName") != "NotWritablePrimary" || strOf(r, "errmsg") != "not primary" || labelsOf(t, r) != nil {
 		t.Fatalf("plain insert on a secondary: %v", r)
 	}
+	// As on mongod 4.4+, a state-change error carries the member's
+	// topologyVersion, the one its hello reports now.
+	h := s.roundTrip(d{{"hello", 1}, {"$db", "admin"}})
+	if tv, ok := r.Lookup("topologyVersion").DocumentOK(); !ok || !bytes.Equal(tv, h.Lookup("topologyVersion").Document()) {
+		t.Fatalf("NotWritablePrimary topologyVersion %v, want hello's %v", r.Lookup("topologyVersion"), h.Lookup("topologyVersion"))
+	}
 	r = s.roundTrip(insert(1, e{"lsid", session("s-000000000001")}, e{"txnNumber", int64(1)}))
 	if codeOf(r) != 10107 || !slices.Equal(labelsOf(t, r), []string{"RetryableWriteError"}) {
 		t.Fatalf("retryable insert on a secondary: %v", r)
@@ -279,6 +285,9 @@ func TestReplicaSetStepDownInterruptsWritesNotReads(t *testing.T) {
 	if m.Header.ResponseTo != wid || codeOf(m.Body) != 11602 || strOf(m.Body, "codeName") != "InterruptedDueToReplStateChange" ||
 		!slices.Equal(labelsOf(t, m.Body), []string{"RetryableWriteError"}) {
 		t.Fatalf("interrupted insert: %v", m.Body)
+	}
+	if _, ok := m.Body.Lookup("topologyVersion").DocumentOK(); !ok {
+		t.Fatalf("interrupted insert without topologyVersion: %v", m.Body)
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("the insert was interrupted only after %v", el)
