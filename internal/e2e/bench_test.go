@@ -91,7 +91,7 @@ func BenchmarkPing(b *testing.B) {
 // login and to a pass-through route (the user's own pool upstream). Run
 // the three alternately (-count) and compare.
 func BenchmarkPingLoggedIn(b *testing.B) {
-	oneIO(b)
+	oneIO(b) // the shipped configuration
 	up := fakemongo.Start(b, fakemongo.Options{Users: []fakemongo.User{{Name: "app", Password: "app-pw"}}})
 	users := filepath.Join(b.TempDir(), "users.txt")
 	if err := os.WriteFile(users, []byte(`"app@admin" "app-pw"`+"\n"), 0o600); err != nil {

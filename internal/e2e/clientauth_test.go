@@ -297,90 +297,92 @@ func TestUnauthenticatedCommandsPassThrough(t *testing.T) {
 }
 
 func TestSaslSupportedMechsAndSpeculativeHello(t *testing.T) {
-	oneIO(t)
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	_, addr, _ := authSetup(t, up.URI(), nil)
-	r := dialRaw(t, addr)
-	rep := r.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin.app"}, {Key: "$db", Value: "admin"}})
-	mechs, _ := rep.Lookup("saslSupportedMechs").Array().Values()
-	if len(mechs) != 2 || mechs[0].StringValue() != "SCRAM-SHA-1" || mechs[1].StringValue() != "SCRAM-SHA-256" {
-		t.Fatalf("saslSupportedMechs: %v", rep)
-	}
-	cl, _ := scram.SHA256.NewClient("app", authUsers["app"], "")
-	conv := cl.NewConversation()
-	c1, _ := conv.Step("")
-	rep = r.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}, {Key: "speculativeAuthenticate", Value: bson.D{
-		{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "SCRAM-SHA-256"},
-		{Key: "payload", Value: bson.Binary{Data: []byte(c1)}}, {Key: "db", Value: "admin"},
-		{Key: "options", Value: bson.D{{Key: "skipEmptyExchange", Value: true}}}}}})
-	spec, ok := rep.Lookup("speculativeAuthenticate").DocumentOK()
-	if !ok || okOf(rep) != 1 {
-		t.Fatalf("hello with speculativeAuthenticate: %v", rep)
-	}
-	_, s1, _ := spec.Lookup("payload").BinaryOK()
-	c2, err := conv.Step(string(s1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep = r.cmd(bson.D{{Key: "saslContinue", Value: 1}, {Key: "conversationId", Value: spec.Lookup("conversationId")},
-		{Key: "payload", Value: bson.Binary{Data: []byte(c2)}}, {Key: "$db", Value: "admin"}})
-	if done, _ := rep.Lookup("done").BooleanOK(); !done || okOf(rep) != 1 {
-		t.Fatalf("saslContinue after speculative start: %v", rep)
-	}
-	_, s2, _ := rep.Lookup("payload").BinaryOK()
-	if _, err := conv.Step(string(s2)); err != nil || !conv.Valid() {
-		t.Fatalf("server proof refused: %v", err)
-	}
-	if rep := r.cmd(bson.D{{Key: "find", Value: "x"}, {Key: "$db", Value: "shop"}}); okOf(rep) != 1 {
-		t.Fatalf("find after speculative login: %v", rep)
-	}
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		_, addr, _ := authSetup(t, up.URI(), nil)
+		r := dialRaw(t, addr)
+		rep := r.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin.app"}, {Key: "$db", Value: "admin"}})
+		mechs, _ := rep.Lookup("saslSupportedMechs").Array().Values()
+		if len(mechs) != 2 || mechs[0].StringValue() != "SCRAM-SHA-1" || mechs[1].StringValue() != "SCRAM-SHA-256" {
+			t.Fatalf("saslSupportedMechs: %v", rep)
+		}
+		cl, _ := scram.SHA256.NewClient("app", authUsers["app"], "")
+		conv := cl.NewConversation()
+		c1, _ := conv.Step("")
+		rep = r.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}, {Key: "speculativeAuthenticate", Value: bson.D{
+			{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "SCRAM-SHA-256"},
+			{Key: "payload", Value: bson.Binary{Data: []byte(c1)}}, {Key: "db", Value: "admin"},
+			{Key: "options", Value: bson.D{{Key: "skipEmptyExchange", Value: true}}}}}})
+		spec, ok := rep.Lookup("speculativeAuthenticate").DocumentOK()
+		if !ok || okOf(rep) != 1 {
+			t.Fatalf("hello with speculativeAuthenticate: %v", rep)
+		}
+		_, s1, _ := spec.Lookup("payload").BinaryOK()
+		c2, err := conv.Step(string(s1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep = r.cmd(bson.D{{Key: "saslContinue", Value: 1}, {Key: "conversationId", Value: spec.Lookup("conversationId")},
+			{Key: "payload", Value: bson.Binary{Data: []byte(c2)}}, {Key: "$db", Value: "admin"}})
+		if done, _ := rep.Lookup("done").BooleanOK(); !done || okOf(rep) != 1 {
+			t.Fatalf("saslContinue after speculative start: %v", rep)
+		}
+		_, s2, _ := rep.Lookup("payload").BinaryOK()
+		if _, err := conv.Step(string(s2)); err != nil || !conv.Valid() {
+			t.Fatalf("server proof refused: %v", err)
+		}
+		if rep := r.cmd(bson.D{{Key: "find", Value: "x"}, {Key: "$db", Value: "shop"}}); okOf(rep) != 1 {
+			t.Fatalf("find after speculative login: %v", rep)
+		}
+	})
 }
 
 func TestAdminUsersAndAuthFileReload(t *testing.T) {
-	oneIO(t)
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
-	a, addr, users := authSetup(t, up.URI(), nil)
-	ctx := ctxT(t, 30*time.Second)
-	ops := authDriver(t, addr, "", "ops", authUsers["ops"])
-	clients, err := ops.Database("mongobouncer").RunCommand(ctx, bson.D{{Key: "showClients", Value: 1}}).Raw()
-	if err != nil {
-		t.Fatalf("admin user: %v", err)
-	}
-	if !strings.Contains(clients.String(), `"user": "ops@admin"`) {
-		t.Fatalf("showClients does not name the user: %s", clients)
-	}
-	app := authDriver(t, addr, "", "app", authUsers["app"])
-	var ce mongo.CommandError
-	if _, err := app.Database("mongobouncer").RunCommand(ctx, bson.D{{Key: "showClients", Value: 1}}).Raw(); !errors.As(err, &ce) || ce.Code != 13 {
-		t.Fatalf("non-admin user: %v", err)
-	}
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		a, addr, users := authSetup(t, up.URI(), nil)
+		ctx := ctxT(t, 30*time.Second)
+		ops := authDriver(t, addr, "", "ops", authUsers["ops"])
+		clients, err := ops.Database("mongobouncer").RunCommand(ctx, bson.D{{Key: "showClients", Value: 1}}).Raw()
+		if err != nil {
+			t.Fatalf("admin user: %v", err)
+		}
+		if !strings.Contains(clients.String(), `"user": "ops@admin"`) {
+			t.Fatalf("showClients does not name the user: %s", clients)
+		}
+		app := authDriver(t, addr, "", "app", authUsers["app"])
+		var ce mongo.CommandError
+		if _, err := app.Database("mongobouncer").RunCommand(ctx, bson.D{{Key: "showClients", Value: 1}}).Raw(); !errors.As(err, &ce) || ce.Code != 13 {
+			t.Fatalf("non-admin user: %v", err)
+		}
 
-	late := authDriver(t, addr, "SCRAM-SHA-256", "late", authUsers["late"])
-	if err := late.Ping(ctx, nil); err == nil {
-		t.Fatal("late logged in before it was added")
-	}
-	// A bad file: the reload fails, the users in force stay.
-	old, _ := os.ReadFile(users)
-	if err := os.WriteFile(users, append(append([]byte{}, old...), "\"broken\n"...), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "users.txt:") {
-		t.Fatalf("reload of a bad auth_file: %v", err)
-	}
-	if err := authDriver(t, addr, "", "bob", authUsers["bob"]).Ping(ctx, nil); err != nil {
-		t.Fatalf("bob after a failed reload: %v", err)
-	}
-	line, _ := auth.HashPassword("late", "admin", authUsers["late"])
-	if err := os.WriteFile(users, append(append([]byte{}, old...), line+"\n"...), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	late = authDriver(t, addr, "SCRAM-SHA-256", "late", authUsers["late"])
-	if err := late.Ping(ctx, nil); err != nil {
-		t.Fatalf("late after the reload: %v", err)
-	}
+		late := authDriver(t, addr, "SCRAM-SHA-256", "late", authUsers["late"])
+		if err := late.Ping(ctx, nil); err == nil {
+			t.Fatal("late logged in before it was added")
+		}
+		// A bad file: the reload fails, the users in force stay.
+		old, _ := os.ReadFile(users)
+		if err := os.WriteFile(users, append(append([]byte{}, old...), "\"broken\n"...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "users.txt:") {
+			t.Fatalf("reload of a bad auth_file: %v", err)
+		}
+		if err := authDriver(t, addr, "", "bob", authUsers["bob"]).Ping(ctx, nil); err != nil {
+			t.Fatalf("bob after a failed reload: %v", err)
+		}
+		line, _ := auth.HashPassword("late", "admin", authUsers["late"])
+		if err := os.WriteFile(users, append(append([]byte{}, old...), line+"\n"...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		late = authDriver(t, addr, "SCRAM-SHA-256", "late", authUsers["late"])
+		if err := late.Ping(ctx, nil); err != nil {
+			t.Fatalf("late after the reload: %v", err)
+		}
+	})
 }
 
 // spy relays connections to addr and keeps what clients sent, to count

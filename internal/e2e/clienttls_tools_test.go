@@ -246,7 +246,7 @@ for (let i = 0; i + 2 < args.length; i += 3) {
 // TLS where it is required, uses one port both ways with allow, and logs
 // in with MONGODB-X509 (refused with a certificate from another CA).
 func TestMongoshTLS(t *testing.T) {
-	oneIO(t)
+	oneIO(t) // TLS clients, which the event loop never serves (see eachIO)
 	sh := mongoshPath(t)
 	s := newTLSToolSetup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -306,7 +306,7 @@ for i in range(0, len(args) - 2, 3):
 
 // pymongo does what TestMongoshTLS's mongosh does.
 func TestPymongoTLS(t *testing.T) {
-	oneIO(t)
+	oneIO(t) // TLS clients, which the event loop never serves (see eachIO)
 	needPymongo(t)
 	s := newTLSToolSetup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -362,7 +362,7 @@ func mongocClient(t *testing.T) string {
 // connection mongobouncer's TLS-required error; and it logs in with
 // MONGODB-X509, but not with a certificate from another CA.
 func TestMongocTLS(t *testing.T) {
-	oneIO(t)
+	oneIO(t) // TLS clients, which the event loop never serves (see eachIO)
 	bin := mongocClient(t)
 	s := newTLSToolSetup(t)
 	tlsQ := "&tls=true&tlsCAFile=" + s.f.ca

@@ -66,7 +66,19 @@ var uringSupported = sync.OnceValue(uring.Supported)
 //   - TestRouteDrainHonoursShutdownTimeout, TestGracefulCloseEndsRouteDrains:
 //     a reload's route drain, done by the app; their clients are in
 //     session mode, which the event loop never serves.
-//   - BenchmarkPing: measures the shipped configuration.
+//   - TestClientLoginFailuresLookAlike,
+//     TestAuthUserLookupWrongAuthUserPassword: failed logins only, and
+//     every login step is served on the client's goroutine in every model
+//     (a client logging in does not enter the loop); no command follows.
+//   - TestTLSReloadNewCertificate, TestMongoshTLS, TestPymongoTLS,
+//     TestMongocTLS: TLS clients, which never enter the event loop; the
+//     tools' plain client on an allow port is served like any plain one,
+//     per model in TestTLSAllowPlainAndTLSOnOnePort.
+//   - TestLoginCost: a measurement, run on demand, of the shipped
+//     configuration (MONGOBOUNCER_LOGIN_COST_IO=goroutine for the other);
+//     logins are served on goroutines anyway.
+//   - BenchmarkPing, BenchmarkPingLoggedIn: measure the shipped
+//     configuration.
 func eachIO(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
 	runIO(t, []ioModel{ioGoroutine, ioEpoll, ioUring}, f)

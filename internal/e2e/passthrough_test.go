@@ -283,70 +283,71 @@ func TestPassThroughFailureIsTheUsersAlone(t *testing.T) {
 // a user pool nobody uses closes after user_pool_idle_timeout, its
 // upstream connections with it.
 func TestPassThroughUserLimits(t *testing.T) {
-	oneIO(t)
-	up, _ := passUp(t)
-	var mu sync.Mutex
-	running, peak := map[string]int{}, map[string]int{}
-	up.Handle("find", func(req *fakemongo.Request) fakemongo.Reply {
-		u := up.AuthenticatedUsers()[req.ConnID]
-		mu.Lock()
-		running[u]++
-		peak[u] = max(peak[u], running[u])
-		mu.Unlock()
-		time.Sleep(150 * time.Millisecond)
-		mu.Lock()
-		running[u]--
-		mu.Unlock()
-		return up.Builtin(req)
-	})
-	users := writeUsers(t, map[string]string{"alice@admin": "alice-pw", "bob@admin": "bob-pw"})
-	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nmax_user_connections = 1\nuser_pool_idle_timeout = \"400ms\"\n", users)
-	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), extra))
-	ctx := ctxT(t, 30*time.Second)
-	clients := map[string]*mongo.Client{
-		"alice": authDriver(t, addr, "", "alice", "alice-pw"),
-		"bob":   authDriver(t, addr, "", "bob", "bob-pw"),
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for _, u := range []string{"alice", "alice", "alice", "bob", "bob", "bob"} {
-		wg.Go(func() {
-			if err := clients[u].Database("shop").Collection("c").FindOne(ctx, bson.D{}).Err(); err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-				errs <- err
-			}
+	eachIO(t, func(t *testing.T) {
+		up, _ := passUp(t)
+		var mu sync.Mutex
+		running, peak := map[string]int{}, map[string]int{}
+		up.Handle("find", func(req *fakemongo.Request) fakemongo.Reply {
+			u := up.AuthenticatedUsers()[req.ConnID]
+			mu.Lock()
+			running[u]++
+			peak[u] = max(peak[u], running[u])
+			mu.Unlock()
+			time.Sleep(150 * time.Millisecond)
+			mu.Lock()
+			running[u]--
+			mu.Unlock()
+			return up.Builtin(req)
 		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	if peak["admin.alice"] != 1 || peak["admin.bob"] != 1 {
-		t.Fatalf("peak concurrent finds per upstream user %v, want 1 each (max_user_connections = 1)", peak)
-	}
-	mu.Unlock()
-	// Both users' pools go idle, close, and take their connections along.
-	wait.Until(t, "the idle user pools closed", 10*time.Second, 10*time.Millisecond, func() bool {
-		for _, p := range a.Pools() {
-			if p.User != "" {
-				return false
-			}
+		users := writeUsers(t, map[string]string{"alice@admin": "alice-pw", "bob@admin": "bob-pw"})
+		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nmax_user_connections = 1\nuser_pool_idle_timeout = \"400ms\"\n", users)
+		a, addr, _ := fileBouncer(t, baseTOML(up.URI(), extra))
+		ctx := ctxT(t, 30*time.Second)
+		clients := map[string]*mongo.Client{
+			"alice": authDriver(t, addr, "", "alice", "alice-pw"),
+			"bob":   authDriver(t, addr, "", "bob", "bob-pw"),
 		}
-		for _, u := range up.AuthenticatedUsers() {
-			if u != "" {
-				return false
-			}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for _, u := range []string{"alice", "alice", "alice", "bob", "bob", "bob"} {
+			wg.Go(func() {
+				if err := clients[u].Database("shop").Collection("c").FindOne(ctx, bson.D{}).Err(); err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+					errs <- err
+				}
+			})
 		}
-		return true
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if peak["admin.alice"] != 1 || peak["admin.bob"] != 1 {
+			t.Fatalf("peak concurrent finds per upstream user %v, want 1 each (max_user_connections = 1)", peak)
+		}
+		mu.Unlock()
+		// Both users' pools go idle, close, and take their connections along.
+		wait.Until(t, "the idle user pools closed", 10*time.Second, 10*time.Millisecond, func() bool {
+			for _, p := range a.Pools() {
+				if p.User != "" {
+					return false
+				}
+			}
+			for _, u := range up.AuthenticatedUsers() {
+				if u != "" {
+					return false
+				}
+			}
+			return true
+		})
+		// And come back on the next request.
+		if err := clients["alice"].Ping(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := clients["alice"].Database("shop").Collection("c").FindOne(ctx, bson.D{}).Err(); err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+			t.Fatal(err)
+		}
 	})
-	// And come back on the next request.
-	if err := clients["alice"].Ping(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := clients["alice"].Database("shop").Collection("c").FindOne(ctx, bson.D{}).Err(); err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		t.Fatal(err)
-	}
 }
 
 // TestPassThroughLookupRefreshedAfterRefusal: a user known only upstream
@@ -356,58 +357,59 @@ func TestPassThroughUserLimits(t *testing.T) {
 // the user up again and is served at once, its user pool retried without
 // waiting for a heartbeat.
 func TestPassThroughLookupRefreshedAfterRefusal(t *testing.T) {
-	oneIO(t)
-	up := fakemongo.Start(t, fakemongo.Options{InMemory: true, Users: []fakemongo.User{
-		{Name: "mbauth", Password: "mbauth-pw"},
-		{Name: "upuser", Password: "old-pw"},
-	}})
-	users := writeUsers(t, map[string]string{"mbauth@admin": "mbauth-pw"})
-	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\n", users)
-	// A heartbeat far away: only the retry on a new login can ready the
-	// paused user pool within the test.
-	toml := strings.Replace(baseTOML(up.URI(), extra), `heartbeat_interval = "500ms"`, `heartbeat_interval = "60s"`, 1)
-	_, addr, _ := fileBouncer(t, toml)
-	ctx := ctxT(t, 30*time.Second)
-	insert := func(c *mongo.Client) error {
-		_, err := c.Database("shop").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 1}})
-		return err
-	}
-	old := authDriver(t, addr, "SCRAM-SHA-256", "upuser", "old-pw")
-	if err := insert(old); err != nil {
-		t.Fatal(err)
-	}
-	if n := up.Requests("usersInfo"); n != 1 {
-		t.Fatalf("%d lookups, want 1", n)
-	}
-	if err := up.SetUserPassword("upuser", "admin", "new-pw"); err != nil {
-		t.Fatal(err)
-	}
-	// The pooled connections stay logged in upstream, as mongod's do:
-	// drop them, so that the next request must log in again.
-	up.CloseAllConns()
-	var err error
-	for range 5 { // the first may meet a connection the drop broke
-		if err = insert(old); err != nil {
-			var ce mongo.CommandError
-			if errors.As(err, &ce) && ce.Code == 18 {
-				break
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true, Users: []fakemongo.User{
+			{Name: "mbauth", Password: "mbauth-pw"},
+			{Name: "upuser", Password: "old-pw"},
+		}})
+		users := writeUsers(t, map[string]string{"mbauth@admin": "mbauth-pw"})
+		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\n", users)
+		// A heartbeat far away: only the retry on a new login can ready the
+		// paused user pool within the test.
+		toml := strings.Replace(baseTOML(up.URI(), extra), `heartbeat_interval = "500ms"`, `heartbeat_interval = "60s"`, 1)
+		_, addr, _ := fileBouncer(t, toml)
+		ctx := ctxT(t, 30*time.Second)
+		insert := func(c *mongo.Client) error {
+			_, err := c.Database("shop").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 1}})
+			return err
+		}
+		old := authDriver(t, addr, "SCRAM-SHA-256", "upuser", "old-pw")
+		if err := insert(old); err != nil {
+			t.Fatal(err)
+		}
+		if n := up.Requests("usersInfo"); n != 1 {
+			t.Fatalf("%d lookups, want 1", n)
+		}
+		if err := up.SetUserPassword("upuser", "admin", "new-pw"); err != nil {
+			t.Fatal(err)
+		}
+		// The pooled connections stay logged in upstream, as mongod's do:
+		// drop them, so that the next request must log in again.
+		up.CloseAllConns()
+		var err error
+		for range 5 { // the first may meet a connection the drop broke
+			if err = insert(old); err != nil {
+				var ce mongo.CommandError
+				if errors.As(err, &ce) && ce.Code == 18 {
+					break
+				}
 			}
 		}
-	}
-	var ce mongo.CommandError
-	if !errors.As(err, &ce) || ce.Code != 18 {
-		t.Fatalf("the old secret upstream: %v, want code 18", err)
-	}
-	fresh := authDriver(t, addr, "SCRAM-SHA-256", "upuser", "new-pw")
-	if err := insert(fresh); err != nil {
-		t.Fatalf("after the password change, with the new password: %v", err)
-	}
-	if got := connectionStatusUser(t, fresh); got != "upuser@admin" {
-		t.Fatalf("connectionStatus says %s", got)
-	}
-	if n := up.Requests("usersInfo"); n != 2 {
-		t.Fatalf("%d lookups, want 2 (the refusal forgot the first)", n)
-	}
+		var ce mongo.CommandError
+		if !errors.As(err, &ce) || ce.Code != 18 {
+			t.Fatalf("the old secret upstream: %v, want code 18", err)
+		}
+		fresh := authDriver(t, addr, "SCRAM-SHA-256", "upuser", "new-pw")
+		if err := insert(fresh); err != nil {
+			t.Fatalf("after the password change, with the new password: %v", err)
+		}
+		if got := connectionStatusUser(t, fresh); got != "upuser@admin" {
+			t.Fatalf("connectionStatus says %s", got)
+		}
+		if n := up.Requests("usersInfo"); n != 2 {
+			t.Fatalf("%d lookups, want 2 (the refusal forgot the first)", n)
+		}
+	})
 }
 
 // TestPassThroughFerretDB: in front of FerretDB's own binary with SCRAM,
@@ -415,45 +417,46 @@ func TestPassThroughLookupRefreshedAfterRefusal(t *testing.T) {
 // (usersInfo showCredentials) act upstream as themselves: FerretDB's
 // connectionStatus, asked through mongobouncer, names each one.
 func TestPassThroughFerretDB(t *testing.T) {
-	oneIO(t)
-	s := ferretdb.Start(t, ferretdb.Options{Database: "app", Username: "owner", Password: "owner-pw"})
-	ctx := ctxT(t, 60*time.Second)
-	admin, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + s.Addr() + "/?directConnection=true").
-		SetAuth(options.Credential{Username: "owner", Password: "owner-pw", AuthSource: "app"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Disconnect(ctxT(t, 5*time.Second)) })
-	for _, u := range []string{"plain", "stored"} {
-		if err := admin.Database("app").RunCommand(ctx, bson.D{{Key: "createUser", Value: u},
-			{Key: "pwd", Value: u + "-pw"}, {Key: "roles", Value: bson.A{}}}).Err(); err != nil {
-			t.Fatalf("createUser %s: %v", u, err)
+	eachIO(t, func(t *testing.T) {
+		s := ferretdb.Start(t, ferretdb.Options{Database: "app", Username: "owner", Password: "owner-pw"})
+		ctx := ctxT(t, 60*time.Second)
+		admin, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + s.Addr() + "/?directConnection=true").
+			SetAuth(options.Credential{Username: "owner", Password: "owner-pw", AuthSource: "app"}))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	users := writeUsers(t, map[string]string{
-		"plain@app":  "plain-pw",
-		"stored@app": upstreamSecret(t, s.Addr(), "owner", "owner-pw", "stored", "app"),
+		t.Cleanup(func() { _ = admin.Disconnect(ctxT(t, 5*time.Second)) })
+		for _, u := range []string{"plain", "stored"} {
+			if err := admin.Database("app").RunCommand(ctx, bson.D{{Key: "createUser", Value: u},
+				{Key: "pwd", Value: u + "-pw"}, {Key: "roles", Value: bson.A{}}}).Err(); err != nil {
+				t.Fatalf("createUser %s: %v", u, err)
+			}
+		}
+		users := writeUsers(t, map[string]string{
+			"plain@app":  "plain-pw",
+			"stored@app": upstreamSecret(t, s.Addr(), "owner", "owner-pw", "stored", "app"),
+		})
+		_, addr, _ := fileBouncer(t, baseTOML("mongodb://"+s.Addr()+"/?directConnection=true",
+			fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\n", users)))
+		for _, u := range []string{"plain", "stored"} {
+			for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-1"} {
+				c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + addr + "/?serverSelectionTimeoutMS=10000").SetAuth(
+					options.Credential{AuthMechanism: mech, AuthSource: "app", Username: u, Password: u + "-pw"}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Disconnect(ctxT(t, 5*time.Second)) })
+				if got := connectionStatusUser(t, c); got != u+"@app" {
+					t.Fatalf("%s %s: FerretDB's connectionStatus through mongobouncer says %q\nFerretDB log:\n%s", u, mech, got, s.Log())
+				}
+				coll := c.Database("app").Collection("pt")
+				if _, err := coll.InsertOne(ctx, bson.D{{Key: "u", Value: u}, {Key: "m", Value: mech}}); err != nil {
+					t.Fatalf("%s %s: insert: %v", u, mech, err)
+				}
+				if n, err := coll.CountDocuments(ctx, bson.D{{Key: "u", Value: u}, {Key: "m", Value: mech}}); err != nil || n != 1 {
+					t.Fatalf("%s %s: count %d, %v", u, mech, n, err)
+				}
+			}
+		}
 	})
-	_, addr, _ := fileBouncer(t, baseTOML("mongodb://"+s.Addr()+"/?directConnection=true",
-		fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\n", users)))
-	for _, u := range []string{"plain", "stored"} {
-		for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-1"} {
-			c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + addr + "/?serverSelectionTimeoutMS=10000").SetAuth(
-				options.Credential{AuthMechanism: mech, AuthSource: "app", Username: u, Password: u + "-pw"}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Disconnect(ctxT(t, 5*time.Second)) })
-			if got := connectionStatusUser(t, c); got != u+"@app" {
-				t.Fatalf("%s %s: FerretDB's connectionStatus through mongobouncer says %q\nFerretDB log:\n%s", u, mech, got, s.Log())
-			}
-			coll := c.Database("app").Collection("pt")
-			if _, err := coll.InsertOne(ctx, bson.D{{Key: "u", Value: u}, {Key: "m", Value: mech}}); err != nil {
-				t.Fatalf("%s %s: insert: %v", u, mech, err)
-			}
-			if n, err := coll.CountDocuments(ctx, bson.D{{Key: "u", Value: u}, {Key: "m", Value: mech}}); err != nil || n != 1 {
-				t.Fatalf("%s %s: count %d, %v", u, mech, n, err)
-			}
-		}
-	}
 }

@@ -113,7 +113,7 @@ func TestTLSAllowPlainAndTLSOnOnePort(t *testing.T) {
 // a certificate from another CA, new clients must trust that CA, and
 // connected clients keep their connections.
 func TestTLSReloadNewCertificate(t *testing.T) {
-	oneIO(t)
+	oneIO(t) // TLS clients only, which the event loop never serves
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	dir := t.TempDir()
 	f := newTLSFiles(t, dir, "a")

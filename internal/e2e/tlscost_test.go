@@ -41,7 +41,6 @@ func TestMeasureTLSCost(t *testing.T) {
 	if s := os.Getenv("MONGOBOUNCER_MEASURE_IDLE"); s != "" {
 		idle, _ = strconv.Atoi(s)
 	}
-	oneIO(t)
 	up := fakemongo.Start(t, fakemongo.Options{})
 	f := newTLSFiles(t, t.TempDir(), "m")
 	clientCfg := &tls.Config{RootCAs: mustPool(t, f.ca), ServerName: "localhost", MinVersion: tls.VersionTLS12}

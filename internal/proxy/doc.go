@@ -62,6 +62,7 @@
 //     drivers' own: epollDriver.tabMu, ringUp.mu.
 //  5. Metrics (the Observer), which take no lock of ours.
 //
-// Server.txnMu, Route.gateMu, the affinity maps' locks and
-// Server.loopsMu are leaves: nothing else is taken while one is held.
+// Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu
+// and passAuth.setMu (a pass-through user's secret) are leaves: nothing
+// else is taken while one is held.
 package proxy

@@ -39,8 +39,8 @@ type passUsers struct {
 // passAuth is the upstream Authenticator of one user's pools: it logs in
 // with the secret of the user's latest login.
 type passAuth struct {
-	mu  sync.Mutex // serialises set
-	cur atomic.Pointer[passSecret]
+	setMu sync.Mutex // serialises set: its compare and store of cur
+	cur   atomic.Pointer[passSecret]
 }
 
 // passSecret is one secret and the authenticator built from it.
@@ -65,8 +65,8 @@ func (p *passAuth) Authenticate(ctx context.Context, c *upstream.Conn, hello *up
 // is the one they use already (building an authenticator from a password
 // starts its key cache over). It reports whether the secret changed.
 func (p *passAuth) set(id *auth.Identity, pt auth.PassThrough) (bool, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.setMu.Lock()
+	defer p.setMu.Unlock()
 	cur := p.cur.Load()
 	if cur != nil && sameSecret(cur.pt, pt) {
 		return false, nil
