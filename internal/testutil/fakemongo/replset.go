@@ -1,9 +1,10 @@
 // The ReplicaSet fixture: N fake members on loopback that answer hello as
 // one replica set whose primary, term and configuration a test scripts
-// (StepDown, Elect, Reconfig, Kill, Revive, Failover). The members share one
-// in-memory store, so replication is instantaneous: a write a primary
-// acknowledged is readable from every member and survives any failover.
-// What a member refuses in each state is in replset_member.go.
+// (StepDown, Elect, Reconfig, Kill, Revive, Failover; RemoveMember in
+// replset_reconfig.go). The members share one in-memory store, so
+// replication is instantaneous: a write a primary acknowledged is readable
+// from every member and survives any failover. What a member refuses in
+// each state is in replset_member.go.
 
 package fakemongo
 
@@ -52,6 +53,9 @@ const (
 	StateArbiter
 	// StateDown is a killed member: its port refuses connections.
 	StateDown
+	// StateRemoved is a member RemoveMember took out of the configuration:
+	// it runs, but belongs to no set (REMOVED in rs.status()).
+	StateRemoved
 )
 
 // String returns the state's name as rs.status() spells it.
@@ -65,6 +69,8 @@ func (s MemberState) String() string {
 		return "ARBITER"
 	case StateDown:
 		return "DOWN"
+	case StateRemoved:
+		return "REMOVED"
 	}
 	return fmt.Sprintf("MemberState(%d)", int(s))
 }
@@ -107,7 +113,9 @@ type ReplicaSet struct {
 	opts    ReplicaSetOptions
 	store   *store
 	members []*Member
-	// hosts and arbiters are what every hello lists; fixed at start.
+	// hosts and arbiters are what every hello lists. Guarded by mu; a
+	// reconfiguration replaces them, never modifies them in place, so a
+	// memberView may keep the slices.
 	hosts, arbiters []string
 
 	closed    chan struct{}
@@ -145,6 +153,8 @@ type Member struct {
 	down  bool
 	// paused is set while replication to the member is paused.
 	paused *replicationPause
+	// removed is set once RemoveMember took the member out of the set.
+	removed bool
 }
 
 // StartReplicaSet starts the members on 127.0.0.1 and closes them when the
@@ -309,11 +319,15 @@ func (rs *ReplicaSet) SetVersion() int32 {
 
 // Hosts returns the addresses hello lists in hosts: the members that are
 // neither hidden nor arbiters.
-func (rs *ReplicaSet) Hosts() []string { return slices.Clone(rs.hosts) }
+func (rs *ReplicaSet) Hosts() []string {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return slices.Clone(rs.hosts)
+}
 
 // URI returns a connection string seeding every host with replicaSet.
 func (rs *ReplicaSet) URI() string {
-	return "mongodb://" + strings.Join(rs.hosts, ",") + "/?replicaSet=" + rs.name
+	return "mongodb://" + strings.Join(rs.Hosts(), ",") + "/?replicaSet=" + rs.name
 }
 
 // SeedURI returns a connection string seeding only member i, with
@@ -357,8 +371,8 @@ func (rs *ReplicaSet) StepDown(i int) error {
 
 // Elect makes member i primary in a new term: electionId rises, the
 // previous primary (if another member) steps down as in StepDown, and
-// every member's topologyVersion is bumped. Dead, hidden and arbiter
-// members cannot be elected. setVersion does not change: on a real replica
+// every member's topologyVersion is bumped. Dead, hidden, arbiter and
+// removed members cannot be elected. setVersion does not change: on a real replica
 // set it is the configuration's version, raised by a reconfig (Reconfig),
 // while an election only starts a new term, which electionId carries; SDAM
 // compares the pair, so a stale primary is told apart by electionId alone.
@@ -378,9 +392,9 @@ func (rs *ReplicaSet) electLocked(i int) error {
 		return fmt.Errorf("%w: member %d is an arbiter or hidden", ErrReplicaSetState, i)
 	}
 	rs.mu.Lock()
-	if m.down {
+	if m.down || m.removed {
 		rs.mu.Unlock()
-		return fmt.Errorf("%w: member %d is down", ErrReplicaSetState, i)
+		return fmt.Errorf("%w: member %d is %v", ErrReplicaSetState, i, m.stateLocked())
 	}
 	var old *Server
 	if p := rs.primary; p >= 0 && p != i {
@@ -544,7 +558,7 @@ func (rs *ReplicaSet) Failover() (int, error) {
 	cand := -1
 	for k := 1; k <= len(rs.members) && p < 0; k++ {
 		j := (old + k) % len(rs.members)
-		if m := rs.members[j]; !m.down && !m.arbiter && !m.hidden {
+		if m := rs.members[j]; !m.down && !m.arbiter && !m.hidden && !m.removed {
 			cand = j
 			break
 		}
@@ -622,6 +636,8 @@ func (m *Member) stateLocked() MemberState {
 	switch {
 	case m.down:
 		return StateDown
+	case m.removed:
+		return StateRemoved
 	case m.arbiter:
 		return StateArbiter
 	case m.rs.primary == m.idx:
