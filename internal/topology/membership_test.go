@@ -96,3 +96,38 @@ func TestRemovedMemberPoolClosed(t *testing.T) {
 		t.Error("member 1 received nothing either: the loop proves nothing")
 	}
 }
+
+// mongodb://dead,member1/?replicaSet=rs0 with the first seed down: the set
+// is discovered from the live seed (a secondary), the primary is selected,
+// and the dead seed, which the primary does not list, is removed as SDAM
+// says (updateRSFromPrimary), its pool closed with it.
+func TestReplicaSetDiscoveredFromTheLiveSeed(t *testing.T) {
+	rs := fakemongo.StartReplicaSet(t, fakemongo.ReplicaSetOptions{})
+	dead := deadAddr(t)
+	rec := &recorder{}
+	o := streamOptions(rec, dead, rs.Member(1).Addr())
+	o.ReplicaSet = rs.Name()
+	o.ServerSelectionTimeout = 10 * time.Second
+	topo := newTopology(t, o)
+	m0, m1, m2 := rs.Member(0).Addr(), rs.Member(1).Addr(), rs.Member(2).Addr()
+	if s := mustSelect(t, topo); s.Address() != m0 {
+		t.Fatalf("a write selected %s, want the primary %s", s.Address(), m0)
+	}
+	within(t, "the members known and the dead seed removed", func() bool {
+		r := roles(topo)
+		return len(r) == 3 && r[m0] == KindRSPrimary && r[m1] == KindRSSecondary && r[m2] == KindRSSecondary
+	})
+	if topo.ServerByAddress(dead) != nil {
+		t.Fatal("the dead seed is still a server")
+	}
+	d := topo.Description()
+	if d.Type != sdam.ReplicaSetWithPrimary || d.SetName != rs.Name() || len(d.Servers) != 3 {
+		t.Fatalf("topology %v %q with %d servers", d.Type, d.SetName, len(d.Servers))
+	}
+	for _, sd := range d.Servers {
+		if sd.Address == dead {
+			t.Fatal("the description still lists the dead seed")
+		}
+	}
+	within(t, "the dead seed's pool closed", func() bool { return len(rec.poolEvents(pool.PoolClosed, dead)) == 1 })
+}
