@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -91,6 +92,9 @@ type ReplicaSetOptions struct {
 	// Tags are the replica-set tags of members, by index, reported in
 	// their hello for tag-set read preferences.
 	Tags map[int]map[string]string
+	// MaxWireVersions are the maxWireVersion of members, by index, in
+	// place of Base's: a set in the middle of a rolling upgrade.
+	MaxWireVersions map[int]int32
 	// InitialPrimary is the member that starts as primary (term 1);
 	// NoInitialPrimary starts the set without one (term 0).
 	InitialPrimary   int
@@ -102,7 +106,8 @@ type ReplicaSetOptions struct {
 	// Base is the template of every member's Options (compressors, size
 	// limits, logger, ...). The fixture sets Kind, SetName, Hosts,
 	// Primary, Secondary, TopologyVersion and InMemory itself, and
-	// MaxWireVersion to DefaultReplicaSetWireVersion when 0.
+	// MaxWireVersion to MaxWireVersions[i] if set, else to
+	// DefaultReplicaSetWireVersion when 0.
 	Base Options
 }
 
@@ -188,7 +193,7 @@ func NewReplicaSet(o ReplicaSetOptions) (*ReplicaSet, error) {
 	if o.ElectionDelay < 0 || o.ElectionDelay > maxElectionDelay {
 		return nil, fmt.Errorf("fakemongo: ElectionDelay %v out of range", o.ElectionDelay)
 	}
-	for _, i := range slices.Concat(o.Arbiters, o.Hidden) {
+	for _, i := range slices.Concat(o.Arbiters, o.Hidden, slices.Collect(maps.Keys(o.MaxWireVersions))) {
 		if i < 0 || i >= o.Members {
 			return nil, fmt.Errorf("fakemongo: member index %d out of range", i)
 		}
@@ -227,7 +232,7 @@ func NewReplicaSet(o ReplicaSetOptions) (*ReplicaSet, error) {
 			}
 			m.tags = b
 		}
-		srv, err := listen("127.0.0.1:0", rs.memberOptions(), m, rs.store)
+		srv, err := listen("127.0.0.1:0", rs.memberOptions(i), m, rs.store)
 		if err != nil {
 			rs.Close()
 			return nil, err
@@ -250,14 +255,17 @@ func NewReplicaSet(o ReplicaSetOptions) (*ReplicaSet, error) {
 	return rs, nil
 }
 
-// memberOptions returns the Options every member life starts with.
-func (rs *ReplicaSet) memberOptions() Options {
+// memberOptions returns the Options every life of member i starts with.
+func (rs *ReplicaSet) memberOptions(i int) Options {
 	o := rs.opts.Base
 	o.Kind = ReplicaSetMember
 	o.SetName = rs.name
 	o.Hosts, o.Primary, o.Secondary = nil, "", false
 	o.TopologyVersion = true
 	o.InMemory = true
+	if v, ok := rs.opts.MaxWireVersions[i]; ok {
+		o.MaxWireVersion = v
+	}
 	if o.MaxWireVersion == 0 {
 		o.MaxWireVersion = DefaultReplicaSetWireVersion
 	}
@@ -495,7 +503,7 @@ func (rs *ReplicaSet) Revive(i int) error {
 	var srv *Server
 	var err error
 	for range 40 {
-		if srv, err = listen(m.addr, rs.memberOptions(), m, rs.store); err == nil {
+		if srv, err = listen(m.addr, rs.memberOptions(i), m, rs.store); err == nil {
 			break
 		}
 		time.Sleep(25 * time.Millisecond)
