@@ -284,3 +284,27 @@ func first(a bson.RawArray) string {
 	s, _ := vals[0].StringValueOK()
 	return s
 }
+
+// In front of a replica set in the middle of a rolling upgrade, the
+// handshake advertises the lowest maxWireVersion of the members, so a
+// client never sends what one of them cannot take. The lowest is member
+// 2's, which mongobouncer knows only by discovery (the route names member
+// 1), and which is neither the seed nor the primary whose hello describes
+// the upstream. The handshake stays a mongos's: no member list.
+func TestReplicaSetHelloWireVersionIsTheMembersMinimum(t *testing.T) {
+	oneIO(t)
+	rs := fakemongo.StartReplicaSet(t, fakemongo.ReplicaSetOptions{MaxWireVersions: map[int]int32{0: 21, 1: 25, 2: 17}})
+	_, addr := rsBouncer(t, rs, nil)
+	r := dialRaw(t, addr).hello()
+	if got, ok := r.Lookup("maxWireVersion").Int32OK(); !ok || got != 17 {
+		t.Fatalf("maxWireVersion %v, want 17, member 2's: %v", r.Lookup("maxWireVersion"), r)
+	}
+	if msg, _ := r.Lookup("msg").StringValueOK(); msg != "isdbgrid" {
+		t.Fatalf("msg %q, want isdbgrid: %v", msg, r)
+	}
+	for _, k := range []string{"hosts", "setName", "primary", "me", "arbiters", "passives"} {
+		if !r.Lookup(k).IsZero() {
+			t.Errorf("the handshake leaks %s: %v", k, r)
+		}
+	}
+}

@@ -58,9 +58,10 @@
 // Replica sets: StartReplicaSet starts N members on loopback that answer
 // hello as one set (setName, hosts, arbiters, me, primary, electionId,
 // setVersion, lastWrite, tags, hidden, topologyVersion) and that a test
-// scripts with StepDown, Elect, Reconfig, Kill, Revive and Failover. Every
-// state change bumps each live member's topologyVersion, which answers
-// awaitable hellos at once, so a streaming monitor hears of it immediately.
+// scripts with StepDown, Elect, Reconfig, RemoveMember, Kill, Revive and
+// Failover. Every state change bumps each live member's topologyVersion,
+// which answers awaitable hellos at once, so a streaming monitor hears of
+// it immediately.
 // The members share one store: replication is instantaneous and an
 // acknowledged write is never lost. As on mongod 4.4+:
 //

@@ -1,9 +1,10 @@
 // The ReplicaSet fixture: N fake members on loopback that answer hello as
 // one replica set whose primary, term and configuration a test scripts
-// (StepDown, Elect, Reconfig, Kill, Revive, Failover). The members share one
-// in-memory store, so replication is instantaneous: a write a primary
-// acknowledged is readable from every member and survives any failover.
-// What a member refuses in each state is in replset_member.go.
+// (StepDown, Elect, Reconfig, Kill, Revive, Failover; RemoveMember in
+// replset_reconfig.go). The members share one in-memory store, so
+// replication is instantaneous: a write a primary acknowledged is readable
+// from every member and survives any failover. What a member refuses in
+// each state is in replset_member.go.
 
 package fakemongo
 
@@ -11,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -52,6 +54,9 @@ const (
 	StateArbiter
 	// StateDown is a killed member: its port refuses connections.
 	StateDown
+	// StateRemoved is a member RemoveMember took out of the configuration:
+	// it runs, but belongs to no set (REMOVED in rs.status()).
+	StateRemoved
 )
 
 // String returns the state's name as rs.status() spells it.
@@ -65,6 +70,8 @@ func (s MemberState) String() string {
 		return "ARBITER"
 	case StateDown:
 		return "DOWN"
+	case StateRemoved:
+		return "REMOVED"
 	}
 	return fmt.Sprintf("MemberState(%d)", int(s))
 }
@@ -85,6 +92,9 @@ type ReplicaSetOptions struct {
 	// Tags are the replica-set tags of members, by index, reported in
 	// their hello for tag-set read preferences.
 	Tags map[int]map[string]string
+	// MaxWireVersions are the maxWireVersion of members, by index, in
+	// place of Base's: a set in the middle of a rolling upgrade.
+	MaxWireVersions map[int]int32
 	// InitialPrimary is the member that starts as primary (term 1);
 	// NoInitialPrimary starts the set without one (term 0).
 	InitialPrimary   int
@@ -96,7 +106,8 @@ type ReplicaSetOptions struct {
 	// Base is the template of every member's Options (compressors, size
 	// limits, logger, ...). The fixture sets Kind, SetName, Hosts,
 	// Primary, Secondary, TopologyVersion and InMemory itself, and
-	// MaxWireVersion to DefaultReplicaSetWireVersion when 0.
+	// MaxWireVersion to MaxWireVersions[i] if set, else to
+	// DefaultReplicaSetWireVersion when 0.
 	Base Options
 }
 
@@ -107,7 +118,9 @@ type ReplicaSet struct {
 	opts    ReplicaSetOptions
 	store   *store
 	members []*Member
-	// hosts and arbiters are what every hello lists; fixed at start.
+	// hosts and arbiters are what every hello lists. Guarded by mu; a
+	// reconfiguration replaces them, never modifies them in place, so a
+	// memberView may keep the slices.
 	hosts, arbiters []string
 
 	closed    chan struct{}
@@ -145,6 +158,8 @@ type Member struct {
 	down  bool
 	// paused is set while replication to the member is paused.
 	paused *replicationPause
+	// removed is set once RemoveMember took the member out of the set.
+	removed bool
 }
 
 // StartReplicaSet starts the members on 127.0.0.1 and closes them when the
@@ -178,7 +193,7 @@ func NewReplicaSet(o ReplicaSetOptions) (*ReplicaSet, error) {
 	if o.ElectionDelay < 0 || o.ElectionDelay > maxElectionDelay {
 		return nil, fmt.Errorf("fakemongo: ElectionDelay %v out of range", o.ElectionDelay)
 	}
-	for _, i := range slices.Concat(o.Arbiters, o.Hidden) {
+	for _, i := range slices.Concat(o.Arbiters, o.Hidden, slices.Collect(maps.Keys(o.MaxWireVersions))) {
 		if i < 0 || i >= o.Members {
 			return nil, fmt.Errorf("fakemongo: member index %d out of range", i)
 		}
@@ -217,7 +232,7 @@ func NewReplicaSet(o ReplicaSetOptions) (*ReplicaSet, error) {
 			}
 			m.tags = b
 		}
-		srv, err := listen("127.0.0.1:0", rs.memberOptions(), m, rs.store)
+		srv, err := listen("127.0.0.1:0", rs.memberOptions(i), m, rs.store)
 		if err != nil {
 			rs.Close()
 			return nil, err
@@ -240,14 +255,17 @@ func NewReplicaSet(o ReplicaSetOptions) (*ReplicaSet, error) {
 	return rs, nil
 }
 
-// memberOptions returns the Options every member life starts with.
-func (rs *ReplicaSet) memberOptions() Options {
+// memberOptions returns the Options every life of member i starts with.
+func (rs *ReplicaSet) memberOptions(i int) Options {
 	o := rs.opts.Base
 	o.Kind = ReplicaSetMember
 	o.SetName = rs.name
 	o.Hosts, o.Primary, o.Secondary = nil, "", false
 	o.TopologyVersion = true
 	o.InMemory = true
+	if v, ok := rs.opts.MaxWireVersions[i]; ok {
+		o.MaxWireVersion = v
+	}
 	if o.MaxWireVersion == 0 {
 		o.MaxWireVersion = DefaultReplicaSetWireVersion
 	}
@@ -309,11 +327,15 @@ func (rs *ReplicaSet) SetVersion() int32 {
 
 // Hosts returns the addresses hello lists in hosts: the members that are
 // neither hidden nor arbiters.
-func (rs *ReplicaSet) Hosts() []string { return slices.Clone(rs.hosts) }
+func (rs *ReplicaSet) Hosts() []string {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return slices.Clone(rs.hosts)
+}
 
 // URI returns a connection string seeding every host with replicaSet.
 func (rs *ReplicaSet) URI() string {
-	return "mongodb://" + strings.Join(rs.hosts, ",") + "/?replicaSet=" + rs.name
+	return "mongodb://" + strings.Join(rs.Hosts(), ",") + "/?replicaSet=" + rs.name
 }
 
 // SeedURI returns a connection string seeding only member i, with
@@ -357,8 +379,8 @@ func (rs *ReplicaSet) StepDown(i int) error {
 
 // Elect makes member i primary in a new term: electionId rises, the
 // previous primary (if another member) steps down as in StepDown, and
-// every member's topologyVersion is bumped. Dead, hidden and arbiter
-// members cannot be elected. setVersion does not change: on a real replica
+// every member's topologyVersion is bumped. Dead, hidden, arbiter and
+// removed members cannot be elected. setVersion does not change: on a real replica
 // set it is the configuration's version, raised by a reconfig (Reconfig),
 // while an election only starts a new term, which electionId carries; SDAM
 // compares the pair, so a stale primary is told apart by electionId alone.
@@ -378,9 +400,9 @@ func (rs *ReplicaSet) electLocked(i int) error {
 		return fmt.Errorf("%w: member %d is an arbiter or hidden", ErrReplicaSetState, i)
 	}
 	rs.mu.Lock()
-	if m.down {
+	if m.down || m.removed {
 		rs.mu.Unlock()
-		return fmt.Errorf("%w: member %d is down", ErrReplicaSetState, i)
+		return fmt.Errorf("%w: member %d is %v", ErrReplicaSetState, i, m.stateLocked())
 	}
 	var old *Server
 	if p := rs.primary; p >= 0 && p != i {
@@ -481,7 +503,7 @@ func (rs *ReplicaSet) Revive(i int) error {
 	var srv *Server
 	var err error
 	for range 40 {
-		if srv, err = listen(m.addr, rs.memberOptions(), m, rs.store); err == nil {
+		if srv, err = listen(m.addr, rs.memberOptions(i), m, rs.store); err == nil {
 			break
 		}
 		time.Sleep(25 * time.Millisecond)
@@ -544,7 +566,7 @@ func (rs *ReplicaSet) Failover() (int, error) {
 	cand := -1
 	for k := 1; k <= len(rs.members) && p < 0; k++ {
 		j := (old + k) % len(rs.members)
-		if m := rs.members[j]; !m.down && !m.arbiter && !m.hidden {
+		if m := rs.members[j]; !m.down && !m.arbiter && !m.hidden && !m.removed {
 			cand = j
 			break
 		}
@@ -622,6 +644,8 @@ func (m *Member) stateLocked() MemberState {
 	switch {
 	case m.down:
 		return StateDown
+	case m.removed:
+		return StateRemoved
 	case m.arbiter:
 		return StateArbiter
 	case m.rs.primary == m.idx:

@@ -110,7 +110,7 @@ func (m *Member) admit(req *Request, class cmdClass) (Reply, admitAction) {
 			return Reply{}, admitHangUp
 		}
 		return Error(codeNotWritablePrimary, "", "not primary", stateChangeLabels(req)...), admitRefuse
-	case state == StateArbiter:
+	case state == StateArbiter || state == StateRemoved:
 		return Error(codeNotPrimaryOrSecondary, "", "node is not in primary or recovering state"), admitRefuse
 	case secondaryOk(req):
 		return Reply{}, admitRun
@@ -237,6 +237,13 @@ func (m *Member) view() *memberView {
 
 // appendHello appends the replica-set fields of a member's hello.
 func (v *memberView) appendHello(dst []byte) []byte {
+	if v.state == StateRemoved {
+		// What mongod answers without a valid configuration: no set name
+		// and no hosts, only isreplicaset (SDAM: an RSGhost).
+		dst = bsoncore.AppendBooleanElement(dst, "secondary", false)
+		dst = bsoncore.AppendBooleanElement(dst, "isreplicaset", true)
+		return bsoncore.AppendStringElement(dst, "info", "Does not have a valid replica set config")
+	}
 	dst = appendStrings(dst, "hosts", v.hosts)
 	if len(v.arbiters) > 0 {
 		dst = appendStrings(dst, "arbiters", v.arbiters)

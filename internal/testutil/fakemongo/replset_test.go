@@ -510,3 +510,22 @@ func TestReplicaSetPausedReplication(t *testing.T) {
 		t.Fatalf("elected member sees %d documents, want 3", n)
 	}
 }
+
+// MaxWireVersions sets one member's maxWireVersion, in every life; the
+// others keep Base's (or the default).
+func TestReplicaSetMemberWireVersions(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{MaxWireVersions: map[int]int32{2: 17}})
+	for i, want := range []int64{DefaultReplicaSetWireVersion, DefaultReplicaSetWireVersion, 17} {
+		wantInt(t, helloOf(t, rs.Member(i)), "maxWireVersion", want)
+	}
+	if err := rs.Kill(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Revive(2); err != nil {
+		t.Fatal(err)
+	}
+	wantInt(t, helloOf(t, rs.Member(2)), "maxWireVersion", 17)
+	if _, err := NewReplicaSet(ReplicaSetOptions{MaxWireVersions: map[int]int32{3: 17}}); err == nil {
+		t.Fatal("a wire version for member 3 of 3 was accepted")
+	}
+}
