@@ -123,4 +123,15 @@ func TestSelectionErrorReplyHidesMembers(t *testing.T) {
 			t.Errorf("the log lacks %q: %s", want, logs.String())
 		}
 	}
+
+	// A route's own upstream (a standalone, a mongos list) is no
+	// discovered member: the client's message names it.
+	err = &topology.SelectionError{Topology: "orders", Err: topology.ErrSelectionTimeout, Type: sdam.TopologyUnknown,
+		Waited: time.Second, Servers: []topology.ServerStatus{
+			{Address: "db1.internal:27017", State: topology.Unknown, Err: errors.New("connection refused")},
+		}}
+	body = s.upstreamError(&Route{Name: "orders"}, err, &req, false)
+	if msg, _ := body.Lookup("errmsg").StringValueOK(); !strings.Contains(msg, "db1.internal:27017") || !strings.Contains(msg, "connection refused") {
+		t.Errorf("a standalone route's message does not name its upstream: %s", msg)
+	}
 }

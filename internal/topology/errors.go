@@ -80,11 +80,18 @@ func (e *SelectionError) Error() string {
 	return b.String()
 }
 
-// ClientMessage is Error without the member list, for a client: mongobouncer
-// is a mongos to its clients, and the members' addresses and errors stay
-// in its own log. It gives the cause, the topology type and how many
-// servers there are in each role.
+// ClientMessage is the message for a client. For a replica set it is
+// Error without the member list: mongobouncer is a mongos to its clients,
+// and the members it discovered, with their addresses and errors, stay in
+// its own log; the message gives the cause, the topology type and how many
+// servers there are in each role. Any other topology's servers are the
+// ones the route's connection string names (a standalone, a mongos list),
+// and naming the one that is down is what the application's log needs, so
+// the message is Error.
 func (e *SelectionError) ClientMessage() string {
+	if e.Type != sdam.ReplicaSetNoPrimary && e.Type != sdam.ReplicaSetWithPrimary {
+		return e.Error()
+	}
 	var b strings.Builder
 	cause := "no server selected"
 	for _, c := range []error{ErrSelectionTimeout, ErrClosed, context.Canceled, context.DeadlineExceeded} {
