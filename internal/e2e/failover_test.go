@@ -143,16 +143,7 @@ func failoverUnderLoad(t *testing.T, how failoverScenario) {
 	})
 
 	var ev driverEvents
-	c, err := mongo.Connect(ev.options(options.Client().ApplyURI(
-		"mongodb://" + addr + "/?serverSelectionTimeoutMS=10000&connectTimeoutMS=5000")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.Disconnect(ctx)
-	})
+	c := driverWith(t, addr, "", func(o *options.ClientOptions) { ev.options(o) })
 	coll := c.Database("db").Collection("c")
 	if err := c.Ping(ctxT(t, 10*time.Second), nil); err != nil {
 		t.Fatal(err)

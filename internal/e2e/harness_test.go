@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"runtime/pprof"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongobouncer/mongobouncer/internal/app"
 	"github.com/mongobouncer/mongobouncer/internal/config"
@@ -62,17 +60,7 @@ func newBouncer(t testing.TB, upstreamURI string, tweak func(*config.Config), le
 // driver connects the Go driver to addr as to a mongos.
 func driver(t testing.TB, addr string, extra string) *mongo.Client {
 	t.Helper()
-	uri := fmt.Sprintf("mongodb://%s/?serverSelectionTimeoutMS=10000&connectTimeoutMS=5000%s", addr, extra)
-	c, err := mongo.Connect(options.Client().ApplyURI(uri))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.Disconnect(ctx)
-	})
-	return c
+	return driverWith(t, addr, extra, nil)
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
