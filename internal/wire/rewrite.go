@@ -29,5 +29,11 @@ func AppendToMsgBody(dst, msg, elem []byte) ([]byte, error) {
 	body = append(body, elem...)
 	body = append(body, 0)
 	le.PutUint32(body, uint32(len(body)))
+	// ReadElement checks only the element's frame, not its value (a
+	// string without its NUL passes): the body is validated as a whole,
+	// as the receiving end will.
+	if reason := validateDoc(body, 0); reason != "" {
+		return dst, protoErr(op, ErrInvalidBSON, "the element to add: "+reason)
+	}
 	return AppendMsg(dst, h.RequestID, h.ResponseTo, m.Flags, body, m.Sequences...), nil
 }

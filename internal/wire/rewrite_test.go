@@ -41,6 +41,11 @@ func TestAppendToMsgBody(t *testing.T) {
 	if _, err := AppendToMsgBody(nil, msg, []byte{1, 2, 3}); !errors.Is(err, ErrInvalidBSON) {
 		t.Errorf("bad element: %v", err)
 	}
+	// Framed as an element, but a string without its NUL: found by
+	// FuzzAppendToMsgBody (testdata/fuzz/FuzzAppendToMsgBody/regression-element-string-without-nul).
+	if _, err := AppendToMsgBody(nil, msg, []byte("\x02\x00\x02\x00\x00\x0000")); !errors.Is(err, ErrInvalidBSON) {
+		t.Errorf("element with an invalid value: %v", err)
+	}
 	if _, err := AppendToMsgBody(nil, msg[:len(msg)-1], elem); err == nil {
 		t.Errorf("truncated message accepted")
 	}
