@@ -11,15 +11,6 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
-func legacyDoc(t testing.TB, d bson.D) bsoncore.Document {
-	t.Helper()
-	b, err := bson.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestLegacyCommandReadPreference checks the translation of OP_QUERY
 // commands against server-selection.md's rules for OP_QUERY to a mongos:
 // the $readPreference modifier wins; without it SecondaryOk means
@@ -48,7 +39,7 @@ func TestLegacyCommandReadPreference(t *testing.T) {
 			query: bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "other"}}, want: bson.D{{Key: "ping", Value: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := wire.AppendQuery(nil, 42, tc.flags, "db.$cmd", 0, -1, legacyDoc(t, tc.query))
+			q := wire.AppendQuery(nil, 42, tc.flags, "db.$cmd", 0, -1, mustDoc(t, tc.query))
 			pq, err := wire.ParseQuery(q)
 			if err != nil {
 				t.Fatal(err)
@@ -69,8 +60,8 @@ func TestLegacyCommandReadPreference(t *testing.T) {
 			if tc.wantRP != nil {
 				want = append(want, bson.E{Key: "$readPreference", Value: tc.wantRP})
 			}
-			if !bytes.Equal(msg.Body, legacyDoc(t, want)) {
-				t.Fatalf("body %v, want %v", msg.Body, bsoncore.Document(legacyDoc(t, want)))
+			if !bytes.Equal(msg.Body, mustDoc(t, want)) {
+				t.Fatalf("body %v, want %v", msg.Body, bsoncore.Document(mustDoc(t, want)))
 			}
 			// The translated command reads as the OP_MSG one would.
 			var r request
@@ -83,16 +74,16 @@ func TestLegacyCommandReadPreference(t *testing.T) {
 }
 
 func TestLegacyCommandRefusals(t *testing.T) {
-	ping := legacyDoc(t, bson.D{{Key: "ping", Value: 1}})
+	ping := mustDoc(t, bson.D{{Key: "ping", Value: 1}})
 	q, _ := wire.ParseQuery(wire.AppendQuery(nil, 1, queryExhaust, "db.$cmd", 0, -1, ping))
 	if _, err := legacyCommand(nil, q, "db"); !errors.Is(err, errLegacyExhaust) {
 		t.Fatalf("exhaust flag: %v, want errLegacyExhaust", err)
 	}
-	q, _ = wire.ParseQuery(wire.AppendQuery(nil, 1, 0, "db.$cmd", 0, -1, legacyDoc(t, bson.D{{Key: "$query", Value: 1}})))
+	q, _ = wire.ParseQuery(wire.AppendQuery(nil, 1, 0, "db.$cmd", 0, -1, mustDoc(t, bson.D{{Key: "$query", Value: 1}})))
 	if _, err := legacyCommand(nil, q, "db"); err == nil {
 		t.Fatal("a $query that is not a document was accepted")
 	}
-	q, _ = wire.ParseQuery(wire.AppendQuery(nil, 1, 0, "db.$cmd", 0, -1, legacyDoc(t, bson.D{})))
+	q, _ = wire.ParseQuery(wire.AppendQuery(nil, 1, 0, "db.$cmd", 0, -1, mustDoc(t, bson.D{})))
 	if _, err := legacyCommand(nil, q, "db"); err == nil {
 		t.Fatal("an empty command was accepted")
 	}
@@ -104,7 +95,7 @@ func TestLegacyCommandRefusals(t *testing.T) {
 }
 
 func TestLegacyReply(t *testing.T) {
-	body := legacyDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "errmsg", Value: "no"}, {Key: "code", Value: int32(13)}})
+	body := mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "errmsg", Value: "no"}, {Key: "code", Value: int32(13)}})
 	r := legacyReply(nil, wire.AppendMsg(nil, 9, 42, 0, body))
 	h, _ := wire.ParseHeader(r)
 	rep, err := wire.ParseReply(r)
