@@ -393,9 +393,17 @@ func (c *client) loopReplied(th loopThread, f wire.Framed) {
 		c.loopFail(th, err)
 		return
 	}
-	c.lc.up.owner.Store(nil)
-	c.lc.up = nil
+	lc := &c.lc
+	lc.up.owner.Store(nil)
+	lc.up = nil
 	x.release()
+	if d := c.drv(); d != nil && d.sendReply(th, c, f.Msg) {
+		// The reply and the next receive are the driver's.
+		x.bytesOut += len(f.Msg)
+		c.loopAccount()
+		lc.state = lsIdle
+		return
+	}
 	if !c.loopWrite(f.Msg) {
 		return
 	}

@@ -245,6 +245,9 @@ func (d *epollDriver) sendClient(c *client, b []byte) (int, error) {
 	return writeFd(c.lc.sock.fd(), b)
 }
 
+// sendReply: epoll has no way to send and wait in one call.
+func (d *epollDriver) sendReply(loopThread, *client, []byte) bool { return false }
+
 // sendRequest: epoll has no way to send and wait in one call.
 func (d *epollDriver) sendRequest(loopThread, *client, []byte) bool { return false }
 

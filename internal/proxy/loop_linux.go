@@ -66,6 +66,12 @@ type loopDriver interface {
 	// would, when the driver can on thread th; it returns false, having
 	// done nothing, when it cannot. It holds ownMu, state lsUpstream.
 	sendRequest(th loopThread, c *client, b []byte) bool
+	// sendReply sends the reply msg to the client and waits for its next
+	// request in one go, as sendClient then recvClient would, when the
+	// driver can on thread th and the client has nothing else in rbuf; it
+	// returns false, having done nothing, when it cannot. It holds ownMu,
+	// state lsUpstream, the connection released.
+	sendReply(th loopThread, c *client, msg []byte) bool
 	// closeClient releases the client's socket: at once, or when a
 	// receive in flight on it has ended. It holds ownMu.
 	closeClient(c *client)

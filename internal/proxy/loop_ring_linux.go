@@ -11,10 +11,14 @@ package proxy
 // sent, or cancels it when the send fails; one completion (the receive's,
 // or the failed send's) ends the wait. That spares a write call per
 // request, and the preemption that often follows it when the write wakes
-// the upstream: the thread sends and sleeps in one io_uring_enter. Replies
-// to clients, and requests sent off the loop threads, stay plain
-// non-blocking write calls, so everything that follows such a write (a
-// partial write handed to a goroutine) is as with epoll.
+// the upstream: the thread sends and sleeps in one io_uring_enter. A reply
+// goes to its client the same way, linked to the receive of the client's
+// next request, when it fits the client's rbuf and the client has nothing
+// else to serve (sendReply): the common request-reply round costs the
+// thread no write call at all. Larger replies, replies to pipelining
+// clients and requests sent off the loop threads stay plain non-blocking
+// write calls, so everything that follows such a write (a partial write
+// handed to a goroutine) is as with epoll.
 //
 // A ring takes submissions from the thread that made it only, so each loop
 // thread is locked to its OS thread. A client's receives go on the ring of
@@ -60,6 +64,7 @@ type armKind uint8
 const (
 	armClient armKind = iota // the client's next request
 	armReply                 // the reply to the request out on the client's upstream connection
+	armClose                 // shut the closed client's socket down, ending its receive in flight
 )
 
 // Completion kinds, in the low byte of an operation's user data.
@@ -69,7 +74,8 @@ const (
 	opEvent
 	opClient
 	opUpstream
-	opSend // a request's failed send, whose linked receive of the reply was cancelled (uring.Ring.SendThenRecv)
+	opSend  // a request's failed send, whose linked receive of the reply was cancelled (uring.Ring.SendThenRecv)
+	opReply // a reply's failed send, whose linked receive of the client's next request was cancelled
 )
 
 // ringDriver is the loop on io_uring.
@@ -126,12 +132,14 @@ type armItem struct {
 // happens only in lsIdle; a client closed meanwhile keeps its descriptor
 // until that receive completes. home is the thread its receives go on,
 // which placeRecv may change; left is set once the client no longer
-// counts among its home's clients.
+// counts among its home's clients. placed is a placement sendReply made
+// but could not use, for recvClient to follow rather than decide again.
 type ringClient struct {
-	fdn   int
-	home  *ringThread
-	armed bool
-	left  bool
+	fdn    int
+	home   *ringThread
+	placed *ringThread
+	armed  bool
+	left   bool
 }
 
 func (r *ringClient) fd() int  { return r.fdn }
@@ -230,6 +238,13 @@ func (th *ringThread) arm(it armItem) {
 		c.loopServe(th)
 	case it.kind == armReply && lc.state == lsUpstream && lc.up != nil:
 		th.d.recvReply(th, c)
+	case it.kind == armClose && lc.state == lsClosed:
+		if rc := lc.sock.(*ringClient); rc.armed && rc.fdn >= 0 {
+			// A reply prepared on this ring (sendReply) is submitted
+			// first: the shutdown is for the receive after it.
+			_ = th.ring.Enter(0)
+			_ = syscall.Shutdown(rc.fdn, syscall.SHUT_RDWR)
+		}
 	}
 	lc.ownMu.Unlock()
 }
@@ -329,6 +344,13 @@ func (th *ringThread) complete(ud uint64, res int32) {
 		th.replyDone(th.take(ud).(*ringUp), res)
 	case opSend:
 		th.sendFailed(th.take(ud).(*ringUp), res)
+	case opReply:
+		// A failed or short send of a reply: the client's stream is cut,
+		// and the receive linked to it was cancelled.
+		if res >= 0 {
+			res = -int32(syscall.EPIPE)
+		}
+		th.clientDone(th.take(ud).(*client), res)
 	}
 	l.runReady(th)
 }
@@ -336,6 +358,9 @@ func (th *ringThread) complete(ud uint64, res int32) {
 // teardown releases the ring, which cancels the receives in flight, then
 // closes the descriptors whose close waited for one of them.
 func (th *ringThread) teardown() {
+	// Replies prepared since the last Enter go out before the ring, and
+	// the receives linked to them, are dropped.
+	_ = th.ring.Enter(0)
 	th.ring.Close()
 	_ = syscall.Close(th.ev)
 	for i, obj := range th.ops {
@@ -460,7 +485,12 @@ func (d *ringDriver) recvClient(th loopThread, c *client) {
 		rc.home.post(c, armClient)
 		return
 	}
-	if to := d.placeRecv(t, rc); to != t {
+	to := rc.placed
+	rc.placed = nil
+	if to != rc.home || to == t {
+		to = d.placeRecv(t, rc)
+	}
+	if to != t {
 		to.post(c, armClient)
 		return
 	}
@@ -521,6 +551,35 @@ func (d *ringDriver) sendRequest(th loopThread, c *client, b []byte) bool {
 	return true
 }
 
+// sendReply prepares, on th's ring, the send of the reply msg linked to the
+// receive of the client's next request. msg is copied to the front of
+// rbuf, which the receive fills only once the send is whole; a failed or
+// short send cancels the receive, and its own completion closes the
+// client. So the reply costs no write call and no completion, and the
+// client no memory beyond rbuf while it idles. A send the socket cannot
+// take at once waits in the kernel, not on the thread. Only for a reply
+// that fits rbuf, to a client with nothing in rbuf, whose next receive
+// stays on this thread. Its request ends now; a drain that closes the
+// client before the thread's next Enter has submitted the send does not
+// cut it short, since closeClient leaves the shutdown to this thread.
+func (d *ringDriver) sendReply(th loopThread, c *client, msg []byte) bool {
+	t, _ := th.(*ringThread)
+	rc := c.lc.sock.(*ringClient)
+	if t == nil || c.rlo != c.rhi || len(msg) > len(c.rbuf) || rc.armed || rc.fdn < 0 {
+		return false
+	}
+	if to := d.placeRecv(t, rc); to != t {
+		rc.placed = to
+		return false
+	}
+	c.rlo, c.rhi = 0, 0
+	n := copy(c.rbuf[:], msg)
+	rc.armed = true
+	recv := t.slot(c, opClient)
+	t.ring.SendThenRecv(rc.fdn, c.rbuf[:n], recv&^0xff|opReply, c.rbuf[:], recv)
+	return true
+}
+
 func (d *ringDriver) sendClient(c *client, b []byte) (int, error) {
 	return writeFd(c.lc.sock.fd(), b)
 }
@@ -542,7 +601,10 @@ func (d *ringDriver) closeClient(c *client) {
 		return
 	}
 	if rc.armed {
-		_ = syscall.Shutdown(rc.fdn, syscall.SHUT_RDWR)
+		// The receive is on the home thread's ring, maybe behind a reply
+		// prepared there and not yet submitted (sendReply): that thread
+		// shuts the socket down once the reply is out (armClose).
+		rc.home.post(c, armClose)
 		return
 	}
 	_ = syscall.Close(rc.fdn)

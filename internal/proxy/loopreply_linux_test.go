@@ -1,0 +1,173 @@
+package proxy
+
+import (
+	"net"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// Small replies to a client that has nothing else to serve: on io_uring
+// they go out on the ring, linked to the receive of the client's next
+// request (ringDriver.sendReply); on epoll they are written at once.
+
+// paddedReply is a ping reply that fits a client's rbuf, with its request's ID
+// in it so that order can be checked.
+func paddedReply(req *fakemongo.Request) fakemongo.Reply {
+	n, _ := req.Body.Lookup("n").AsInt64OK()
+	return fakemongo.OK(bson.E{Key: "n", Value: n}, bson.E{Key: "pad", Value: strings.Repeat("p", 300)})
+}
+
+// fillNonReader sends requests from a client that reads no reply, one at a
+// time, each once the upstream has seen the one before, until the proxy
+// stops taking them: their replies fill the client's socket, and the
+// proxy's last send waits for room. It returns how many were sent.
+func fillNonReader(t *testing.T, cl *affConn, seen *atomic.Int64) int {
+	t.Helper()
+	for i := 1; i <= 5000; i++ {
+		msg := wire.AppendMsg(nil, int32(i), 0, 0, mustDoc(t, bson.D{{Key: "ping", Value: 1}, {Key: "n", Value: int64(i)}, {Key: "$db", Value: "test"}}))
+		if _, err := cl.c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(300 * time.Millisecond)
+		for seen.Load() < int64(i) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		if seen.Load() < int64(i) {
+			return i
+		}
+	}
+	t.Fatal("5,000 replies never filled the client's socket")
+	return 0
+}
+
+// A client that sends requests and reads no reply: the replies wait (in
+// the kernel on io_uring, the client still the loop's; on a goroutine on
+// epoll), the loop serves other clients meanwhile, and once the client
+// reads it gets every reply, whole and in order, and is served on.
+func TestLoopSmallRepliesToANonReader(t *testing.T) {
+	eachDriver(t, func(t *testing.T, io string) {
+		var seen atomic.Int64
+		r := newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
+			if n, ok := req.Body.Lookup("n").AsInt64OK(); ok {
+				seen.Store(n)
+			}
+			return paddedReply(req)
+		})
+		cl := r.client(4096)
+		c := r.only()
+		r.waitState(c, lsIdle)
+		sent := fillNonReader(t, cl, &seen)
+		want := lsIdle
+		if io == LoopIOEpoll {
+			want = lsGoroutine
+		}
+		c.lc.ownMu.Lock()
+		st := c.lc.state
+		c.lc.ownMu.Unlock()
+		if st != want {
+			t.Fatalf("client state %v with its replies waiting, want %v", st, want)
+		}
+
+		other := r.client(0)
+		affOK(t, other.cmd(ping()))
+
+		_ = cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+		for i := 1; i <= sent; i++ {
+			rep, err := wire.ReadMessage(cl.c, nil, wire.DefaultMaxMessageSize)
+			if err != nil {
+				t.Fatalf("reply %d of %d: %v", i, sent, err)
+			}
+			m, err := wire.ParseMsg(rep)
+			if err != nil {
+				t.Fatalf("reply %d: %v", i, err)
+			}
+			n, _ := bson.Raw(m.Body).Lookup("n").AsInt64OK()
+			if m.Header.ResponseTo != int32(i) || n != int64(i) {
+				t.Fatalf("reply %d is to request %d (n %d)", i, m.Header.ResponseTo, n)
+			}
+		}
+		cl.id = int32(sent)
+		affOK(t, cl.cmd(ping()))
+		r.waitState(c, lsIdle)
+	})
+}
+
+// A client is disconnected (by Close, or the idle sweeper) while a reply
+// waits for room in its socket: its connection is closed at once, with the
+// loop still running, and the loop serves others.
+func TestLoopDisconnectWithAReplyWaiting(t *testing.T) {
+	eachDriver(t, func(t *testing.T, io string) {
+		var seen atomic.Int64
+		r := newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
+			if n, ok := req.Body.Lookup("n").AsInt64OK(); ok {
+				seen.Store(n)
+			}
+			return paddedReply(req)
+		})
+		cl := r.client(4096)
+		c := r.only()
+		fillNonReader(t, cl, &seen)
+		c.disconnect()
+		wait.Until(t, "client gone", 10*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })
+		// Closed without the client reading: its end hears the hang-up
+		// with the replies still unread.
+		wait.Until(t, "the client's connection closed", 10*time.Second, time.Millisecond, func() bool { return hungUp(t, cl.c) })
+		affOK(t, r.client(0).cmd(ping()))
+	})
+}
+
+// hungUp reports whether nc's peer has closed or shut down its end
+// (POLLRDHUP), whatever nc has left to read.
+func hungUp(t *testing.T, nc net.Conn) bool {
+	t.Helper()
+	rc, err := nc.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pollHUP, pollRDHUP = 0x10, 0x2000
+	var pfd struct {
+		fd              int32
+		events, revents int16
+	}
+	if err := rc.Control(func(fd uintptr) {
+		pfd.fd, pfd.events = int32(fd), pollRDHUP
+		_, _, _ = syscall.Syscall(syscall.SYS_POLL, uintptr(unsafe.Pointer(&pfd)), 1, 0)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return pfd.revents&(pollRDHUP|pollHUP) != 0
+}
+
+// A reply's send fails (the proxy's side of the client socket shut down
+// for writing): the client is closed, and the loop serves others.
+func TestLoopReplySendFails(t *testing.T) {
+	eachDriver(t, func(t *testing.T, io string) {
+		r := newLoopRig(t, io, 2, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		cl := r.client(0)
+		c := r.only()
+		affOK(t, cl.cmd(ping()))
+		r.waitState(c, lsIdle)
+		c.lc.ownMu.Lock()
+		err := syscall.Shutdown(c.lc.sock.fd(), syscall.SHUT_WR)
+		c.lc.ownMu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := wire.AppendMsg(nil, 7, 0, 0, mustDoc(t, ping()))
+		if _, err := cl.c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		wait.Until(t, "client closed", 10*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })
+		affOK(t, r.client(0).cmd(ping()))
+	})
+}
