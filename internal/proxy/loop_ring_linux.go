@@ -559,13 +559,16 @@ func (d *ringDriver) sendRequest(th loopThread, c *client, b []byte) bool {
 // client no memory beyond rbuf while it idles. A send the socket cannot
 // take at once waits in the kernel, not on the thread. Only for a reply
 // that fits rbuf, to a client with nothing in rbuf, whose next receive
-// stays on this thread. Its request ends now; a drain that closes the
-// client before the thread's next Enter has submitted the send does not
-// cut it short, since closeClient leaves the shutdown to this thread.
+// stays on this thread, and not once the server drains: the request ends
+// here, without knowing when the kernel has sent the reply, and a drain
+// waits for the reply's write to end (the write path and its goroutine do
+// that). A client closed before the thread's next Enter has submitted the
+// send does not have it cut short: closeClient leaves the shutdown to this
+// thread.
 func (d *ringDriver) sendReply(th loopThread, c *client, msg []byte) bool {
 	t, _ := th.(*ringThread)
 	rc := c.lc.sock.(*ringClient)
-	if t == nil || c.rlo != c.rhi || len(msg) > len(c.rbuf) || rc.armed || rc.fdn < 0 {
+	if t == nil || c.rlo != c.rhi || len(msg) > len(c.rbuf) || rc.armed || rc.fdn < 0 || c.s.draining.Load() {
 		return false
 	}
 	if to := d.placeRecv(t, rc); to != t {

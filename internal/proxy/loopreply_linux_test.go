@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"context"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -169,5 +171,71 @@ func TestLoopReplySendFails(t *testing.T) {
 		}
 		wait.Until(t, "client closed", 10*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })
 		affOK(t, r.client(0).cmd(ping()))
+	})
+}
+
+// A drain waits for a small reply that the client's socket cannot take,
+// as for a large one: from the start of a drain, replies take the write
+// path, whose request ends only once the reply is written. The request is
+// in flight as the drain begins, and the socket is filled meanwhile.
+func TestLoopDrainWaitsForASmallReply(t *testing.T) {
+	eachDriver(t, func(t *testing.T, model string) {
+		arrived := make(chan struct{}, 1)
+		release := make(chan struct{})
+		r := newLoopRig(t, model, 1, func(req *fakemongo.Request) fakemongo.Reply {
+			arrived <- struct{}{}
+			<-release
+			return fakemongo.OK()
+		})
+		cl := r.client(4096)
+		c := r.only()
+		r.waitState(c, lsIdle)
+		msg := wire.AppendMsg(nil, 9, 0, 0, mustDoc(t, ping()))
+		if _, err := cl.c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		<-arrived
+		r.waitState(c, lsUpstream)
+		drained := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			drained <- r.s.Shutdown(ctx)
+		}()
+		wait.Until(t, "draining", 5*time.Second, time.Millisecond, r.s.Draining)
+		// Fill the client's socket from the proxy's side.
+		junk := make([]byte, 1024)
+		filled := 0
+		c.lc.ownMu.Lock()
+		fd := c.lc.sock.fd()
+		for {
+			n, err := syscall.Write(fd, junk)
+			if err != nil {
+				break
+			}
+			filled += n
+		}
+		c.lc.ownMu.Unlock()
+		close(release)
+		r.waitState(c, lsGoroutine)
+		select {
+		case err := <-drained:
+			t.Fatalf("the drain ended (%v) with a reply unwritten", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		_ = cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(cl.c, make([]byte, filled)); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := wire.ReadMessage(cl.c, nil, wire.DefaultMaxMessageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := wire.ParseMsg(rep); err != nil || m.Header.ResponseTo != 9 {
+			t.Fatalf("reply %v (%v), want the reply to 9", rep, err)
+		}
+		if err := <-drained; err != nil {
+			t.Fatalf("drain: %v", err)
+		}
 	})
 }
