@@ -52,23 +52,31 @@ func fillNonReader(t *testing.T, cl *affConn, seen *atomic.Int64) int {
 	return 0
 }
 
+// nonReader starts a loop rig whose upstream answers padded replies, and a
+// client with a small socket buffer that has sent requests without
+// reading until the proxy stopped taking them (fillNonReader).
+func nonReader(t *testing.T, io string) (r *loopRig, cl *affConn, c *client, sent int) {
+	t.Helper()
+	var seen atomic.Int64
+	r = newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
+		if n, ok := req.Body.Lookup("n").AsInt64OK(); ok {
+			seen.Store(n)
+		}
+		return paddedReply(req)
+	})
+	cl = r.client(4096)
+	c = r.only()
+	r.waitState(c, lsIdle)
+	return r, cl, c, fillNonReader(t, cl, &seen)
+}
+
 // A client that sends requests and reads no reply: the replies wait (in
 // the kernel on io_uring, the client still the loop's; on a goroutine on
 // epoll), the loop serves other clients meanwhile, and once the client
 // reads it gets every reply, whole and in order, and is served on.
 func TestLoopSmallRepliesToANonReader(t *testing.T) {
 	eachDriver(t, func(t *testing.T, io string) {
-		var seen atomic.Int64
-		r := newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
-			if n, ok := req.Body.Lookup("n").AsInt64OK(); ok {
-				seen.Store(n)
-			}
-			return paddedReply(req)
-		})
-		cl := r.client(4096)
-		c := r.only()
-		r.waitState(c, lsIdle)
-		sent := fillNonReader(t, cl, &seen)
+		r, cl, c, sent := nonReader(t, io)
 		want := lsIdle
 		if io == LoopIOEpoll {
 			want = lsGoroutine
@@ -109,16 +117,7 @@ func TestLoopSmallRepliesToANonReader(t *testing.T) {
 // loop still running, and the loop serves others.
 func TestLoopDisconnectWithAReplyWaiting(t *testing.T) {
 	eachDriver(t, func(t *testing.T, io string) {
-		var seen atomic.Int64
-		r := newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
-			if n, ok := req.Body.Lookup("n").AsInt64OK(); ok {
-				seen.Store(n)
-			}
-			return paddedReply(req)
-		})
-		cl := r.client(4096)
-		c := r.only()
-		fillNonReader(t, cl, &seen)
+		r, cl, c, _ := nonReader(t, io)
 		c.disconnect()
 		wait.Until(t, "client gone", 10*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })
 		// Closed without the client reading: its end hears the hang-up
@@ -180,22 +179,7 @@ func TestLoopReplySendFails(t *testing.T) {
 // in flight as the drain begins, and the socket is filled meanwhile.
 func TestLoopDrainWaitsForASmallReply(t *testing.T) {
 	eachDriver(t, func(t *testing.T, model string) {
-		arrived := make(chan struct{}, 1)
-		release := make(chan struct{})
-		r := newLoopRig(t, model, 1, func(req *fakemongo.Request) fakemongo.Reply {
-			arrived <- struct{}{}
-			<-release
-			return fakemongo.OK()
-		})
-		cl := r.client(4096)
-		c := r.only()
-		r.waitState(c, lsIdle)
-		msg := wire.AppendMsg(nil, 9, 0, 0, mustDoc(t, ping()))
-		if _, err := cl.c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		<-arrived
-		r.waitState(c, lsUpstream)
+		r, cl, c, release := heldRequest(t, model, 4096)
 		drained := make(chan error, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -238,4 +222,28 @@ func TestLoopDrainWaitsForASmallReply(t *testing.T) {
 			t.Fatalf("drain: %v", err)
 		}
 	})
+}
+
+// heldRequest starts a loop rig with a pool of one whose upstream holds
+// each ping until release is closed, and a client (sndbuf as in
+// loopRig.client) whose request 9 is out on the connection.
+func heldRequest(t *testing.T, io string, sndbuf int) (r *loopRig, cl *affConn, c *client, release chan struct{}) {
+	t.Helper()
+	arrived := make(chan struct{}, 1)
+	release = make(chan struct{})
+	r = newLoopRig(t, io, 1, func(req *fakemongo.Request) fakemongo.Reply {
+		arrived <- struct{}{}
+		<-release
+		return fakemongo.OK()
+	})
+	cl = r.client(sndbuf)
+	c = r.only()
+	r.waitState(c, lsIdle)
+	msg := wire.AppendMsg(nil, 9, 0, 0, mustDoc(t, ping()))
+	if _, err := cl.c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	<-arrived
+	r.waitState(c, lsUpstream)
+	return r, cl, c, release
 }

@@ -429,22 +429,7 @@ func TestLoopUpstreamClosedWhileArmed(t *testing.T) {
 // finds it gone, and its connection goes back to the pool.
 func TestLoopClientGoneMidReply(t *testing.T) {
 	eachDriver(t, func(t *testing.T, io string) {
-		arrived := make(chan struct{}, 1)
-		release := make(chan struct{})
-		r := newLoopRig(t, io, 1, func(req *fakemongo.Request) fakemongo.Reply {
-			arrived <- struct{}{}
-			<-release
-			return fakemongo.OK()
-		})
-		cl := r.client(0)
-		c := r.only()
-		r.waitState(c, lsIdle)
-		msg := wire.AppendMsg(nil, 9, 0, 0, mustDoc(t, ping()))
-		if _, err := cl.c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		<-arrived
-		r.waitState(c, lsUpstream)
+		r, cl, _, release := heldRequest(t, io, 0)
 		cl.c.Close()
 		close(release)
 		wait.Until(t, "client finished, connection back", 10*time.Second, time.Millisecond, func() bool {
