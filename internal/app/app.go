@@ -212,6 +212,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		EventLoop:         g.EventLoop,
 		LoopThreads:       g.EventLoopThreads,
 		LoopIO:            loopIO(g.EventLoopIO),
+		LoopSpin:          g.EventLoopSpin,
 		Logger:            logger,
 		Observer:          a.metrics,
 		Admin:             a.admin,

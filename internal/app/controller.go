@@ -213,6 +213,7 @@ func (a *App) Config() map[string]any {
 		"event_loop":               g.EventLoop,
 		"event_loop_threads":       g.EventLoopThreads,
 		"event_loop_io":            string(g.EventLoopIO),
+		"event_loop_spin":          g.EventLoopSpin.String(),
 		"auth_type":                string(g.AuthType),
 		"auth_file":                cfg.AuthFilePath(),
 		"auth_user":                g.AuthUser,

@@ -211,6 +211,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	keepRunning(a.log, "event_loop", &cfg.Global.EventLoop, run.EventLoop)
 	keepRunning(a.log, "event_loop_threads", &cfg.Global.EventLoopThreads, run.EventLoopThreads)
 	keepRunning(a.log, "event_loop_io", &cfg.Global.EventLoopIO, run.EventLoopIO)
+	keepRunning(a.log, "event_loop_spin", &cfg.Global.EventLoopSpin, run.EventLoopSpin)
 	keepRunning(a.log, "admin_listen", &cfg.Global.AdminListen, run.AdminListen)
 	keepRunning(a.log, "auth_type", &cfg.Global.AuthType, run.AuthType)
 	if a.auth != nil {

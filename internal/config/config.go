@@ -67,6 +67,10 @@ const MinHeartbeatInterval = 500 * time.Millisecond
 // epoll set and its own P, so more threads than CPUs only add switching.
 const MaxEventLoopThreads = 256
 
+// MaxEventLoopSpin bounds event_loop_spin: a spin longer than an upstream
+// round trip on one host buys nothing and burns a core.
+const MaxEventLoopSpin = time.Millisecond
+
 // MaxAppNameBytes is the longest app_name accepted: the handshake spec caps
 // client.application.name at 128 bytes and servers reject longer names.
 const MaxAppNameBytes = 128
@@ -298,6 +302,11 @@ type Global struct {
 	// (event_loop_io): io_uring where available (auto, the default and
 	// the zero value), epoll, or io_uring required.
 	EventLoopIO EventLoopIO
+	// EventLoopSpin bounds how long an io_uring loop thread waits awake,
+	// polling its ring, for the reply to its one request in flight, and
+	// the average reply delay under which it does (event_loop_spin); 0
+	// never spins.
+	EventLoopSpin time.Duration
 	// ShutdownTimeout bounds how long shutdown waits for in-flight
 	// commands before closing connections; 0 closes them at once.
 	ShutdownTimeout time.Duration
@@ -418,6 +427,7 @@ func Default() Config {
 		UpstreamCommandTimeout: 5 * time.Second,
 		EventLoop:              true,
 		EventLoopIO:            EventLoopIOAuto,
+		EventLoopSpin:          150 * time.Microsecond,
 		AuthType:               AuthNone,
 		TLSMode:                TLSModeDisable,
 		TLSHandshakeTimeout:    10 * time.Second,

@@ -23,7 +23,7 @@ func TestDefault(t *testing.T) {
 		Listen: "127.0.0.1:27017", AdminListen: "", MaxClientConn: 10000,
 		LogLevel: LogLevelInfo, LogFormat: LogFormatText, ShutdownTimeout: 30 * time.Second,
 		UpstreamCommandTimeout: 5 * time.Second,
-		EventLoop:              true, EventLoopIO: EventLoopIOAuto, AuthType: AuthNone,
+		EventLoop:              true, EventLoopIO: EventLoopIOAuto, EventLoopSpin: 150 * time.Microsecond, AuthType: AuthNone,
 		TLSMode: TLSModeDisable, TLSHandshakeTimeout: 10 * time.Second,
 		UserPoolIdleTimeout: 10 * time.Minute,
 		Pool: Pool{

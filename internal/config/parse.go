@@ -61,6 +61,7 @@ type rawGlobal struct {
 	EventLoop              any `toml:"event_loop"`
 	EventLoopThreads       any `toml:"event_loop_threads"`
 	EventLoopIO            any `toml:"event_loop_io"`
+	EventLoopSpin          any `toml:"event_loop_spin"`
 	AuthType               any `toml:"auth_type"`
 	AuthFile               any `toml:"auth_file"`
 	AuthUser               any `toml:"auth_user"`
@@ -96,7 +97,7 @@ var (
 		"read_preference", "read_preference_tags", "max_staleness", "local_threshold",
 		"max_user_connections",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io",
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
 		"auth_type", "auth_file", "auth_user", "admin_users",
 		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout"}
 	globalKeys   = append(slices.Clone(globalOnlyKeys), poolKeys...)
@@ -434,6 +435,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	if d.str(at("event_loop_io"), r.EventLoopIO, &s) {
 		g.EventLoopIO = EventLoopIO(s)
 	}
+	d.duration(at("event_loop_spin"), r.EventLoopSpin, &g.EventLoopSpin)
 	if d.str(at("auth_type"), r.AuthType, &s) {
 		g.AuthType = AuthType(s)
 	}

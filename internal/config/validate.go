@@ -101,6 +101,9 @@ func (v *validator) global() {
 	if !g.EventLoopIO.Valid() {
 		v.add(at("event_loop_io"), ErrInvalidValue, enumMsg("event_loop_io", string(g.EventLoopIO), "auto", "epoll", "io_uring"))
 	}
+	if g.EventLoopSpin < 0 || g.EventLoopSpin > MaxEventLoopSpin {
+		v.add(at("event_loop_spin"), ErrInvalidValue, fmt.Sprintf("event_loop_spin = %s: must be 0 (never spin) to %s", quote(g.EventLoopSpin.String()), MaxEventLoopSpin))
+	}
 	if g.MaxClientConn < 0 {
 		v.add(at("max_client_conn"), ErrInvalidValue, fmt.Sprintf("max_client_conn = %d: must be 0 (no limit) or more", g.MaxClientConn))
 	}

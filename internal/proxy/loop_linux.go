@@ -284,9 +284,9 @@ func (s *Server) startLoops() (*loops, error) {
 	var err error
 	switch {
 	case s.opts.LoopIO == LoopIOUring:
-		l, err = startRing(n)
+		l, err = startRing(n, s.opts.LoopSpin)
 	case s.opts.LoopIO != LoopIOEpoll && uring.Supported():
-		if l, err = startRing(n); err != nil {
+		if l, err = startRing(n, s.opts.LoopSpin); err != nil {
 			s.log.Warn("io_uring unavailable; the event loop uses epoll", "error", err)
 		}
 		if l == nil {

@@ -49,6 +49,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/sysconn"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
@@ -82,6 +83,10 @@ const (
 type ringDriver struct {
 	l       *loops
 	threads []*ringThread
+	// spinMax is Options.LoopSpin (loop_spin_linux.go); spins counts the
+	// replies a spin caught.
+	spinMax time.Duration
+	spins   atomic.Uint64
 	// all is closed once threads is complete (or the start failed): the
 	// threads read it from then on (placement looks at each other).
 	all chan struct{}
@@ -117,6 +122,9 @@ type ringThread struct {
 	// load is the thread's utilisation and client count, for placing
 	// clients (loop_place_linux.go).
 	load threadLoad
+	// spin is what the thread knows of its replies, to wait for a lone
+	// one awake (loop_spin_linux.go).
+	spin spinState
 }
 
 func (*ringThread) loopThread() {}
@@ -153,6 +161,7 @@ func (r *ringClient) entered() {}
 type ringUp struct {
 	lu      *loopUp
 	mu      sync.Mutex
+	sentAt  time.Duration // when the request awaiting its reply was sent (monoNow), 0 once its reply began
 	fdn     int
 	armed   bool
 	closed  bool
@@ -160,12 +169,12 @@ type ringUp struct {
 }
 
 // startRing starts n loop threads, each with an io_uring.
-func startRing(n int) (*loops, error) {
+func startRing(n int, spinMax time.Duration) (*loops, error) {
 	l, err := newLoops()
 	if err != nil {
 		return nil, err
 	}
-	d := &ringDriver{l: l, all: make(chan struct{})}
+	d := &ringDriver{l: l, all: make(chan struct{}), spinMax: spinMax}
 	l.drv = d
 	started := make(chan error)
 	for i := range max(n, 1) {
@@ -273,8 +282,10 @@ func (d *ringDriver) run(th *ringThread, first bool, started chan<- error) {
 	complete := th.complete
 	<-d.all
 	for !th.stopped {
-		if err := r.Enter(1); err != nil {
-			break
+		if !th.spinWait() {
+			if err := r.Enter(1); err != nil {
+				break
+			}
 		}
 		th.tick()
 		l.running.Add(1)
@@ -427,7 +438,10 @@ func (th *ringThread) sendFailed(ru *ringUp, res int32) {
 
 // replyDone handles the completion of a receive of a reply.
 func (th *ringThread) replyDone(ru *ringUp, res int32) {
+	th.spin.out--
 	ru.mu.Lock()
+	th.spin.replied(ru.sentAt, th.load.now)
+	ru.sentAt = 0
 	ru.armed = false
 	closed := ru.closed
 	sendErr := ru.sendErr
@@ -519,6 +533,7 @@ func (d *ringDriver) recvReply(th loopThread, c *client) {
 		return
 	}
 	ru.armed = true
+	t.spin.out++
 	t.ring.Recv(ru.fdn, b[len(b):cap(b)], t.slot(ru, opUpstream), true)
 	ru.mu.Unlock()
 }
@@ -545,6 +560,8 @@ func (d *ringDriver) sendRequest(th loopThread, c *client, b []byte) bool {
 	}
 	ru.armed = true
 	ru.sendErr = nil
+	ru.sentAt = monoNow()
+	t.spin.out++
 	recv := t.slot(ru, opUpstream)
 	t.ring.SendThenRecv(ru.fdn, b, recv&^0xff|opSend, rb[len(rb):cap(rb)], recv)
 	ru.mu.Unlock()

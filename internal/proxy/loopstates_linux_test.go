@@ -51,6 +51,8 @@ type rigOptions struct {
 	// answerMoreToCome makes the fake upstream answer moreToCome
 	// requests, as FerretDB does.
 	answerMoreToCome bool
+	// spin is Options.LoopSpin.
+	spin time.Duration
 }
 
 func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
@@ -76,7 +78,7 @@ func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
 	}
 	t.Cleanup(topo.Close)
 	route := &Route{Name: "*", Mode: ModeTransaction, Topology: topo}
-	s, err := New(Options{Routes: []*Route{route}, EventLoop: o.loop, LoopThreads: 2, LoopIO: io, Logger: log})
+	s, err := New(Options{Routes: []*Route{route}, EventLoop: o.loop, LoopThreads: 2, LoopIO: io, LoopSpin: o.spin, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,10 @@ type Options struct {
 	// kernel allows it, else epoll), LoopIOEpoll, or LoopIOUring (io_uring
 	// or New fails).
 	LoopIO string
+	// LoopSpin bounds how long an io_uring loop thread waits awake for the
+	// reply to its one request in flight, and the average reply delay
+	// under which it does (loop_spin_linux.go); 0 never spins.
+	LoopSpin time.Duration
 	// TLS is the TLS offered to clients; the zero value offers none.
 	// SetTLS changes it live.
 	TLS ClientTLS

@@ -266,6 +266,11 @@ func (r *Ring) Completions(fn func(userData uint64, res int32)) {
 	}
 }
 
+// Produced reports whether completions are produced and not yet consumed.
+func (r *Ring) Produced() bool {
+	return atomic.LoadUint32(r.cqTail) != atomic.LoadUint32(r.cqHead)
+}
+
 // Supported reports whether a Ring can be created here: the kernel may be
 // too old, io_uring disabled (kernel.io_uring_disabled), or refused by a
 // seccomp profile, as container runtimes' defaults do.
