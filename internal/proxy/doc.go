@@ -14,7 +14,8 @@
 //   - loop_client_linux.go: its event-loop driver (non-blocking I/O).
 //   - loop_linux.go: the loop's threads, ready list and driver interface;
 //     loop_epoll_linux.go and loop_ring_linux.go are the two drivers;
-//     loop_place_linux.go places io_uring clients on the threads.
+//     loop_place_linux.go places io_uring clients on the threads, and
+//     loop_spin_linux.go has a thread wait awake for a lone fast reply.
 //   - session.go: pins, transactions across client connections, clean-up.
 //   - auth.go: client logins (SCRAM, x509) and authDenied, the one
 //     decision of what a client may run before and after logging in.
