@@ -36,7 +36,7 @@ func (s *spinState) replied(sentAt, now time.Duration) {
 	s.avg += (d - s.avg) / 8
 }
 
-// spinWait polls the ring, up to spinMax, when the thread's one request in
+// spinWait polls the ring, up to event_loop_spin, when the thread's one request in
 // flight is worth waiting for awake. It reports whether completions are
 // ready, so that the thread need not wait in Enter.
 func (th *ringThread) spinWait() bool {
@@ -48,14 +48,12 @@ func (th *ringThread) spinWait() bool {
 	r := th.ring
 	deadline := monoNow() + spinMax
 	for {
-		if err := r.Enter(0); err != nil || r.Produced() {
-			if r.Produced() {
-				th.d.spins.Add(1)
-				return true
-			}
-			return false
+		err := r.Enter(0)
+		if r.Produced() {
+			th.d.spins.Add(1)
+			return true
 		}
-		if monoNow() > deadline {
+		if err != nil || monoNow() > deadline {
 			return false
 		}
 	}
