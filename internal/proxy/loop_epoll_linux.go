@@ -16,6 +16,7 @@ package proxy
 // event instead of making a read call that would find nothing.
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -275,6 +276,10 @@ func (d *epollDriver) upstreamClosed(lu *loopUp) {
 		go d.upstreamReady(lu.sock.(*epollUp))
 	}
 }
+
+// settle has nothing to wait for: epoll's sends are write calls, ended
+// when they return, or a goroutine's, which Server.Close waits for.
+func (d *epollDriver) settle(context.Context) error { return nil }
 
 func (d *epollDriver) stop() { closeFds(d.eps...) }
 

@@ -21,6 +21,7 @@ package proxy
 // thread is running wakes one through a pipe.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -78,6 +79,10 @@ type loopDriver interface {
 	// upstreamClosed hears that the pool closed lu's connection: a request
 	// waiting for its reply must fail.
 	upstreamClosed(lu *loopUp)
+	// settle waits, bounded by ctx, for the sends to clients closed by
+	// Server.Close that are still in flight, so that stopping the loop
+	// does not cut them short.
+	settle(ctx context.Context) error
 	// stop releases the driver's resources once its threads have ended.
 	stop()
 }
@@ -303,6 +308,15 @@ func (s *Server) startLoops() (*loops, error) {
 	l.wg.Add(1)
 	go s.sweepIdle(l)
 	return l, nil
+}
+
+// settleLoops waits, bounded by ctx, for the replies still being sent to
+// clients that Close has closed (loopDriver.settle).
+func (s *Server) settleLoops(ctx context.Context) error {
+	if l := s.loopsPtr.Load(); l != nil {
+		return l.drv.settle(ctx)
+	}
+	return nil
 }
 
 // stopLoops stops the loops, if they were started, for good. Requests

@@ -2,7 +2,10 @@
 
 package proxy
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // EventLoopSupported reports whether this platform has the event loop;
 // elsewhere every client is served by its goroutine.
@@ -28,6 +31,8 @@ func (c *client) disconnect() {
 		_ = c.nc.Close()
 	}
 }
+
+func (s *Server) settleLoops(context.Context) error { return nil }
 
 func (s *Server) stopLoops() {}
 

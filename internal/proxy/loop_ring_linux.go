@@ -36,11 +36,14 @@ package proxy
 // receive is in flight has its socket shut down, which completes the
 // receive, and its descriptor closed by the completion; the operation's
 // slot in ringThread.ops keeps the client and its buffers reachable until
-// then. Upstream connections are received on a duplicate descriptor of
+// then. When the server closes, that shutdown is of the reading side only,
+// and the close waits (settle) for the receive, which a reply's send on
+// the ring may hold up. Upstream connections are received on a duplicate descriptor of
 // the driver's own, so that the pool's Close cannot hand the number to
 // another socket while a receive on it waits to be submitted.
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -87,6 +90,9 @@ type ringDriver struct {
 	// replies a spin caught.
 	spinMax time.Duration
 	spins   atomic.Uint64
+	// lingering counts closed clients whose descriptor waits for a
+	// receive in flight, maybe behind a reply's send (settle).
+	lingering atomic.Int64
 	// all is closed once threads is complete (or the start failed): the
 	// threads read it from then on (placement looks at each other).
 	all chan struct{}
@@ -142,12 +148,15 @@ type armItem struct {
 // which placeRecv may change; left is set once the client no longer
 // counts among its home's clients. placed is a placement sendReply made
 // but could not use, for recvClient to follow rather than decide again.
+// lingering is set while the closed client's descriptor waits for that
+// receive (ringDriver.lingering counts such clients).
 type ringClient struct {
-	fdn    int
-	home   *ringThread
-	placed *ringThread
-	armed  bool
-	left   bool
+	fdn       int
+	home      *ringThread
+	placed    *ringThread
+	armed     bool
+	left      bool
+	lingering bool
 }
 
 func (r *ringClient) fd() int  { return r.fdn }
@@ -250,9 +259,18 @@ func (th *ringThread) arm(it armItem) {
 	case it.kind == armClose && lc.state == lsClosed:
 		if rc := lc.sock.(*ringClient); rc.armed && rc.fdn >= 0 {
 			// A reply prepared on this ring (sendReply) is submitted
-			// first: the shutdown is for the receive after it.
+			// first: the shutdown is for the receive after it. When the
+			// server closes, only the reading side is shut: the receive
+			// then ends once a reply's send before it is whole, which
+			// the close waits for (settle); any other close cuts the
+			// send short, so that a client that reads nothing is gone
+			// at once.
 			_ = th.ring.Enter(0)
-			_ = syscall.Shutdown(rc.fdn, syscall.SHUT_RDWR)
+			how := syscall.SHUT_RDWR
+			if c.s.closing.Load() {
+				how = syscall.SHUT_RD
+			}
+			_ = syscall.Shutdown(rc.fdn, how)
 		}
 	}
 	lc.ownMu.Unlock()
@@ -382,9 +400,8 @@ func (th *ringThread) teardown() {
 			lc.ownMu.Lock()
 			rc := lc.sock.(*ringClient)
 			rc.armed = false
-			if lc.state == lsClosed && rc.fdn >= 0 {
-				_ = syscall.Close(rc.fdn)
-				rc.fdn = -1
+			if lc.state == lsClosed {
+				th.d.closeLingering(rc)
 			}
 			lc.ownMu.Unlock()
 		case *ringUp:
@@ -409,9 +426,8 @@ func (th *ringThread) clientDone(c *client, res int32) {
 	case lc.state != lsIdle:
 		// Closed while the receive was in flight: closeClient left the
 		// descriptor to this completion.
-		if lc.state == lsClosed && rc.fdn >= 0 {
-			_ = syscall.Close(rc.fdn)
-			rc.fdn = -1
+		if lc.state == lsClosed {
+			th.d.closeLingering(rc)
 		}
 	case res < 0:
 		c.clientReceived(th, 0, syscall.Errno(-res))
@@ -624,11 +640,48 @@ func (d *ringDriver) closeClient(c *client) {
 		// The receive is on the home thread's ring, maybe behind a reply
 		// prepared there and not yet submitted (sendReply): that thread
 		// shuts the socket down once the reply is out (armClose).
-		rc.home.post(c, armClose)
+		if !rc.lingering {
+			rc.lingering = true
+			d.lingering.Add(1)
+			rc.home.post(c, armClose)
+		}
 		return
 	}
 	_ = syscall.Close(rc.fdn)
 	rc.fdn = -1
+}
+
+// closeLingering closes the descriptor of a closed client whose receive has
+// ended (or whose ring is gone). It holds the client's ownMu.
+func (d *ringDriver) closeLingering(rc *ringClient) {
+	if rc.fdn >= 0 {
+		_ = syscall.Close(rc.fdn)
+		rc.fdn = -1
+	}
+	if rc.lingering {
+		rc.lingering = false
+		d.lingering.Add(-1)
+	}
+}
+
+// settle waits, bounded by ctx, until no closed client's descriptor waits
+// for a receive: when the server closes, a small reply sent on the ring
+// just before (sendReply) may still be waiting for room in the client's
+// socket, and tearing the ring down would cut it short.
+func (d *ringDriver) settle(ctx context.Context) error {
+	if d.lingering.Load() == 0 {
+		return nil
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for d.lingering.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("mongobouncer: %d client replies unsent at close: %w", d.lingering.Load(), ctx.Err())
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // upstreamClosed: a receive in flight ends with the socket shut down, and

@@ -53,9 +53,10 @@ func fillNonReader(t *testing.T, cl *affConn, seen *atomic.Int64) int {
 }
 
 // nonReader starts a loop rig whose upstream answers padded replies, and a
-// client with a small socket buffer that has sent requests without
-// reading until the proxy stopped taking them (fillNonReader).
-func nonReader(t *testing.T, io string) (r *loopRig, cl *affConn, c *client, sent int) {
+// client (over a socketpair, or loopback TCP) with small socket buffers
+// that has sent requests without reading until the proxy stopped taking
+// them (fillNonReader).
+func nonReader(t *testing.T, io string, tcp bool) (r *loopRig, cl *affConn, c *client, sent int) {
 	t.Helper()
 	var seen atomic.Int64
 	r = newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
@@ -64,7 +65,11 @@ func nonReader(t *testing.T, io string) (r *loopRig, cl *affConn, c *client, sen
 		}
 		return paddedReply(req)
 	})
-	cl = r.client(4096)
+	if tcp {
+		cl = r.tcpClient(4096)
+	} else {
+		cl = r.client(4096)
+	}
 	c = r.only()
 	r.waitState(c, lsIdle)
 	return r, cl, c, fillNonReader(t, cl, &seen)
@@ -76,7 +81,7 @@ func nonReader(t *testing.T, io string) (r *loopRig, cl *affConn, c *client, sen
 // reads it gets every reply, whole and in order, and is served on.
 func TestLoopSmallRepliesToANonReader(t *testing.T) {
 	eachDriver(t, func(t *testing.T, io string) {
-		r, cl, c, sent := nonReader(t, io)
+		r, cl, c, sent := nonReader(t, io, false)
 		want := lsIdle
 		if io == LoopIOEpoll {
 			want = lsGoroutine
@@ -117,13 +122,87 @@ func TestLoopSmallRepliesToANonReader(t *testing.T) {
 // loop still running, and the loop serves others.
 func TestLoopDisconnectWithAReplyWaiting(t *testing.T) {
 	eachDriver(t, func(t *testing.T, io string) {
-		r, cl, c, _ := nonReader(t, io)
+		r, cl, c, _ := nonReader(t, io, false)
 		c.disconnect()
 		wait.Until(t, "client gone", 10*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })
 		// Closed without the client reading: its end hears the hang-up
 		// with the replies still unread.
 		wait.Until(t, "the client's connection closed", 10*time.Second, time.Millisecond, func() bool { return hungUp(t, cl.c) })
 		affOK(t, r.client(0).cmd(ping()))
+	})
+}
+
+// The server shuts down while replies wait for room in a client's socket
+// (on io_uring the last one sent on the ring, waiting in the kernel; on
+// epoll on a goroutine), over loopback TCP: the shutdown waits for them,
+// and once the client reads it gets every reply, whole and in order,
+// then the hang-up (or first, on epoll, ShutdownInProgress for the
+// request the proxy reads after the replies).
+func TestLoopShutdownSendsTheRepliesWaiting(t *testing.T) {
+	eachDriver(t, func(t *testing.T, model string) {
+		r, cl, _, sent := nonReader(t, model, true)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			done <- r.s.Shutdown(ctx)
+		}()
+		wait.Until(t, "draining", 5*time.Second, time.Millisecond, r.s.Draining)
+		select {
+		case err := <-done:
+			t.Fatalf("the shutdown ended (%v) with replies unsent", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		_ = cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+		for i := 1; ; i++ {
+			rep, err := wire.ReadMessage(cl.c, nil, wire.DefaultMaxMessageSize)
+			if err == io.EOF && i >= sent {
+				break
+			}
+			if err != nil {
+				t.Fatalf("reply %d of %d: %v", i, sent-1, err)
+			}
+			m, err := wire.ParseMsg(rep)
+			if err != nil {
+				t.Fatalf("reply %d: %v", i, err)
+			}
+			if i == sent {
+				// The request after the replies, read during the drain.
+				if code, _ := bson.Raw(m.Body).Lookup("code").AsInt64OK(); m.Header.ResponseTo != int32(sent) || code != codeShutdownInProgress {
+					t.Fatalf("after the replies: %v", bson.Raw(m.Body))
+				}
+				continue
+			}
+			if i > sent {
+				t.Fatalf("message %d after the replies", i)
+			}
+			n, _ := bson.Raw(m.Body).Lookup("n").AsInt64OK()
+			if m.Header.ResponseTo != int32(i) || n != int64(i) {
+				t.Fatalf("reply %d is to request %d (n %d)", i, m.Header.ResponseTo, n)
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	})
+}
+
+// Close waits for a reply in flight to a client that never reads only as
+// long as its context allows: then it says so, and the client is hung up.
+func TestLoopCloseGivesUpOnANonReader(t *testing.T) {
+	eachDriver(t, func(t *testing.T, model string) {
+		r, cl, _, _ := nonReader(t, model, true)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := r.s.Close(ctx)
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("Close took %v", took)
+		}
+		if model == LoopIOUring && (err == nil || !strings.Contains(err.Error(), "unsent")) {
+			t.Fatalf("Close: %v, want the unsent replies named", err)
+		}
+		wait.Until(t, "the client's connection closed", 10*time.Second, time.Millisecond, func() bool { return hungUp(t, cl.c) })
 	})
 }
 

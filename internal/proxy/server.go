@@ -308,7 +308,7 @@ func (s *Server) Close(ctx context.Context) error {
 	defer s.stopLoops()
 	select {
 	case <-done:
-		return nil
+		return s.settleLoops(ctx)
 	case <-ctx.Done():
 		return fmt.Errorf("mongobouncer: clients still running at close: %w", ctx.Err())
 	}
