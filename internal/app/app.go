@@ -223,6 +223,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		a.closeRest()
 		return nil, err
 	}
+	a.metrics.SetLoopSpinSource(a.server.LoopSpins)
 	return a, nil
 }
 

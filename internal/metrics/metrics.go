@@ -96,6 +96,9 @@ type Metrics struct {
 	// serverSrc lists the routes' servers for serverCollector; nil until
 	// SetServerSource.
 	serverSrc atomic.Pointer[ServerSource]
+	// loopSrc gives the event loop's spin counts to loopCollector; nil
+	// until SetLoopSpinSource.
+	loopSrc atomic.Pointer[LoopSpinSource]
 
 	// routes is the copy-on-write cache of per-route request series: readers
 	// load it without a lock; writers copy it under mu.
@@ -190,7 +193,7 @@ func New() *Metrics {
 		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
 		m.tlsRefused, clientsCurrent, clientsTotal,
-		poolCollector{m}, serverCollector{&m.serverSrc},
+		poolCollector{m}, serverCollector{&m.serverSrc}, loopCollector{&m.loopSrc},
 	)
 	return m
 }

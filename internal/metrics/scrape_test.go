@@ -36,6 +36,7 @@ var allFamilies = map[string]dto.MetricType{
 	"mongobouncer_server_info":                       dto.MetricType_GAUGE,
 	"mongobouncer_server_rtt_seconds":                dto.MetricType_GAUGE,
 	"mongobouncer_client_tls_refused_total":          dto.MetricType_COUNTER,
+	"mongobouncer_event_loop_spins_total":            dto.MetricType_COUNTER,
 }
 
 // A scrape of Handler parses as Prometheus text and holds every family
@@ -53,6 +54,7 @@ func TestHandlerScrape(t *testing.T) {
 	m.SetServerSource(func() []ServerRole {
 		return []ServerRole{{Route: "app", Server: "db:27017", Role: "primary", RTT: time.Millisecond}}
 	})
+	m.SetLoopSpinSource(func() (uint64, uint64) { return 7, 2 })
 
 	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
 	req.Header.Set("Accept", "text/plain")

@@ -1,5 +1,7 @@
 package proxy
 
+import "sync/atomic"
+
 // loopState says who owns a client's socket: its goroutine or the event
 // loop (loop_linux.go).
 type loopState uint8
@@ -21,6 +23,21 @@ func (s *Server) snapshot() []*client {
 		cs = append(cs, c)
 	}
 	return cs
+}
+
+// spinCounts counts the io_uring loop threads' spins (event_loop_spin) since
+// the server started: replies a spin caught, and spins that ended without
+// one. They outlive the loops, so that the counters never go back.
+type spinCounts struct {
+	caught, missed atomic.Uint64
+}
+
+// LoopSpins reports the event loop's spins since the server started: the
+// replies a loop thread caught while waiting awake for them, and the
+// spins that ended without a reply (their CPU spent for nothing). Both
+// stay 0 off io_uring, or with Options.LoopSpin 0.
+func (s *Server) LoopSpins() (caught, missed uint64) {
+	return s.loopSpins.caught.Load(), s.loopSpins.missed.Load()
 }
 
 // LoopIO values: Options.LoopIO.

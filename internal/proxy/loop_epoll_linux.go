@@ -277,9 +277,9 @@ func (d *epollDriver) upstreamClosed(lu *loopUp) {
 	}
 }
 
-// settle has nothing to wait for: epoll's sends are write calls, ended
+// awaitSends has nothing to wait for: epoll's sends are write calls, ended
 // when they return, or a goroutine's, which Server.Close waits for.
-func (d *epollDriver) settle(context.Context) error { return nil }
+func (d *epollDriver) awaitSends(context.Context) error { return nil }
 
 func (d *epollDriver) stop() { closeFds(d.eps...) }
 

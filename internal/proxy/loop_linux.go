@@ -79,10 +79,10 @@ type loopDriver interface {
 	// upstreamClosed hears that the pool closed lu's connection: a request
 	// waiting for its reply must fail.
 	upstreamClosed(lu *loopUp)
-	// settle waits, bounded by ctx, for the sends to clients closed by
+	// awaitSends waits, bounded by ctx, for the sends to clients closed by
 	// Server.Close that are still in flight, so that stopping the loop
 	// does not cut them short.
-	settle(ctx context.Context) error
+	awaitSends(ctx context.Context) error
 	// stop releases the driver's resources once its threads have ended.
 	stop()
 }
@@ -289,9 +289,9 @@ func (s *Server) startLoops() (*loops, error) {
 	var err error
 	switch {
 	case s.opts.LoopIO == LoopIOUring:
-		l, err = startRing(n, s.opts.LoopSpin)
+		l, err = startRing(n, s.opts.LoopSpin, &s.loopSpins)
 	case s.opts.LoopIO != LoopIOEpoll && uring.Supported():
-		if l, err = startRing(n, s.opts.LoopSpin); err != nil {
+		if l, err = startRing(n, s.opts.LoopSpin, &s.loopSpins); err != nil {
 			s.log.Warn("io_uring unavailable; the event loop uses epoll", "error", err)
 		}
 		if l == nil {
@@ -310,11 +310,11 @@ func (s *Server) startLoops() (*loops, error) {
 	return l, nil
 }
 
-// settleLoops waits, bounded by ctx, for the replies still being sent to
-// clients that Close has closed (loopDriver.settle).
-func (s *Server) settleLoops(ctx context.Context) error {
+// awaitLoopSends waits, bounded by ctx, for the replies still being sent to
+// clients that Close has closed (loopDriver.awaitSends).
+func (s *Server) awaitLoopSends(ctx context.Context) error {
 	if l := s.loopsPtr.Load(); l != nil {
-		return l.drv.settle(ctx)
+		return l.drv.awaitSends(ctx)
 	}
 	return nil
 }

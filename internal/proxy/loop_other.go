@@ -32,7 +32,7 @@ func (c *client) disconnect() {
 	}
 }
 
-func (s *Server) settleLoops(context.Context) error { return nil }
+func (s *Server) awaitLoopSends(context.Context) error { return nil }
 
 func (s *Server) stopLoops() {}
 

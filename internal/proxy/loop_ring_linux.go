@@ -37,7 +37,7 @@ package proxy
 // receive, and its descriptor closed by the completion; the operation's
 // slot in ringThread.ops keeps the client and its buffers reachable until
 // then. When the server closes, that shutdown is of the reading side only,
-// and the close waits (settle) for the receive, which a reply's send on
+// and the close waits (awaitSends) for the receive, which a reply's send on
 // the ring may hold up. Upstream connections are received on a duplicate descriptor of
 // the driver's own, so that the pool's Close cannot hand the number to
 // another socket while a receive on it waits to be submitted.
@@ -86,12 +86,12 @@ const (
 type ringDriver struct {
 	l       *loops
 	threads []*ringThread
-	// spinMax is Options.LoopSpin (loop_spin_linux.go); spins counts the
-	// replies a spin caught.
+	// spinMax is Options.LoopSpin (loop_spin_linux.go); spins are the
+	// server's counts of the threads' spins.
 	spinMax time.Duration
-	spins   atomic.Uint64
+	spins   *spinCounts
 	// lingering counts closed clients whose descriptor waits for a
-	// receive in flight, maybe behind a reply's send (settle).
+	// receive in flight, maybe behind a reply's send (awaitSends).
 	lingering atomic.Int64
 	// all is closed once threads is complete (or the start failed): the
 	// threads read it from then on (placement looks at each other).
@@ -178,12 +178,12 @@ type ringUp struct {
 }
 
 // startRing starts n loop threads, each with an io_uring.
-func startRing(n int, spinMax time.Duration) (*loops, error) {
+func startRing(n int, spinMax time.Duration, spins *spinCounts) (*loops, error) {
 	l, err := newLoops()
 	if err != nil {
 		return nil, err
 	}
-	d := &ringDriver{l: l, all: make(chan struct{}), spinMax: spinMax}
+	d := &ringDriver{l: l, all: make(chan struct{}), spinMax: spinMax, spins: spins}
 	l.drv = d
 	started := make(chan error)
 	for i := range max(n, 1) {
@@ -262,7 +262,7 @@ func (th *ringThread) arm(it armItem) {
 			// first: the shutdown is for the receive after it. When the
 			// server closes, only the reading side is shut: the receive
 			// then ends once a reply's send before it is whole, which
-			// the close waits for (settle); any other close cuts the
+			// the close waits for (awaitSends); any other close cuts the
 			// send short, so that a client that reads nothing is gone
 			// at once.
 			_ = th.ring.Enter(0)
@@ -664,11 +664,11 @@ func (d *ringDriver) closeLingering(rc *ringClient) {
 	}
 }
 
-// settle waits, bounded by ctx, until no closed client's descriptor waits
+// awaitSends waits, bounded by ctx, until no closed client's descriptor waits
 // for a receive: when the server closes, a small reply sent on the ring
 // just before (sendReply) may still be waiting for room in the client's
 // socket, and tearing the ring down would cut it short.
-func (d *ringDriver) settle(ctx context.Context) error {
+func (d *ringDriver) awaitSends(ctx context.Context) error {
 	if d.lingering.Load() == 0 {
 		return nil
 	}

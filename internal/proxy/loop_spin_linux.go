@@ -33,6 +33,12 @@ func (s *spinState) replied(sentAt, now time.Duration) {
 		return
 	}
 	d := now - sentAt
+	if s.avg <= 0 {
+		// The first reply sets the average: from 0, a slow upstream's
+		// first few replies would each look fast enough to spin for.
+		s.avg = max(d, 1)
+		return
+	}
 	s.avg += (d - s.avg) / 8
 }
 
@@ -50,10 +56,11 @@ func (th *ringThread) spinWait() bool {
 	for {
 		err := r.Enter(0)
 		if r.Produced() {
-			th.d.spins.Add(1)
+			th.d.spins.caught.Add(1)
 			return true
 		}
 		if err != nil || monoNow() > deadline {
+			th.d.spins.missed.Add(1)
 			return false
 		}
 	}

@@ -36,9 +36,12 @@ func TestLoopSpinsForALoneFastReply(t *testing.T) {
 			for range 50 {
 				affOK(t, cl.cmd(ping()))
 			}
-			spins := r.s.loopsPtr.Load().drv.(*ringDriver).spins.Load()
-			if got := spins > 0; got != tc.want {
-				t.Fatalf("%d of 50 replies caught by a spin; want some: %v", spins, tc.want)
+			caught, missed := r.s.LoopSpins()
+			if got := caught > 0; got != tc.want {
+				t.Fatalf("%d of 50 replies caught by a spin; want some: %v", caught, tc.want)
+			}
+			if !tc.want && missed > 0 {
+				t.Fatalf("%d spins ended without a reply, want no spin at all", missed)
 			}
 		})
 	}

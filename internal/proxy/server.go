@@ -153,8 +153,10 @@ type Server struct {
 	// loopsPtr is the event loop, started by the first client that can use
 	// it (loopsFor) and stopped by Close.
 	loopsPtr atomic.Pointer[loops]
-	loopsMu  sync.Mutex // guards loopsOff and the start of the loop
-	loopsOff bool       // the loop failed to start, or the server closed
+	// loopSpins counts the loop threads' spins (LoopSpins).
+	loopSpins spinCounts
+	loopsMu   sync.Mutex // guards loopsOff and the start of the loop
+	loopsOff  bool       // the loop failed to start, or the server closed
 
 	txnMu sync.Mutex // guards txnOwners
 	// txnOwners maps an open transaction to the client that began it.
@@ -308,7 +310,7 @@ func (s *Server) Close(ctx context.Context) error {
 	defer s.stopLoops()
 	select {
 	case <-done:
-		return s.settleLoops(ctx)
+		return s.awaitLoopSends(ctx)
 	case <-ctx.Done():
 		return fmt.Errorf("mongobouncer: clients still running at close: %w", ctx.Err())
 	}
