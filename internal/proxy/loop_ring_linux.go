@@ -595,9 +595,10 @@ func (d *ringDriver) sendRequest(th loopThread, c *client, b []byte) bool {
 // stays on this thread, and not once the server drains: the request ends
 // here, without knowing when the kernel has sent the reply, and a drain
 // waits for the reply's write to end (the write path and its goroutine do
-// that). A client closed before the thread's next Enter has submitted the
-// send does not have it cut short: closeClient leaves the shutdown to this
-// thread.
+// that); a reply sent here just before the drain began is waited for by
+// Server.Close (awaitSends). A client closed before the thread's next
+// Enter has submitted the send does not have it cut short: closeClient
+// leaves the shutdown to this thread.
 func (d *ringDriver) sendReply(th loopThread, c *client, msg []byte) bool {
 	t, _ := th.(*ringThread)
 	rc := c.lc.sock.(*ringClient)
