@@ -141,13 +141,7 @@ func TestLoopDisconnectWithAReplyWaiting(t *testing.T) {
 func TestLoopShutdownSendsTheRepliesWaiting(t *testing.T) {
 	eachDriver(t, func(t *testing.T, model string) {
 		r, cl, _, sent := nonReader(t, model, true)
-		done := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			done <- r.s.Shutdown(ctx)
-		}()
-		wait.Until(t, "draining", 5*time.Second, time.Millisecond, r.s.Draining)
+		done := startShutdown(t, r)
 		select {
 		case err := <-done:
 			t.Fatalf("the shutdown ended (%v) with replies unsent", err)
@@ -259,13 +253,7 @@ func TestLoopReplySendFails(t *testing.T) {
 func TestLoopDrainWaitsForASmallReply(t *testing.T) {
 	eachDriver(t, func(t *testing.T, model string) {
 		r, cl, c, release := heldRequest(t, model, 4096)
-		drained := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			drained <- r.s.Shutdown(ctx)
-		}()
-		wait.Until(t, "draining", 5*time.Second, time.Millisecond, r.s.Draining)
+		drained := startShutdown(t, r)
 		// Fill the client's socket from the proxy's side.
 		junk := make([]byte, 1024)
 		filled := 0
@@ -301,6 +289,20 @@ func TestLoopDrainWaitsForASmallReply(t *testing.T) {
 			t.Fatalf("drain: %v", err)
 		}
 	})
+}
+
+// startShutdown starts r's Shutdown (bounded at 20 s) and returns once the
+// drain has begun; the channel gets Shutdown's result.
+func startShutdown(t *testing.T, r *loopRig) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- r.s.Shutdown(ctx)
+	}()
+	wait.Until(t, "draining", 5*time.Second, time.Millisecond, r.s.Draining)
+	return done
 }
 
 // heldRequest starts a loop rig with a pool of one whose upstream holds
