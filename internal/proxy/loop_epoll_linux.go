@@ -18,6 +18,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -62,8 +63,8 @@ type epollUp struct {
 }
 
 // startEpoll starts n loop threads on epoll.
-func startEpoll(n int) (_ *loops, err error) {
-	l, err := newLoops()
+func startEpoll(n int, log *slog.Logger) (_ *loops, err error) {
+	l, err := newLoops(log)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +118,7 @@ func (d *epollDriver) run(ep int) {
 			continue
 		}
 		if err != nil {
+			l.log.Error("event loop thread stopped: its clients are no longer served", "io", "epoll", "error", err)
 			return
 		}
 		l.running.Add(1)

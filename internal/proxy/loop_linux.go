@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -146,6 +147,7 @@ type loopUp struct {
 // loops is the event loop: threads of one driver, and the ready list.
 type loops struct {
 	drv     loopDriver
+	log     *slog.Logger // for a thread that cannot go on
 	threads int
 	// stopR and stopW are a pipe whose closed write end stops the threads.
 	stopR, stopW int
@@ -181,7 +183,7 @@ type readyItem struct {
 var errLoopStopped = errors.New("the event loop has stopped")
 
 // newLoops makes the loops' stop and wake pipes.
-func newLoops() (*loops, error) {
+func newLoops(log *slog.Logger) (*loops, error) {
 	var p, w [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
 		return nil, fmt.Errorf("pipe2: %w", err)
@@ -190,7 +192,7 @@ func newLoops() (*loops, error) {
 		closeFds(p[0], p[1])
 		return nil, fmt.Errorf("pipe2: %w", err)
 	}
-	return &loops{stopR: p[0], stopW: p[1], wakeR: w[0], wakeW: w[1], done: make(chan struct{})}, nil
+	return &loops{log: log, stopR: p[0], stopW: p[1], wakeR: w[0], wakeW: w[1], done: make(chan struct{})}, nil
 }
 
 // stop ends the loop threads and waits for them.
@@ -289,16 +291,16 @@ func (s *Server) startLoops() (*loops, error) {
 	var err error
 	switch {
 	case s.opts.LoopIO == LoopIOUring:
-		l, err = startRing(n, s.opts.LoopSpin, &s.loopSpins)
+		l, err = startRing(n, s.opts.LoopSpin, &s.loopSpins, s.log)
 	case s.opts.LoopIO != LoopIOEpoll && uring.Supported():
-		if l, err = startRing(n, s.opts.LoopSpin, &s.loopSpins); err != nil {
+		if l, err = startRing(n, s.opts.LoopSpin, &s.loopSpins, s.log); err != nil {
 			s.log.Warn("io_uring unavailable; the event loop uses epoll", "error", err)
 		}
 		if l == nil {
-			l, err = startEpoll(n)
+			l, err = startEpoll(n, s.log)
 		}
 	default:
-		l, err = startEpoll(n)
+		l, err = startEpoll(n, s.log)
 	}
 	if err != nil {
 		s.loopsOff = true

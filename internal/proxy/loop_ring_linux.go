@@ -36,17 +36,17 @@ package proxy
 // receive is in flight has its socket shut down, which completes the
 // receive, and its descriptor closed by the completion; the operation's
 // slot in ringThread.ops keeps the client and its buffers reachable until
-// then. When the server closes, that shutdown is of the reading side only,
-// and the close waits (awaitSends) for the receive, which a reply's send on
-// the ring may hold up. Upstream connections are received on a duplicate descriptor of
-// the driver's own, so that the pool's Close cannot hand the number to
-// another socket while a receive on it waits to be submitted.
+// then; when the server closes, the replies still in the socket are let
+// out first (loop_ringclose_linux.go). Upstream connections are received
+// on a duplicate descriptor of the driver's own, so that the pool's Close
+// cannot hand the number to another socket while a receive on it waits to
+// be submitted.
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"runtime"
 	"sync"
@@ -91,8 +91,13 @@ type ringDriver struct {
 	spinMax time.Duration
 	spins   *spinCounts
 	// lingering counts closed clients whose descriptor waits for a
-	// receive in flight, maybe behind a reply's send (awaitSends).
+	// receive in flight, maybe behind a reply's send, or for their
+	// replies to leave (loop_ringclose_linux.go). flushMu guards
+	// flushing, the closed clients whose replies are leaving; it is
+	// never held with a client's ownMu.
 	lingering atomic.Int64
+	flushMu   sync.Mutex
+	flushing  []*client
 	// all is closed once threads is complete (or the start failed): the
 	// threads read it from then on (placement looks at each other).
 	all chan struct{}
@@ -149,7 +154,8 @@ type armItem struct {
 // counts among its home's clients. placed is a placement sendReply made
 // but could not use, for recvClient to follow rather than decide again.
 // lingering is set while the closed client's descriptor waits for that
-// receive (ringDriver.lingering counts such clients).
+// receive, or for its replies to leave (loop_ringclose_linux.go); flush
+// says it was closed by Server.Close, whose replies are let out.
 type ringClient struct {
 	fdn       int
 	home      *ringThread
@@ -157,6 +163,7 @@ type ringClient struct {
 	armed     bool
 	left      bool
 	lingering bool
+	flush     bool
 }
 
 func (r *ringClient) fd() int  { return r.fdn }
@@ -178,8 +185,8 @@ type ringUp struct {
 }
 
 // startRing starts n loop threads, each with an io_uring.
-func startRing(n int, spinMax time.Duration, spins *spinCounts) (*loops, error) {
-	l, err := newLoops()
+func startRing(n int, spinMax time.Duration, spins *spinCounts, log *slog.Logger) (*loops, error) {
+	l, err := newLoops(log)
 	if err != nil {
 		return nil, err
 	}
@@ -259,18 +266,9 @@ func (th *ringThread) arm(it armItem) {
 	case it.kind == armClose && lc.state == lsClosed:
 		if rc := lc.sock.(*ringClient); rc.armed && rc.fdn >= 0 {
 			// A reply prepared on this ring (sendReply) is submitted
-			// first: the shutdown is for the receive after it. When the
-			// server closes, only the reading side is shut: the receive
-			// then ends once a reply's send before it is whole, which
-			// the close waits for (awaitSends); any other close cuts the
-			// send short, so that a client that reads nothing is gone
-			// at once.
+			// first: the shutdown is for the receive after it.
 			_ = th.ring.Enter(0)
-			how := syscall.SHUT_RDWR
-			if c.s.closing.Load() {
-				how = syscall.SHUT_RD
-			}
-			_ = syscall.Shutdown(rc.fdn, how)
+			th.d.shutClosed(rc)
 		}
 	}
 	lc.ownMu.Unlock()
@@ -301,7 +299,7 @@ func (d *ringDriver) run(th *ringThread, first bool, started chan<- error) {
 	<-d.all
 	for !th.stopped {
 		if !th.spinWait() {
-			if err := r.Enter(1); err != nil {
+			if err := r.Enter(1); err != nil && !enterGoesOn(l, err) {
 				break
 			}
 		}
@@ -326,6 +324,24 @@ func (d *ringDriver) run(th *ringThread, first bool, started chan<- error) {
 		}
 	}
 	th.teardown()
+}
+
+// enterGoesOn reports whether a thread whose wait failed with err goes on:
+// a completion queue the kernel could not flush at once (EAGAIN, EBUSY)
+// is taken as the thread goes on, and completions the kernel had to drop
+// (EBADR) leave their clients waiting until their idle timeout, but the
+// thread's other clients served. Any other error means the ring is
+// unusable, and the thread's clients are no longer served: said loudly.
+func enterGoesOn(l *loops, err error) bool {
+	switch err {
+	case syscall.EAGAIN, syscall.EBUSY:
+		return true
+	case syscall.EBADR:
+		l.log.Error("io_uring dropped completions: some clients wait until client_idle_timeout", "error", err)
+		return true
+	}
+	l.log.Error("event loop thread stopped: its clients are no longer served", "io", "io_uring", "error", err)
+	return false
 }
 
 // slot records obj as the object of an operation of kind and returns the
@@ -427,7 +443,7 @@ func (th *ringThread) clientDone(c *client, res int32) {
 		// Closed while the receive was in flight: closeClient left the
 		// descriptor to this completion.
 		if lc.state == lsClosed {
-			th.d.closeLingering(rc)
+			th.d.received(c, res)
 		}
 	case res < 0:
 		c.clientReceived(th, 0, syscall.Errno(-res))
@@ -625,66 +641,6 @@ func (d *ringDriver) sendUpstream(lu *loopUp, b []byte) (int, error) {
 	return lu.io.write(lu.rc, b)
 }
 
-// closeClient closes the client's descriptor, or with a receive in flight
-// shuts the socket down, which ends the receive; its completion closes it.
-func (d *ringDriver) closeClient(c *client) {
-	lc := &c.lc
-	rc := lc.sock.(*ringClient)
-	if !rc.left {
-		rc.left = true
-		rc.home.load.clients.Add(-1)
-	}
-	if rc.fdn < 0 {
-		return
-	}
-	if rc.armed {
-		// The receive is on the home thread's ring, maybe behind a reply
-		// prepared there and not yet submitted (sendReply): that thread
-		// shuts the socket down once the reply is out (armClose).
-		if !rc.lingering {
-			rc.lingering = true
-			d.lingering.Add(1)
-			rc.home.post(c, armClose)
-		}
-		return
-	}
-	_ = syscall.Close(rc.fdn)
-	rc.fdn = -1
-}
-
-// closeLingering closes the descriptor of a closed client whose receive has
-// ended (or whose ring is gone). It holds the client's ownMu.
-func (d *ringDriver) closeLingering(rc *ringClient) {
-	if rc.fdn >= 0 {
-		_ = syscall.Close(rc.fdn)
-		rc.fdn = -1
-	}
-	if rc.lingering {
-		rc.lingering = false
-		d.lingering.Add(-1)
-	}
-}
-
-// awaitSends waits, bounded by ctx, until no closed client's descriptor waits
-// for a receive: when the server closes, a small reply sent on the ring
-// just before (sendReply) may still be waiting for room in the client's
-// socket, and tearing the ring down would cut it short.
-func (d *ringDriver) awaitSends(ctx context.Context) error {
-	if d.lingering.Load() == 0 {
-		return nil
-	}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for d.lingering.Load() > 0 {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("mongobouncer: %d client replies unsent at close: %w", d.lingering.Load(), ctx.Err())
-		case <-tick.C:
-		}
-	}
-	return nil
-}
-
 // upstreamClosed: a receive in flight ends with the socket shut down, and
 // its completion fails the request and closes the descriptor; otherwise
 // the descriptor is closed now, and a request about to receive on it
@@ -705,5 +661,6 @@ func (d *ringDriver) upstreamClosed(lu *loopUp) {
 	ru.fdn = -1
 }
 
-// stop has nothing left to release: each thread tore its ring down.
-func (d *ringDriver) stop() {}
+// stop closes what Server.Close left flushing; each thread tore its ring
+// down.
+func (d *ringDriver) stop() { d.flushed(true) }

@@ -135,50 +135,67 @@ func TestLoopDisconnectWithAReplyWaiting(t *testing.T) {
 // The server shuts down while replies wait for room in a client's socket
 // (on io_uring the last one sent on the ring, waiting in the kernel; on
 // epoll on a goroutine), over loopback TCP: the shutdown waits for them,
-// and once the client reads it gets every reply, whole and in order,
-// then the hang-up (or first, on epoll, ShutdownInProgress for the
-// request the proxy reads after the replies).
+// and once the client reads it gets every reply, whole and in order, then
+// the hang-up, not a reset (before it, on epoll, ShutdownInProgress for
+// the requests the proxy reads after the replies). The client may also
+// have sent more requests than rbuf holds, which the proxy never reads
+// (io_uring), and read slowly.
 func TestLoopShutdownSendsTheRepliesWaiting(t *testing.T) {
-	eachDriver(t, func(t *testing.T, model string) {
-		r, cl, _, sent := nonReader(t, model, true)
-		done := startShutdown(t, r)
-		select {
-		case err := <-done:
-			t.Fatalf("the shutdown ended (%v) with replies unsent", err)
-		case <-time.After(200 * time.Millisecond):
-		}
-		_ = cl.c.SetDeadline(time.Now().Add(10 * time.Second))
-		for i := 1; ; i++ {
-			rep, err := wire.ReadMessage(cl.c, nil, wire.DefaultMaxMessageSize)
-			if err == io.EOF && i >= sent {
-				break
-			}
-			if err != nil {
-				t.Fatalf("reply %d of %d: %v", i, sent-1, err)
-			}
-			m, err := wire.ParseMsg(rep)
-			if err != nil {
-				t.Fatalf("reply %d: %v", i, err)
-			}
-			if i == sent {
-				// The request after the replies, read during the drain.
-				if code, _ := bson.Raw(m.Body).Lookup("code").AsInt64OK(); m.Header.ResponseTo != int32(sent) || code != codeShutdownInProgress {
-					t.Fatalf("after the replies: %v", bson.Raw(m.Body))
+	for _, tc := range []struct {
+		name  string
+		extra int           // requests sent after the ones the proxy took
+		pause time.Duration // between the client's reads
+	}{
+		{"reader", 0, 0},
+		{"pipelined slow reader", 12, 5 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachDriver(t, func(t *testing.T, model string) {
+				r, cl, _, sent := nonReader(t, model, true)
+				for k := range tc.extra {
+					msg := wire.AppendMsg(nil, int32(sent+1+k), 0, 0, mustDoc(t, ping()))
+					if _, err := cl.c.Write(msg); err != nil {
+						t.Fatal(err)
+					}
 				}
-				continue
-			}
-			if i > sent {
-				t.Fatalf("message %d after the replies", i)
-			}
-			n, _ := bson.Raw(m.Body).Lookup("n").AsInt64OK()
-			if m.Header.ResponseTo != int32(i) || n != int64(i) {
-				t.Fatalf("reply %d is to request %d (n %d)", i, m.Header.ResponseTo, n)
-			}
-		}
-		if err := <-done; err != nil {
-			t.Fatalf("shutdown: %v", err)
-		}
-	})
+				done := startShutdown(t, r)
+				select {
+				case err := <-done:
+					t.Fatalf("the shutdown ended (%v) with replies unsent", err)
+				case <-time.After(200 * time.Millisecond):
+				}
+				_ = cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+				for i := 1; ; i++ {
+					rep, err := wire.ReadMessage(cl.c, nil, wire.DefaultMaxMessageSize)
+					if err == io.EOF && i >= sent {
+						break
+					}
+					if err != nil {
+						t.Fatalf("message %d (%d replies): %v", i, sent-1, err)
+					}
+					m, err := wire.ParseMsg(rep)
+					if err != nil {
+						t.Fatalf("message %d: %v", i, err)
+					}
+					if i >= sent {
+						// A request after the replies, read during the drain.
+						if code, _ := bson.Raw(m.Body).Lookup("code").AsInt64OK(); m.Header.ResponseTo != int32(i) || code != codeShutdownInProgress || i > sent+tc.extra {
+							t.Fatalf("message %d after the replies: %v", i, bson.Raw(m.Body))
+						}
+						continue
+					}
+					n, _ := bson.Raw(m.Body).Lookup("n").AsInt64OK()
+					if m.Header.ResponseTo != int32(i) || n != int64(i) {
+						t.Fatalf("reply %d is to request %d (n %d)", i, m.Header.ResponseTo, n)
+					}
+					time.Sleep(tc.pause)
+				}
+				if err := <-done; err != nil {
+					t.Fatalf("shutdown: %v", err)
+				}
+			})
+		})
+	}
 }
 
 // Close waits for a reply in flight to a client that never reads only as
