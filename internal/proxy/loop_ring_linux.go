@@ -94,7 +94,7 @@ type ringDriver struct {
 	// receive in flight, maybe behind a reply's send, or for their
 	// replies to leave (loop_ringclose_linux.go). flushMu guards
 	// flushing, the closed clients whose replies are leaving; it is
-	// never held with a client's ownMu.
+	// taken under a client's ownMu, never the other way round.
 	lingering atomic.Int64
 	flushMu   sync.Mutex
 	flushing  []*client

@@ -18,7 +18,8 @@ package proxy
 // queued, resets the connection and drops those bytes.
 //
 // lingering counts the clients in either wait; awaitSends returns once it
-// is 0. Lock order: a client's ownMu and flushMu are never held together.
+// is 0. Lock order: a client's ownMu before flushMu (received); flushed takes
+// them one at a time.
 
 import (
 	"context"
