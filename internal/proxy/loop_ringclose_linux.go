@@ -83,6 +83,9 @@ func (d *ringDriver) received(c *client, res int32) {
 		d.closeLingering(rc)
 		return
 	}
+	// The receive may have ended with data before armClose shut the
+	// reading side: shut it now, so that discardInput ends at 0.
+	_ = syscall.Shutdown(rc.fdn, syscall.SHUT_RD)
 	d.flushMu.Lock()
 	d.flushing = append(d.flushing, c)
 	d.flushMu.Unlock()
@@ -134,13 +137,26 @@ func (d *ringDriver) flushed(force bool) int {
 }
 
 // unsent reports whether the socket still has bytes the peer has not
-// acknowledged (TCP) or read (Unix), or cannot tell.
+// acknowledged (TCP) or read (Unix) and may yet take; false when it
+// cannot tell. A TCP connection the peer reset keeps reporting the bytes
+// it dropped, so a closed one has nothing left to send.
 func unsent(fd int) bool {
 	var n int32
-	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCOUTQ, uintptr(unsafe.Pointer(&n))); errno != 0 {
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCOUTQ, uintptr(unsafe.Pointer(&n))); errno != 0 || n <= 0 {
 		return false
 	}
-	return n > 0
+	return !tcpClosed(fd)
+}
+
+// tcpClosed reports whether fd is a TCP socket in state TCP_CLOSE (reset,
+// or timed out): the first byte of TCP_INFO is the state.
+func tcpClosed(fd int) bool {
+	const stateClose = 7
+	var info [8]byte
+	l := uint32(len(info))
+	_, _, errno := syscall.Syscall6(syscall.SYS_GETSOCKOPT, uintptr(fd), syscall.IPPROTO_TCP, syscall.TCP_INFO,
+		uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&l)), 0)
+	return errno == 0 && l >= 1 && info[0] == stateClose
 }
 
 // discardInput reads and drops what the socket has received (a closed

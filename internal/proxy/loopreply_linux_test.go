@@ -15,6 +15,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
+	"github.com/mongobouncer/mongobouncer/internal/uring"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -195,6 +196,52 @@ func TestLoopShutdownSendsTheRepliesWaiting(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A client closed by Server.Close whose replies are flushing
+// (loop_ringclose_linux.go) goes away with replies unread, which resets
+// the connection: nothing is left to send, and Close does not wait for it
+// until its context ends (a reset TCP socket still counts the bytes it
+// dropped as unsent).
+func TestLoopCloseForgetsAFlushingClientThatResets(t *testing.T) {
+	if !uring.Supported() {
+		t.Skip("the kernel refuses io_uring here")
+	}
+	r, cl, _, _ := nonReader(t, LoopIOUring, true)
+	d := r.s.loopsPtr.Load().drv.(*ringDriver)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- r.s.Close(ctx)
+	}()
+	// Read a little at a time, until the ring's send is whole and the
+	// socket is flushing what is left.
+	flushing := func() bool {
+		d.flushMu.Lock()
+		defer d.flushMu.Unlock()
+		return len(d.flushing) > 0
+	}
+	buf := make([]byte, 512)
+	_ = cl.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for !flushing() {
+		if _, err := cl.c.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	start := time.Now()
+	cl.c.Close()
+	err := <-done
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Close took %v after the client reset (%v)", took, err)
+	}
+	if err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if n := d.lingering.Load(); n != 0 {
+		t.Fatalf("%d clients still lingering", n)
 	}
 }
 
