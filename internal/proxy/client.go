@@ -229,6 +229,7 @@ func (c *client) finish(err error) {
 	c.cleanup()
 	c.lc.ownMu.Lock()
 	c.lc.state = lsClosed
+	c.lingerOnClose()
 	c.loopForget()
 	c.lc.ownMu.Unlock()
 	c.finalize(err)
@@ -238,6 +239,7 @@ func (c *client) finish(err error) {
 // has no transaction open and nothing pinned, so cleanup does no I/O.
 func (c *client) finishLocked(err error) {
 	c.cleanup()
+	c.lingerOnClose()
 	c.loopForget()
 	c.finalize(err)
 }

@@ -526,6 +526,7 @@ func (c *client) disconnect() {
 		// The reply's write fails once the descriptor is shut down.
 		_ = syscall.Shutdown(lc.sock.fd(), syscall.SHUT_RDWR)
 	case lsGoroutine:
+		c.lingerOnClose()
 		if c.nc != nil {
 			_ = c.nc.Close()
 		}

@@ -109,6 +109,9 @@ type loopClient struct {
 	state loopState
 	// off is set when the loop cannot take this client (no descriptor).
 	off bool
+	// lingered is set once the client's socket was handed to
+	// Server.flush (linger_linux.go).
+	lingered bool
 	// drv and sock are the driver and its registration of the loop's own
 	// descriptor of the client socket, set at the first hand-over.
 	drv  loopDriver

@@ -26,12 +26,7 @@ import (
 	"fmt"
 	"syscall"
 	"time"
-	"unsafe"
 )
-
-// discardMax bounds the input a flushing socket has discarded before it
-// is closed: a client that keeps sending cannot hold the close.
-const discardMax = 1 << 20
 
 // closeClient closes the client's descriptor, or with a receive in flight
 // leaves it to the home thread (armClose, then the receive's completion).
@@ -117,9 +112,14 @@ func (d *ringDriver) flushed(force bool) int {
 		lc := &c.lc
 		lc.ownMu.Lock()
 		rc := lc.sock.(*ringClient)
-		if rc.fdn >= 0 && !force && unsent(rc.fdn) {
+		switch {
+		case rc.fdn >= 0 && force:
+			abortClose(rc.fdn)
+			rc.fdn = -1
+			d.closeLingering(rc)
+		case rc.fdn >= 0 && unsent(rc.fdn):
 			left = append(left, c)
-		} else {
+		default:
 			if rc.fdn >= 0 {
 				discardInput(rc.fdn)
 			}
@@ -134,47 +134,6 @@ func (d *ringDriver) flushed(force bool) int {
 	d.flushing = append(d.flushing, left...)
 	d.flushMu.Unlock()
 	return len(left)
-}
-
-// unsent reports whether the socket still has bytes the peer has not
-// acknowledged (TCP) or read (Unix) and may yet take; false when it
-// cannot tell. A TCP connection the peer reset keeps reporting the bytes
-// it dropped, so a closed one has nothing left to send.
-func unsent(fd int) bool {
-	var n int32
-	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCOUTQ, uintptr(unsafe.Pointer(&n))); errno != 0 || n <= 0 {
-		return false
-	}
-	return !tcpClosed(fd)
-}
-
-// tcpClosed reports whether fd is a TCP socket in state TCP_CLOSE (reset,
-// or timed out): the first byte of TCP_INFO is the state.
-func tcpClosed(fd int) bool {
-	const stateClose = 7
-	var info [8]byte
-	l := uint32(len(info))
-	_, _, errno := syscall.Syscall6(syscall.SYS_GETSOCKOPT, uintptr(fd), syscall.IPPROTO_TCP, syscall.TCP_INFO,
-		uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&l)), 0)
-	return errno == 0 && l >= 1 && info[0] == stateClose
-}
-
-// discardInput reads and drops what the socket has received (a closed
-// client's next requests), up to discardMax, so that closing it does not
-// reset the connection. The socket is non-blocking, and its reading side
-// shut: a read returns 0 once nothing is left.
-func discardInput(fd int) {
-	var buf [4096]byte
-	for total := 0; total < discardMax; {
-		n, err := syscall.Read(fd, buf[:])
-		if err == syscall.EINTR {
-			continue
-		}
-		if n <= 0 || err != nil {
-			return
-		}
-		total += n
-	}
 }
 
 // awaitSends waits, bounded by ctx, until no client closed by

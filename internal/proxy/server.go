@@ -155,6 +155,9 @@ type Server struct {
 	loopsPtr atomic.Pointer[loops]
 	// loopSpins counts the loop threads' spins (LoopSpins).
 	loopSpins spinCounts
+	// flush holds the client sockets Close lets their replies out of
+	// (linger_linux.go).
+	flush flusher
 	loopsMu   sync.Mutex // guards loopsOff and the start of the loop
 	loopsOff  bool       // the loop failed to start, or the server closed
 
@@ -310,8 +313,15 @@ func (s *Server) Close(ctx context.Context) error {
 	defer s.stopLoops()
 	select {
 	case <-done:
-		return s.awaitLoopSends(ctx)
+		// Replies already written may still be on their way to clients
+		// that read slowly: let them out before the sockets close.
+		err := s.awaitLoopSends(ctx)
+		if ferr := s.flush.await(ctx); err == nil {
+			err = ferr
+		}
+		return err
 	case <-ctx.Done():
+		_ = s.flush.await(ctx)
 		return fmt.Errorf("mongobouncer: clients still running at close: %w", ctx.Err())
 	}
 }
