@@ -157,9 +157,9 @@ type Server struct {
 	loopSpins spinCounts
 	// flush holds the client sockets Close lets their replies out of
 	// (linger_linux.go).
-	flush flusher
-	loopsMu   sync.Mutex // guards loopsOff and the start of the loop
-	loopsOff  bool       // the loop failed to start, or the server closed
+	flush    flusher
+	loopsMu  sync.Mutex // guards loopsOff and the start of the loop
+	loopsOff bool       // the loop failed to start, or the server closed
 
 	txnMu sync.Mutex // guards txnOwners
 	// txnOwners maps an open transaction to the client that began it.
