@@ -44,23 +44,33 @@ type epollEntry struct {
 	u  *epollUp
 }
 
-// epollClient is a client socket's registration. ready is guarded by the
-// client's ownMu.
+// epollClient is a client socket's registration. ready and hup are
+// guarded by the client's ownMu. hup is set once an event said the peer
+// has shut its end down: from then on a short read does not mean the
+// socket is drained, since the end of the stream is still to be read and
+// no new edge will say so.
 type epollClient struct {
 	fdn   int
 	ent   *epollEntry
 	ready bool
+	hup   bool
 }
 
 func (e *epollClient) fd() int  { return e.fdn }
 func (e *epollClient) entered() { e.ready = true }
 
 // epollUp is an upstream socket's registration. ready is set by events
-// whoever owns the connection, and cleared by its owner.
+// whoever owns the connection, and cleared by its owner; hup as for
+// epollClient.
 type epollUp struct {
 	lu    *loopUp
 	ready atomic.Bool
+	hup   atomic.Bool
 }
+
+// epollHangUp is the events that say the peer has shut its end down, or
+// that the socket failed.
+const epollHangUp = syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR
 
 // startEpoll starts n loop threads on epoll.
 func startEpoll(n int, log *slog.Logger) (_ *loops, err error) {
@@ -147,9 +157,9 @@ func (d *epollDriver) run(ep int) {
 				switch {
 				case e == nil:
 				case e.c != nil:
-					d.clientReady(e.c)
+					d.clientReady(e.c, evs[i].Events&epollHangUp != 0)
 				default:
-					d.upstreamReady(e.u)
+					d.upstreamReady(e.u, evs[i].Events&epollHangUp != 0)
 				}
 			}
 			l.runReady(nil)
@@ -159,23 +169,28 @@ func (d *epollDriver) run(ep int) {
 }
 
 // clientReady runs when the client's socket may be readable.
-func (d *epollDriver) clientReady(c *client) {
+func (d *epollDriver) clientReady(c *client, hup bool) {
 	lc := &c.lc
 	lc.ownMu.Lock()
 	switch lc.state {
 	case lsClosed, lsGoroutine:
 	case lsIdle:
-		lc.sock.(*epollClient).ready = true
+		ec := lc.sock.(*epollClient)
+		ec.ready, ec.hup = true, ec.hup || hup
 		c.loopServe(nil)
 	default:
 		// Read once the reply is written (loopAfter).
-		lc.sock.(*epollClient).ready = true
+		ec := lc.sock.(*epollClient)
+		ec.ready, ec.hup = true, ec.hup || hup
 	}
 	lc.ownMu.Unlock()
 }
 
 // upstreamReady runs when an upstream socket may be readable.
-func (d *epollDriver) upstreamReady(eu *epollUp) {
+func (d *epollDriver) upstreamReady(eu *epollUp, hup bool) {
+	if hup {
+		eu.hup.Store(true)
+	}
 	lu := eu.lu
 	c := lu.owner.Load()
 	if c == nil {
@@ -220,8 +235,9 @@ func (d *epollDriver) recvClient(th loopThread, c *client) {
 		return
 	}
 	// A read that filled the buffer may have left more in the socket, and
-	// no new event would say so.
-	ec.ready = err == nil && n == room
+	// no new event would say so; nor would one for the end of a stream
+	// already announced.
+	ec.ready = err == nil && (n == room || ec.hup)
 	c.clientReceived(th, n, err)
 }
 
@@ -238,7 +254,7 @@ func (d *epollDriver) recvReply(th loopThread, c *client) {
 		eu.ready.Store(false)
 		return
 	}
-	if err == nil && n < room {
+	if err == nil && n < room && !eu.hup.Load() {
 		eu.ready.Store(false)
 	}
 	c.replyReceived(th, n, err)
@@ -275,7 +291,7 @@ func (d *epollDriver) closeClient(c *client) {
 // closed and fails, on a goroutine of its own (Close may run under locks).
 func (d *epollDriver) upstreamClosed(lu *loopUp) {
 	if lu.owner.Load() != nil {
-		go d.upstreamReady(lu.sock.(*epollUp))
+		go d.upstreamReady(lu.sock.(*epollUp), true)
 	}
 }
 

@@ -1,0 +1,211 @@
+package proxy
+
+// An upstream that breaks in the middle of a reply: the client gets an
+// answer (the reply, or an error) and stays usable, on both drivers.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// mangler is a relay in front of fakemongo that spoils the reply to a ping
+// the way mode says, while mode is set.
+type mangler struct {
+	ln   net.Listener
+	to   string
+	mode atomic.Value // string
+	wg   sync.WaitGroup
+}
+
+func startMangler(t *testing.T, to string) *mangler {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mangler{ln: ln, to: to}
+	m.mode.Store("")
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go m.serve(c)
+		}
+	}()
+	return m
+}
+
+func (m *mangler) serve(c net.Conn) {
+	s, err := net.Dial("tcp", m.to)
+	if err != nil {
+		c.Close()
+		return
+	}
+	var mu sync.Mutex
+	pending := map[int32]string{}
+	go func() {
+		defer s.Close()
+		for {
+			msg, err := wire.ReadMessage(c, nil, wire.DefaultMaxMessageSize)
+			if err != nil {
+				return
+			}
+			if bytes.Contains(msg, []byte("\x10ping\x00")) {
+				if mode := m.mode.Load().(string); mode != "" {
+					mu.Lock()
+					pending[int32(binary.LittleEndian.Uint32(msg[4:]))] = mode
+					mu.Unlock()
+				}
+			}
+			if _, err := s.Write(msg); err != nil {
+				return
+			}
+		}
+	}()
+	defer c.Close()
+	for {
+		rep, err := wire.ReadMessage(s, nil, wire.DefaultMaxMessageSize)
+		if err != nil {
+			return
+		}
+		to := int32(binary.LittleEndian.Uint32(rep[8:]))
+		mu.Lock()
+		mode, ok := pending[to]
+		delete(pending, to)
+		mu.Unlock()
+		if !ok {
+			if _, err := c.Write(rep); err != nil {
+				return
+			}
+			continue
+		}
+		switch mode {
+		case "half":
+			c.Write(rep[:len(rep)/2])
+			return
+		case "halfrst":
+			c.Write(rep[:len(rep)/2])
+			time.Sleep(10 * time.Millisecond)
+			c.(*net.TCPConn).SetLinger(0)
+			return
+		case "badlen":
+			b := append([]byte(nil), rep[:16]...)
+			binary.LittleEndian.PutUint32(b, 3)
+			c.Write(b)
+		case "huge":
+			b := append([]byte(nil), rep[:16]...)
+			binary.LittleEndian.PutUint32(b, 1<<30)
+			c.Write(b)
+		case "trickle":
+			for i := 0; i < len(rep); i += 1000 {
+				c.Write(rep[i:min(i+1000, len(rep))])
+				time.Sleep(200 * time.Microsecond)
+			}
+		case "hdr2":
+			c.Write(rep[:2])
+			time.Sleep(20 * time.Millisecond)
+			c.Write(rep[2:])
+		case "wrongto":
+			b := append([]byte(nil), rep...)
+			binary.LittleEndian.PutUint32(b[8:], 77777)
+			c.Write(b)
+		case "eof0":
+			return
+		}
+	}
+}
+
+// newManglerRig is newLoopRig with the mangler between the pool and
+// fakemongo.
+func newManglerRig(t *testing.T, io string, maxPool int, h fakemongo.Handler) (*loopRig, *mangler) {
+	t.Helper()
+	up := fakemongo.Start(t, fakemongo.Options{})
+	up.Handle("ping", h)
+	m := startMangler(t, up.Addr())
+	log := slog.New(slog.DiscardHandler)
+	po := pool.DefaultOptions()
+	po.MaxPoolSize = maxPool
+	topo, err := topology.New("loop-test", topology.Options{
+		Hosts:                  []string{m.ln.Addr().String()},
+		Pool:                   po,
+		Dialer:                 upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Detach: true, Logger: log}),
+		MonitorDialer:          upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Logger: log}),
+		HeartbeatInterval:      500 * time.Millisecond,
+		ServerSelectionTimeout: 5 * time.Second,
+		Logger:                 log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(topo.Close)
+	route := &Route{Name: "*", Mode: ModeTransaction, Topology: topo}
+	s, err := New(Options{Routes: []*Route{route}, EventLoop: true, LoopThreads: 2, LoopIO: io, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	wait.Until(t, "upstream usable", 10*time.Second, 5*time.Millisecond, func() bool {
+		return topo.Servers()[0].State() == topology.Usable
+	})
+	return &loopRig{t: t, s: s, route: route, up: up}, m
+}
+
+// The upstream sends part of a large reply and closes (FIN and data often
+// in one epoll edge: the case that hung on epoll), resets, sends a bad or
+// huge length, a reply to another request, or closes at once, or sends a
+// reply in pieces: each request gets an answer within the
+// deadline, and the client is served afterwards.
+func TestLoopUpstreamBreaksMidReply(t *testing.T) {
+	eachDriver(t, func(t *testing.T, model string) {
+		big := strings.Repeat("x", 100<<10)
+		r, m := newManglerRig(t, model, 2, func(*fakemongo.Request) fakemongo.Reply {
+			return fakemongo.OK(bson.E{Key: "big", Value: big})
+		})
+		cl := r.client(0)
+		c := r.only()
+		affOK(t, cl.cmd(ping()))
+		for _, mode := range []string{"half", "half", "half", "half", "half", "half", "halfrst", "badlen", "huge", "eof0", "trickle", "hdr2", "wrongto"} {
+			r.waitState(c, lsIdle)
+			m.mode.Store(mode)
+			cl.id++
+			if _, err := cl.c.Write(wire.AppendMsg(nil, cl.id, 0, 0, mustDoc(t, ping()))); err != nil {
+				t.Fatal(err)
+			}
+			_ = cl.c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := wire.ReadMessage(cl.c, nil, wire.DefaultMaxMessageSize); err != nil {
+				t.Fatalf("%s: no answer: %v", mode, err)
+			}
+			m.mode.Store("")
+			wait.Until(t, "pool ready again", 10*time.Second, 5*time.Millisecond, func() bool {
+				return r.route.Topology.Servers()[0].Pool().Stats().State == pool.StateReady
+			})
+		}
+		affOK(t, cl.cmd(ping()))
+	})
+}
