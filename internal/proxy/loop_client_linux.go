@@ -290,12 +290,16 @@ func (c *client) loopCheckedOut(th loopThread, pc *pool.Conn, err error) {
 		c.loopErrorReply(th, x.fail(err))
 		return
 	}
-	lu := c.s.loopUpFor(pc.Upstream())
+	lu, never := c.s.loopUpFor(pc.Upstream())
 	if lu == nil {
-		// The loop cannot use this upstream's socket (TLS, compression):
-		// its requests stay on goroutines. The request is still in rbuf;
-		// it starts over there.
-		x.route.noLoop.Store(true)
+		// The request is still in rbuf; it starts over on a goroutine.
+		// When the loop can never use this upstream's sockets (TLS,
+		// compression), the route's requests stay on goroutines; a
+		// failure of this one socket (closed by the pool meanwhile, no
+		// descriptor left to duplicate) concerns this request only.
+		if never {
+			x.route.noLoop.Store(true)
+		}
 		x.undo()
 		c.lc.unsent = false
 		c.toGoroutine()
@@ -534,18 +538,20 @@ func (c *client) disconnect() {
 }
 
 // loopUpFor returns the loop's registration of uc, registering it at its
-// first use, or nil when the loop cannot use it.
-func (s *Server) loopUpFor(uc pool.Upstream) *loopUp {
+// first use, or nil when the loop cannot use it: never is set when it
+// never can on this route (no raw socket: TLS, compression), not when
+// only this connection failed (closed meanwhile, a failed dup).
+func (s *Server) loopUpFor(uc pool.Upstream) (_ *loopUp, never bool) {
 	if a, ok := uc.Attachment().(*loopUp); ok {
-		return a
+		return a, false
 	}
 	rc, ok := uc.RawConn()
 	if !ok {
-		return nil
+		return nil, true
 	}
 	l := s.loopsPtr.Load()
 	if l == nil {
-		return nil
+		return nil, false
 	}
 	lu := &loopUp{uc: uc, rc: rc, drv: l.drv}
 	var err error
@@ -553,10 +559,18 @@ func (s *Server) loopUpFor(uc pool.Upstream) *loopUp {
 		err = cerr
 	}
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	uc.SetAttachment(lu)
-	return lu
+	// A Close that ran between the Control above and SetAttachment found
+	// no attachment to tell, and the registration (on io_uring, a
+	// duplicate descriptor) would outlive the connection: the socket is
+	// closed by then, which a second Control sees. Told twice (when Close
+	// saw the attachment too), UpstreamClosed does nothing the second time.
+	if rc.Control(func(uintptr) {}) != nil {
+		lu.UpstreamClosed()
+	}
+	return lu, false
 }
 
 // UpstreamClosed is called by upstream.Conn.Close: a request in flight on

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
+	"github.com/mongobouncer/mongobouncer/internal/uring"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -208,4 +210,119 @@ func TestLoopUpstreamBreaksMidReply(t *testing.T) {
 		}
 		affOK(t, cl.cmd(ping()))
 	})
+}
+
+// closingDialer remembers each pool connection by ID.
+type closingDialer struct {
+	d     *upstream.Dialer
+	mu    sync.Mutex
+	conns map[int64]pool.Upstream
+}
+
+func (c *closingDialer) Connect(ctx context.Context, addr string, id int64) (pool.Upstream, error) {
+	u, err := c.d.Connect(ctx, addr, id)
+	if err == nil {
+		c.mu.Lock()
+		c.conns[id] = u
+		c.mu.Unlock()
+	}
+	return u, err
+}
+
+// A pool interrupt (Clear(true): its Close of an in-use connection runs on a
+// goroutine of its own) that lands between the loop's checkout of a fresh
+// connection and loopUpFor's Control: that request goes to a goroutine,
+// and the route stays on the event loop.
+func TestLoopConnectionClosedAtCheckoutKeepsTheRouteOnTheLoop(t *testing.T) {
+	eachDriver(t, func(t *testing.T, io string) {
+		up := fakemongo.Start(t, fakemongo.Options{})
+		up.Handle("ping", func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		log := slog.New(slog.DiscardHandler)
+		cd := &closingDialer{d: upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Detach: true, Logger: log}), conns: map[int64]pool.Upstream{}}
+		var closeNext atomic.Bool
+		po := pool.DefaultOptions()
+		po.MaxPoolSize = 2
+		po.Monitor = pool.MonitorFunc(func(e pool.Event) {
+			if e.Type == pool.ConnectionCheckedOut && closeNext.CompareAndSwap(true, false) {
+				cd.mu.Lock()
+				u := cd.conns[e.ConnectionID]
+				cd.mu.Unlock()
+				_ = u.Close() // what the interrupt's goroutine does, at this instant
+			}
+		})
+		topo, err := topology.New("loop-test", topology.Options{
+			Hosts: []string{up.Addr()}, Pool: po, Dialer: cd,
+			MonitorDialer:     upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Logger: log}),
+			HeartbeatInterval: 500 * time.Millisecond, ServerSelectionTimeout: 5 * time.Second, Logger: log,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(topo.Close)
+		route := &Route{Name: "*", Mode: ModeTransaction, Topology: topo}
+		s, err := New(Options{Routes: []*Route{route}, EventLoop: true, LoopThreads: 2, LoopIO: io, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		wait.Until(t, "usable", 10*time.Second, 5*time.Millisecond, func() bool { return topo.Servers()[0].State() == topology.Usable })
+		r := &loopRig{t: t, s: s, route: route, up: up}
+		cl := r.client(0)
+		c := r.only()
+		r.waitState(c, lsIdle)
+		closeNext.Store(true)
+		cl.cmd(ping()) // an error, or the reply from a new connection
+		wait.Until(t, "pool ready", 10*time.Second, 5*time.Millisecond, func() bool {
+			return topo.Servers()[0].Pool().Stats().State == pool.StateReady
+		})
+		for range 5 {
+			cl.cmd(ping())
+		}
+		if route.noLoop.Load() {
+			t.Fatalf("one connection closed by the pool at checkout took route %q off the event loop for good", route.Name)
+		}
+	})
+}
+
+// closeBeforeAttach is a connection whose Close runs (as the pool's
+// interrupt goroutine may) after loopUpFor's Control dup'd its socket and
+// before SetAttachment: Close finds no attachment to tell.
+type closeBeforeAttach struct {
+	pool.Upstream
+}
+
+func (u closeBeforeAttach) SetAttachment(v any) {
+	_ = u.Upstream.Close()
+	u.Upstream.SetAttachment(v)
+}
+
+// The same interrupt landing between loopUpFor's Control and its
+// SetAttachment: Close finds no attachment to tell, yet the io_uring
+// driver's duplicate descriptor is closed with the connection.
+func TestLoopConnectionClosedWhileRegistering(t *testing.T) {
+	if !uring.Supported() {
+		t.Skip("the kernel refuses io_uring here")
+	}
+	r := newLoopRig(t, LoopIOUring, 2, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+	p := r.route.Topology.Servers()[0].Pool()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pc, err := p.CheckOut(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lu, _ := r.s.loopUpFor(closeBeforeAttach{pc.Upstream()})
+	if lu == nil {
+		t.Fatal("no registration")
+	}
+	pc.MarkErrored(net.ErrClosed)
+	_ = p.CheckIn(pc)
+	ru := lu.sock.(*ringUp)
+	ru.mu.Lock()
+	fd, closed := ru.fdn, ru.closed
+	ru.mu.Unlock()
+	if fd >= 0 {
+		_, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+		t.Fatalf("connection closed, its loop descriptor %d still open (fcntl errno %v), ringUp.closed=%v: leaked", fd, errno, closed)
+	}
 }
