@@ -53,6 +53,11 @@ type rigOptions struct {
 	answerMoreToCome bool
 	// spin is Options.LoopSpin.
 	spin time.Duration
+	// via, when set, gives the address the pool and the monitor dial in
+	// place of the fake upstream's (a relay in front of it).
+	via func(t testing.TB, upstream string) string
+	// dialer, when set, wraps the pool's dialer.
+	dialer func(pool.Connector) pool.Connector
 }
 
 func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
@@ -64,10 +69,18 @@ func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
 	po := pool.DefaultOptions()
 	po.MaxPoolSize = maxPool
 	po.Monitor = o.monitor
+	addr := up.Addr()
+	if o.via != nil {
+		addr = o.via(t, addr)
+	}
+	var dialer pool.Connector = upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Detach: true, Logger: log})
+	if o.dialer != nil {
+		dialer = o.dialer(dialer)
+	}
 	topo, err := topology.New("loop-test", topology.Options{
-		Hosts:                  []string{up.Addr()},
+		Hosts:                  []string{addr},
 		Pool:                   po,
-		Dialer:                 upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Detach: true, Logger: log}),
+		Dialer:                 dialer,
 		MonitorDialer:          upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Logger: log}),
 		HeartbeatInterval:      500 * time.Millisecond,
 		ServerSelectionTimeout: 5 * time.Second,

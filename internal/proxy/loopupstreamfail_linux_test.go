@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -21,8 +20,6 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
-	"github.com/mongobouncer/mongobouncer/internal/topology"
-	"github.com/mongobouncer/mongobouncer/internal/upstream"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -36,7 +33,7 @@ type mangler struct {
 	wg   sync.WaitGroup
 }
 
-func startMangler(t *testing.T, to string) *mangler {
+func startMangler(t testing.TB, to string) *mangler {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -137,45 +134,16 @@ func (m *mangler) serve(c net.Conn) {
 	}
 }
 
-// newManglerRig is newLoopRig with the mangler between the pool and
-// fakemongo.
+// newManglerRig is newLoopRig with a mangler between the pool and the fake
+// upstream.
 func newManglerRig(t *testing.T, io string, maxPool int, h fakemongo.Handler) (*loopRig, *mangler) {
 	t.Helper()
-	up := fakemongo.Start(t, fakemongo.Options{})
-	up.Handle("ping", h)
-	m := startMangler(t, up.Addr())
-	log := slog.New(slog.DiscardHandler)
-	po := pool.DefaultOptions()
-	po.MaxPoolSize = maxPool
-	topo, err := topology.New("loop-test", topology.Options{
-		Hosts:                  []string{m.ln.Addr().String()},
-		Pool:                   po,
-		Dialer:                 upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Detach: true, Logger: log}),
-		MonitorDialer:          upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Logger: log}),
-		HeartbeatInterval:      500 * time.Millisecond,
-		ServerSelectionTimeout: 5 * time.Second,
-		Logger:                 log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(topo.Close)
-	route := &Route{Name: "*", Mode: ModeTransaction, Topology: topo}
-	s, err := New(Options{Routes: []*Route{route}, EventLoop: true, LoopThreads: 2, LoopIO: io, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	wait.Until(t, "upstream usable", 10*time.Second, 5*time.Millisecond, func() bool {
-		return topo.Servers()[0].State() == topology.Usable
-	})
-	return &loopRig{t: t, s: s, route: route, up: up}, m
+	var m *mangler
+	r := newRig(t, rigOptions{loop: true, io: io, maxPool: maxPool, via: func(t testing.TB, to string) string {
+		m = startMangler(t, to)
+		return m.ln.Addr().String()
+	}}, h)
+	return r, m
 }
 
 // The upstream sends part of a large reply and closes (FIN and data often
@@ -214,7 +182,7 @@ func TestLoopUpstreamBreaksMidReply(t *testing.T) {
 
 // closingDialer remembers each pool connection by ID.
 type closingDialer struct {
-	d     *upstream.Dialer
+	d     pool.Connector
 	mu    sync.Mutex
 	conns map[int64]pool.Upstream
 }
@@ -235,38 +203,20 @@ func (c *closingDialer) Connect(ctx context.Context, addr string, id int64) (poo
 // and the route stays on the event loop.
 func TestLoopConnectionClosedAtCheckoutKeepsTheRouteOnTheLoop(t *testing.T) {
 	eachDriver(t, func(t *testing.T, io string) {
-		up := fakemongo.Start(t, fakemongo.Options{})
-		up.Handle("ping", func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
-		log := slog.New(slog.DiscardHandler)
-		cd := &closingDialer{d: upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Detach: true, Logger: log}), conns: map[int64]pool.Upstream{}}
+		cd := &closingDialer{conns: map[int64]pool.Upstream{}}
 		var closeNext atomic.Bool
-		po := pool.DefaultOptions()
-		po.MaxPoolSize = 2
-		po.Monitor = pool.MonitorFunc(func(e pool.Event) {
-			if e.Type == pool.ConnectionCheckedOut && closeNext.CompareAndSwap(true, false) {
-				cd.mu.Lock()
-				u := cd.conns[e.ConnectionID]
-				cd.mu.Unlock()
-				_ = u.Close() // what the interrupt's goroutine does, at this instant
-			}
-		})
-		topo, err := topology.New("loop-test", topology.Options{
-			Hosts: []string{up.Addr()}, Pool: po, Dialer: cd,
-			MonitorDialer:     upstream.NewDialer(upstream.Options{ConnectTimeout: 2 * time.Second, Logger: log}),
-			HeartbeatInterval: 500 * time.Millisecond, ServerSelectionTimeout: 5 * time.Second, Logger: log,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(topo.Close)
-		route := &Route{Name: "*", Mode: ModeTransaction, Topology: topo}
-		s, err := New(Options{Routes: []*Route{route}, EventLoop: true, LoopThreads: 2, LoopIO: io, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
-		wait.Until(t, "usable", 10*time.Second, 5*time.Millisecond, func() bool { return topo.Servers()[0].State() == topology.Usable })
-		r := &loopRig{t: t, s: s, route: route, up: up}
+		r := newRig(t, rigOptions{loop: true, io: io, maxPool: 2,
+			dialer: func(d pool.Connector) pool.Connector { cd.d = d; return cd },
+			monitor: pool.MonitorFunc(func(e pool.Event) {
+				if e.Type == pool.ConnectionCheckedOut && closeNext.CompareAndSwap(true, false) {
+					cd.mu.Lock()
+					u := cd.conns[e.ConnectionID]
+					cd.mu.Unlock()
+					_ = u.Close() // what the interrupt's goroutine does, at this instant
+				}
+			}),
+		}, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		topo, route := r.route.Topology, r.route
 		cl := r.client(0)
 		c := r.only()
 		r.waitState(c, lsIdle)
