@@ -378,7 +378,11 @@ func (c *client) replyReceived(th loopThread, n int, err error) {
 		return
 	}
 	if f.Msg == nil {
-		lc.buf.b = wire.GrowMessage(b, f.Need)
+		// Room for a header more than the reply, so that a reply the
+		// upstream sent behind it unasked is seen now (f.Extra, which
+		// fails the request and drops the connection), not by the next
+		// request on the connection.
+		lc.buf.b = wire.GrowMessage(b, f.Need+wire.HeaderLen)
 		if d := c.drv(); d != nil {
 			d.recvReply(th, c)
 		} else {

@@ -115,6 +115,8 @@ func (m *mangler) serve(c net.Conn) {
 			b := append([]byte(nil), rep[:16]...)
 			binary.LittleEndian.PutUint32(b, 1<<30)
 			c.Write(b)
+		case "twice":
+			c.Write(append(append([]byte(nil), rep...), rep...))
 		case "trickle":
 			for i := 0; i < len(rep); i += 1000 {
 				c.Write(rep[i:min(i+1000, len(rep))])
@@ -177,6 +179,33 @@ func TestLoopUpstreamBreaksMidReply(t *testing.T) {
 			})
 		}
 		affOK(t, cl.cmd(ping()))
+	})
+}
+
+// An upstream that sends a large reply twice: the request gets an answer,
+// and the second copy reaches no later request (the connection is not
+// reused with it unread).
+func TestLoopUpstreamRepliesTwice(t *testing.T) {
+	eachDriver(t, func(t *testing.T, model string) {
+		big := strings.Repeat("x", 100<<10)
+		r, m := newManglerRig(t, model, 2, func(*fakemongo.Request) fakemongo.Reply {
+			return fakemongo.OK(bson.E{Key: "big", Value: big})
+		})
+		cl := r.client(0)
+		c := r.only()
+		affOK(t, cl.cmd(ping()))
+		for range 3 {
+			r.waitState(c, lsIdle)
+			m.mode.Store("twice")
+			cl.cmd(ping()) // the reply, or an error
+			m.mode.Store("")
+			wait.Until(t, "pool ready again", 10*time.Second, 5*time.Millisecond, func() bool {
+				return r.route.Topology.Servers()[0].Pool().Stats().State == pool.StateReady
+			})
+			for range 3 {
+				affOK(t, cl.cmd(ping()))
+			}
+		}
 	})
 }
 
