@@ -148,6 +148,29 @@ func newManglerRig(t *testing.T, io string, maxPool int, h fakemongo.Handler) (*
 	return r, m
 }
 
+// bigReplyRig is a mangler rig whose upstream answers pings with a 100 KiB
+// reply, and a client that has had one.
+func bigReplyRig(t *testing.T, model string) (*loopRig, *mangler, *affConn, *client) {
+	t.Helper()
+	big := strings.Repeat("x", 100<<10)
+	r, m := newManglerRig(t, model, 2, func(*fakemongo.Request) fakemongo.Reply {
+		return fakemongo.OK(bson.E{Key: "big", Value: big})
+	})
+	cl := r.client(0)
+	c := r.only()
+	affOK(t, cl.cmd(ping()))
+	return r, m, cl, c
+}
+
+// waitPoolReady waits until the pool, cleared by a broken connection, is
+// ready again.
+func (r *loopRig) waitPoolReady() {
+	r.t.Helper()
+	wait.Until(r.t, "pool ready again", 10*time.Second, 5*time.Millisecond, func() bool {
+		return r.route.Topology.Servers()[0].Pool().Stats().State == pool.StateReady
+	})
+}
+
 // The upstream sends part of a large reply and closes (FIN and data often
 // in one epoll edge: the case that hung on epoll), resets, sends a bad or
 // huge length, a reply to another request, or closes at once, or sends a
@@ -155,13 +178,7 @@ func newManglerRig(t *testing.T, io string, maxPool int, h fakemongo.Handler) (*
 // deadline, and the client is served afterwards.
 func TestLoopUpstreamBreaksMidReply(t *testing.T) {
 	eachDriver(t, func(t *testing.T, model string) {
-		big := strings.Repeat("x", 100<<10)
-		r, m := newManglerRig(t, model, 2, func(*fakemongo.Request) fakemongo.Reply {
-			return fakemongo.OK(bson.E{Key: "big", Value: big})
-		})
-		cl := r.client(0)
-		c := r.only()
-		affOK(t, cl.cmd(ping()))
+		r, m, cl, c := bigReplyRig(t, model)
 		for _, mode := range []string{"half", "half", "half", "half", "half", "half", "halfrst", "badlen", "huge", "eof0", "trickle", "hdr2", "wrongto"} {
 			r.waitState(c, lsIdle)
 			m.mode.Store(mode)
@@ -174,9 +191,7 @@ func TestLoopUpstreamBreaksMidReply(t *testing.T) {
 				t.Fatalf("%s: no answer: %v", mode, err)
 			}
 			m.mode.Store("")
-			wait.Until(t, "pool ready again", 10*time.Second, 5*time.Millisecond, func() bool {
-				return r.route.Topology.Servers()[0].Pool().Stats().State == pool.StateReady
-			})
+			r.waitPoolReady()
 		}
 		affOK(t, cl.cmd(ping()))
 	})
@@ -187,21 +202,13 @@ func TestLoopUpstreamBreaksMidReply(t *testing.T) {
 // reused with it unread).
 func TestLoopUpstreamRepliesTwice(t *testing.T) {
 	eachDriver(t, func(t *testing.T, model string) {
-		big := strings.Repeat("x", 100<<10)
-		r, m := newManglerRig(t, model, 2, func(*fakemongo.Request) fakemongo.Reply {
-			return fakemongo.OK(bson.E{Key: "big", Value: big})
-		})
-		cl := r.client(0)
-		c := r.only()
-		affOK(t, cl.cmd(ping()))
+		r, m, cl, c := bigReplyRig(t, model)
 		for range 3 {
 			r.waitState(c, lsIdle)
 			m.mode.Store("twice")
 			cl.cmd(ping()) // the reply, or an error
 			m.mode.Store("")
-			wait.Until(t, "pool ready again", 10*time.Second, 5*time.Millisecond, func() bool {
-				return r.route.Topology.Servers()[0].Pool().Stats().State == pool.StateReady
-			})
+			r.waitPoolReady()
 			for range 3 {
 				affOK(t, cl.cmd(ping()))
 			}
@@ -245,15 +252,13 @@ func TestLoopConnectionClosedAtCheckoutKeepsTheRouteOnTheLoop(t *testing.T) {
 				}
 			}),
 		}, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
-		topo, route := r.route.Topology, r.route
+		route := r.route
 		cl := r.client(0)
 		c := r.only()
 		r.waitState(c, lsIdle)
 		closeNext.Store(true)
 		cl.cmd(ping()) // an error, or the reply from a new connection
-		wait.Until(t, "pool ready", 10*time.Second, 5*time.Millisecond, func() bool {
-			return topo.Servers()[0].Pool().Stats().State == pool.StateReady
-		})
+		r.waitPoolReady()
 		for range 5 {
 			cl.cmd(ping())
 		}
