@@ -60,7 +60,7 @@
 //     The pool calls a CheckOutFunc callback under its lock; the callback
 //     only takes the next locks.
 //  4. The loop threads' queues: loops.readyMu, ringThread.qMu; and the
-//     drivers' own: epollDriver.tabMu, ringUp.mu, ringDriver.flushMu.
+//     drivers' own: epollDriver.tabMu, ringUp.mu, and flusher.mu (linger_linux.go).
 //  5. Metrics (the Observer), which take no lock of ours.
 //
 // Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu

@@ -91,13 +91,9 @@ type ringDriver struct {
 	spinMax time.Duration
 	spins   *spinCounts
 	// lingering counts closed clients whose descriptor waits for a
-	// receive in flight, maybe behind a reply's send, or for their
-	// replies to leave (loop_ringclose_linux.go). flushMu guards
-	// flushing, the closed clients whose replies are leaving; it is
-	// taken under a client's ownMu, never the other way round.
+	// receive in flight, maybe behind a reply's send
+	// (loop_ringclose_linux.go).
 	lingering atomic.Int64
-	flushMu   sync.Mutex
-	flushing  []*client
 	// all is closed once threads is complete (or the start failed): the
 	// threads read it from then on (placement looks at each other).
 	all chan struct{}
@@ -154,8 +150,8 @@ type armItem struct {
 // counts among its home's clients. placed is a placement sendReply made
 // but could not use, for recvClient to follow rather than decide again.
 // lingering is set while the closed client's descriptor waits for that
-// receive, or for its replies to leave (loop_ringclose_linux.go); flush
-// says it was closed by Server.Close, whose replies are let out.
+// receive; flush says it was closed by Server.Close, whose replies are let
+// out (loop_ringclose_linux.go).
 type ringClient struct {
 	fdn       int
 	home      *ringThread
@@ -443,7 +439,7 @@ func (th *ringThread) clientDone(c *client, res int32) {
 		// Closed while the receive was in flight: closeClient left the
 		// descriptor to this completion.
 		if lc.state == lsClosed {
-			th.d.received(c, res)
+			th.d.closeLingering(rc)
 		}
 	case res < 0:
 		c.clientReceived(th, 0, syscall.Errno(-res))
@@ -661,6 +657,5 @@ func (d *ringDriver) upstreamClosed(lu *loopUp) {
 	ru.fdn = -1
 }
 
-// stop closes what Server.Close left flushing; each thread tore its ring
-// down.
-func (d *ringDriver) stop() { d.flushed(true) }
+// stop has nothing left to release: each thread tore its ring down.
+func (d *ringDriver) stop() {}

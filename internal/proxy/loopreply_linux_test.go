@@ -199,8 +199,8 @@ func TestLoopShutdownSendsTheRepliesWaiting(t *testing.T) {
 	}
 }
 
-// A client closed by Server.Close whose replies are flushing
-// (loop_ringclose_linux.go) goes away with replies unread, which resets
+// A client closed by Server.Close whose socket lingers until its replies
+// have left (linger_linux.go) goes away with replies unread, which resets
 // the connection: nothing is left to send, and Close does not wait for it
 // until its context ends (a reset TCP socket still counts the bytes it
 // dropped as unsent).
@@ -217,11 +217,11 @@ func TestLoopCloseForgetsAFlushingClientThatResets(t *testing.T) {
 		done <- r.s.Close(ctx)
 	}()
 	// Read a little at a time, until the ring's send is whole and the
-	// socket is flushing what is left.
+	// socket lingers with what is left.
 	flushing := func() bool {
-		d.flushMu.Lock()
-		defer d.flushMu.Unlock()
-		return len(d.flushing) > 0
+		r.s.flush.mu.Lock()
+		defer r.s.flush.mu.Unlock()
+		return len(r.s.flush.fds) > 0 && d.lingering.Load() == 0
 	}
 	buf := make([]byte, 512)
 	_ = cl.c.SetReadDeadline(time.Now().Add(5 * time.Second))
