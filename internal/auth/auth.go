@@ -92,6 +92,8 @@ type Creds struct {
 	// password is the plain password when the auth_file gave one: it is
 	// what mongobouncer logs in upstream with as auth_user.
 	password string
+	// restrict are the user's authenticationRestrictions (a lookup's).
+	restrict restrictions
 }
 
 // For returns the stored credentials for mechanism m.
