@@ -218,6 +218,8 @@ func (a *App) Config() map[string]any {
 		"auth_file":                cfg.AuthFilePath(),
 		"auth_user":                g.AuthUser,
 		"admin_users":              append([]string{}, g.AdminUsers...),
+		"auth_cache_ttl":           g.AuthCacheTTL.String(),
+		"auth_lookups_per_peer":    g.AuthLookupsPerPeer,
 		"tls_mode":                 string(g.TLSMode),
 		"tls_cert_file":            g.TLSCertFile,
 		"tls_key_file":             g.TLSKeyFile,
