@@ -218,6 +218,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 		a.auth.Users.Update(users, cfg.Global.AdminUsers)
 		if a.authLookup != nil {
 			a.authLookup.setConfig(cfg, want)
+			setCacheConfig(a.auth.Users, cfg.Global)
 		}
 		changes = append(changes, fmt.Sprintf("auth_file: %d users", users.Len()))
 	}
