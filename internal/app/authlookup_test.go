@@ -3,6 +3,9 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -131,5 +134,45 @@ func TestAuthLookupReadsRestrictions(t *testing.T) {
 	}
 	if m, _ := cmd.Lookup("$readPreference", "mode").StringValueOK(); m != "primary" {
 		t.Fatalf("read preference %q", m)
+	}
+}
+
+// auth_cache_ttl and auth_lookups_per_peer reach the auth_user cache at
+// start, and a reload changes them.
+func TestReloadAppliesAuthCacheConfig(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(`"mbauth@admin" "mbauth-pw"`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "mongobouncer.toml")
+	write := func(ttl string, perPeer int) {
+		doc := fmt.Sprintf("[mongobouncer]\nlisten = \"127.0.0.1:0\"\nauth_type = \"scram\"\nauth_file = \"users.txt\"\n"+
+			"auth_user = \"mbauth@admin\"\nauth_cache_ttl = %q\nauth_lookups_per_peer = %d\n"+
+			"[databases.\"*\"]\nconnection_string = \"mongodb://%s/?directConnection=true\"\n", ttl, perPeer, up.Addr())
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("5s", 2)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeApp(a) })
+	c := a.auth.Users.Cache()
+	if c == nil || c.TTL() != 5*time.Second || c.MaxLookupsPerPeer() != 2 {
+		t.Fatalf("at start: %v", c)
+	}
+	write("1m", 7)
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if c.TTL() != time.Minute || c.MaxLookupsPerPeer() != 7 {
+		t.Fatalf("after a reload: %v %d", c.TTL(), c.MaxLookupsPerPeer())
 	}
 }

@@ -214,6 +214,12 @@ func (c *Cache) SetTTL(d time.Duration) {
 	}
 }
 
+// TTL returns how long found users are kept now (SetTTL).
+func (c *Cache) TTL() time.Duration { return time.Duration(c.ttl.Load()) }
+
+// MaxLookupsPerPeer returns the per-address bound now (SetLimits).
+func (c *Cache) MaxLookupsPerPeer() int { return int(c.perPeer.Load()) }
+
 // SetLimits changes MaxLookupsPerPeer (auth_lookups_per_peer, on
 // reload), for addresses that have no lookup running now.
 func (c *Cache) SetLimits(perPeer int) {
