@@ -52,8 +52,12 @@ type CacheOptions struct {
 	// upstream keeps working at most, unless a failed proof looks the
 	// user up again first. SetTTL changes it.
 	PositiveTTL time.Duration
-	// NegativeTTL keeps a user found missing this long (default 30s,
-	// and never longer than PositiveTTL).
+	// NegativeTTL keeps a user found missing this long, never longer
+	// than PositiveTTL (default: as long). The same TTL for both keeps
+	// timing from telling a name that exists upstream from one that does
+	// not, once a shorter negative entry would have expired; a user
+	// created upstream meanwhile still logs in at its second attempt (the
+	// first one's failed proof looks it up again).
 	NegativeTTL time.Duration
 	// Timeout bounds one lookup (default 5s).
 	Timeout time.Duration
@@ -179,9 +183,6 @@ func NewCache(l Lookup, o CacheOptions) *Cache {
 	if o.PositiveTTL <= 0 {
 		o.PositiveTTL = DefaultCacheTTL
 	}
-	if o.NegativeTTL <= 0 {
-		o.NegativeTTL = 30 * time.Second
-	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
 	}
@@ -206,7 +207,8 @@ func NewCache(l Lookup, o CacheOptions) *Cache {
 }
 
 // SetTTL changes how long found users are kept (auth_cache_ttl, on
-// reload); users found missing are kept NegativeTTL, at most as long.
+// reload); users found missing are kept as long, or NegativeTTL if set
+// and shorter.
 // Entries cached already keep their expiry.
 func (c *Cache) SetTTL(d time.Duration) {
 	if d > 0 {
@@ -401,7 +403,11 @@ func (c *Cache) publish(e *cacheEntry, creds Creds, err error) {
 		c.missing.del(e.key)
 		c.found.put(e)
 	case errors.Is(err, ErrNotFound):
-		e.expires = now.Add(min(c.opts.NegativeTTL, ttl))
+		neg := ttl
+		if c.opts.NegativeTTL > 0 {
+			neg = min(c.opts.NegativeTTL, ttl)
+		}
+		e.expires = now.Add(neg)
 		c.found.del(e.key)
 		c.missing.put(e)
 	}

@@ -354,3 +354,30 @@ func TestRestrictionsFromUsersInfo(t *testing.T) {
 		t.Fatal("no restriction refuses")
 	}
 }
+
+// A user found missing is kept as long as a found one (by default), so
+// that once one expires the other has too: timing does not tell a name
+// upstream from one that is not.
+func TestNegativeTTLIsThePositive(t *testing.T) {
+	a, up, clock, _ := staleRig(t, 2*time.Minute)
+	up.set("u", "admin", scramCreds(t, "u", "pw", "salt-one-16bytes", 4096))
+	for _, u := range []string{"u", "ghost"} {
+		_ = loginFrom(t, a, Peer{}, SCRAMSHA256, u, "admin", "pw")
+	}
+	clock.advance(time.Minute)
+	for _, u := range []string{"u", "ghost"} {
+		if _, err := a.cache.Get(context.Background(), u, "admin"); u == "u" && err != nil {
+			t.Fatal(err)
+		}
+		if n := up.n(u, "admin"); n != 1 {
+			t.Fatalf("%s: %d lookups within the TTL, want 1", u, n)
+		}
+	}
+	clock.advance(time.Minute + time.Second)
+	for _, u := range []string{"u", "ghost"} {
+		_, _ = a.cache.Get(context.Background(), u, "admin")
+		if n := up.n(u, "admin"); n != 2 {
+			t.Fatalf("%s: %d lookups past the TTL, want 2", u, n)
+		}
+	}
+}
