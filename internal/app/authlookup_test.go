@@ -137,8 +137,9 @@ func TestAuthLookupReadsRestrictions(t *testing.T) {
 	}
 }
 
-// auth_cache_ttl and auth_lookups_per_peer reach the auth_user cache at
-// start, and a reload changes them.
+// auth_cache_ttl, auth_lookups_per_peer and auth_max_lookups reach the
+// auth_user cache at start; a reload changes the first two, and keeps the
+// running auth_max_lookups (a restart changes it).
 func TestReloadAppliesAuthCacheConfig(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 	dir := t.TempDir()
@@ -146,15 +147,15 @@ func TestReloadAppliesAuthCacheConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "mongobouncer.toml")
-	write := func(ttl string, perPeer int) {
+	write := func(ttl string, perPeer, max int) {
 		doc := fmt.Sprintf("[mongobouncer]\nlisten = \"127.0.0.1:0\"\nauth_type = \"scram\"\nauth_file = \"users.txt\"\n"+
-			"auth_user = \"mbauth@admin\"\nauth_cache_ttl = %q\nauth_lookups_per_peer = %d\n"+
-			"[databases.\"*\"]\nconnection_string = \"mongodb://%s/?directConnection=true\"\n", ttl, perPeer, up.Addr())
+			"auth_user = \"mbauth@admin\"\nauth_cache_ttl = %q\nauth_lookups_per_peer = %d\nauth_max_lookups = %d\n"+
+			"[databases.\"*\"]\nconnection_string = \"mongodb://%s/?directConnection=true\"\n", ttl, perPeer, max, up.Addr())
 		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("5s", 2)
+	write("5s", 2, 8)
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -165,14 +166,17 @@ func TestReloadAppliesAuthCacheConfig(t *testing.T) {
 	}
 	t.Cleanup(func() { closeApp(a) })
 	c := a.auth.Users.Cache()
-	if c == nil || c.TTL() != 5*time.Second || c.MaxLookupsPerPeer() != 2 {
+	if c == nil || c.TTL() != 5*time.Second || c.MaxLookupsPerPeer() != 2 || c.MaxLookups() != 8 {
 		t.Fatalf("at start: %v", c)
 	}
-	write("1m", 7)
+	write("1m", 7, 9)
 	if err := a.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if c.TTL() != time.Minute || c.MaxLookupsPerPeer() != 7 {
-		t.Fatalf("after a reload: %v %d", c.TTL(), c.MaxLookupsPerPeer())
+	if c.TTL() != time.Minute || c.MaxLookupsPerPeer() != 7 || c.MaxLookups() != 8 {
+		t.Fatalf("after a reload: %v %d %d", c.TTL(), c.MaxLookupsPerPeer(), c.MaxLookups())
+	}
+	if got := a.Config()["auth_max_lookups"]; got != 8 {
+		t.Fatalf("the configuration in force says auth_max_lookups = %d, running 8", got)
 	}
 }

@@ -72,7 +72,7 @@ func newClientAuth(cfg config.Config, users *auth.Users, routes []config.Effecti
 	if g.AuthUser != "" && g.AuthType == config.AuthSCRAM {
 		l = &authLookup{resolver: r, log: log}
 		l.setConfig(cfg, routes)
-		cache = auth.NewCache(l, auth.CacheOptions{PositiveTTL: g.AuthCacheTTL, MaxLookupsPerPeer: g.AuthLookupsPerPeer})
+		cache = auth.NewCache(l, auth.CacheOptions{PositiveTTL: g.AuthCacheTTL, MaxLookupsPerPeer: g.AuthLookupsPerPeer, MaxLookups: g.AuthMaxLookups})
 	}
 	ca := &proxy.ClientAuth{
 		Users: auth.New(users, g.AdminUsers, cache),

@@ -220,6 +220,7 @@ func (a *App) Config() map[string]any {
 		"admin_users":              append([]string{}, g.AdminUsers...),
 		"auth_cache_ttl":           g.AuthCacheTTL.String(),
 		"auth_lookups_per_peer":    g.AuthLookupsPerPeer,
+		"auth_max_lookups":         g.AuthMaxLookups,
 		"tls_mode":                 string(g.TLSMode),
 		"tls_cert_file":            g.TLSCertFile,
 		"tls_key_file":             g.TLSKeyFile,

@@ -222,6 +222,9 @@ func (c *Cache) TTL() time.Duration { return time.Duration(c.ttl.Load()) }
 // MaxLookupsPerPeer returns the per-address bound now (SetLimits).
 func (c *Cache) MaxLookupsPerPeer() int { return int(c.perPeer.Load()) }
 
+// MaxLookups returns the bound on lookups running at once (fixed).
+func (c *Cache) MaxLookups() int { return cap(c.slots) }
+
 // SetLimits changes MaxLookupsPerPeer (auth_lookups_per_peer, on
 // reload), for addresses that have no lookup running now.
 func (c *Cache) SetLimits(perPeer int) {

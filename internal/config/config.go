@@ -337,6 +337,9 @@ type Global struct {
 	// AuthLookupsPerPeer bounds the auth_user lookups one client address
 	// starts at once (auth_lookups_per_peer). Reloadable.
 	AuthLookupsPerPeer int
+	// AuthMaxLookups bounds the auth_user lookups running at once, for
+	// all clients (auth_max_lookups). A reload does not change it.
+	AuthMaxLookups int
 	// TLSMode says whether clients connect with TLS (tls_mode).
 	TLSMode TLSMode
 	// TLSCertFile and TLSKeyFile are the PEM certificate (chain) and
@@ -443,6 +446,7 @@ func Default() Config {
 		UserPoolIdleTimeout:    10 * time.Minute,
 		AuthCacheTTL:           30 * time.Second,
 		AuthLookupsPerPeer:     4,
+		AuthMaxLookups:         16,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,

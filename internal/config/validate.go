@@ -162,6 +162,9 @@ func (v *validator) auth() {
 	if g.AuthLookupsPerPeer < 1 || g.AuthLookupsPerPeer > 1024 {
 		v.add(at("auth_lookups_per_peer"), ErrInvalidValue, fmt.Sprintf("auth_lookups_per_peer = %d: must be between 1 and 1024", g.AuthLookupsPerPeer))
 	}
+	if g.AuthMaxLookups < 1 || g.AuthMaxLookups > 1024 {
+		v.add(at("auth_max_lookups"), ErrInvalidValue, fmt.Sprintf("auth_max_lookups = %d: must be between 1 and 1024 (each lookup running holds an upstream connection)", g.AuthMaxLookups))
+	}
 	if g.UserPoolIdleTimeout < 0 {
 		v.add(at("user_pool_idle_timeout"), ErrInvalidValue, fmt.Sprintf(`user_pool_idle_timeout = %s: must not be negative ("0s" keeps user pools)`, quote(g.UserPoolIdleTimeout.String())))
 	}
