@@ -144,8 +144,10 @@ func (a *Authenticator) resolve(ctx context.Context, peer Peer, known bool, user
 	case err != nil:
 		return Creds{}, FailLookupFailed
 	case !e.creds.restrict.allows(peer, known):
-		a.logger().Warn("client login refused by the user's authenticationRestrictions",
-			"user", UserKey(user, db), "remote", peer.Remote, "local", peer.Local)
+		if notBefore.IsZero() { // once per attempt: not again at a failed proof's second look
+			a.logger().Warn("client login refused by the user's authenticationRestrictions",
+				"user", UserKey(user, db), "remote", peer.Remote, "local", peer.Local)
+		}
 		return Creds{}, FailRestricted
 	}
 	return e.creds, ""

@@ -7,7 +7,10 @@ package auth
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -306,6 +309,9 @@ func TestDroppedUserStopsAfterFailedProof(t *testing.T) {
 // refused otherwise, and refused without addresses to check.
 func TestAuthenticationRestrictions(t *testing.T) {
 	a, up, _, obs := staleRig(t, time.Hour)
+	var logs strings.Builder
+	var logMu sync.Mutex
+	a.SetLogger(slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logs}, nil)))
 	c := scramCreds(t, "r", "pw", "salt-one-16bytes", 4096)
 	c.restrict = restrictions{
 		{clientSource: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, serverAddress: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}},
@@ -332,6 +338,25 @@ func TestAuthenticationRestrictions(t *testing.T) {
 	if n := obs.failed(FailRestricted); n != 4 {
 		t.Fatalf("%d restricted failures, want 4 (%v)", n, obs.failures)
 	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	out := logs.String()
+	if n := strings.Count(out, "client login refused by the user's authenticationRestrictions"); n != 4 ||
+		!strings.Contains(out, "remote=192.168.1.1:5000") || !strings.Contains(out, "user=r@admin") {
+		t.Fatalf("%d log lines, want one per refused attempt naming user and addresses:\n%s", n, out)
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // usersInfo's authenticationRestrictions are read into the credentials;
