@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,5 +179,47 @@ func TestReloadAppliesAuthCacheConfig(t *testing.T) {
 	}
 	if got := a.Config()["auth_max_lookups"]; got != 8 {
 		t.Fatalf("the configuration in force says auth_max_lookups = %d, running 8", got)
+	}
+}
+
+// Fake credentials are derived from the auth_file's contents: a restart
+// with the same file gives an unknown name the same salt (another
+// process's random key is simulated by seeding another one in between).
+func TestFakeSaltsSurviveARestart(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(`"app@admin" "app-pw"`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "mongobouncer.toml")
+	doc := "[mongobouncer]\nlisten = \"127.0.0.1:0\"\nauth_type = \"scram\"\nauth_file = \"users.txt\"\n" +
+		"[databases.\"*\"]\nconnection_string = \"mongodb://" + up.Addr() + "/?directConnection=true\"\n"
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	salt := func() string {
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeApp(a)
+		cl, _ := scram.SHA256.NewClient("ghost", "x", "")
+		c1, _ := cl.NewConversation().Step("")
+		_, s1, err := a.auth.Users.Start(context.Background(), auth.SCRAMSHA256, "admin", []byte(c1), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(s1), ",s=")
+		s, _, _ := strings.Cut(rest, ",")
+		return s
+	}
+	first := salt()
+	auth.SeedKeys([]byte("another process's key"))
+	if second := salt(); second != first {
+		t.Fatalf("an unknown name's salt changed across a restart: %q, then %q", first, second)
 	}
 }
