@@ -192,6 +192,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	a.metrics.SetServerSource(a.serverRoles)
 	a.admin = admin.NewHandler(a, logger)
 	g := cfg.Global
+	seedAuthKeys(cfg)
 	users, err := loadAuthUsers(cfg, g.AuthType)
 	if err != nil {
 		a.closeRest()
@@ -202,7 +203,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		a.closeRest()
 		return nil, err
 	}
-	a.auth, a.authLookup = newClientAuth(cfg, users, routes, a.resolver, logger)
+	a.auth, a.authLookup = newClientAuth(cfg, users, routes, a.resolver, logger, a.metrics)
 	a.server, err = proxy.New(proxy.Options{
 		Routes:            proxyRoutes,
 		MaxClientConn:     maxClients(g.MaxClientConn),

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -90,8 +91,11 @@ func (l *authLookup) route(db string) (config.EffectiveRoute, string, bool) {
 	return r, l.authUser, ok
 }
 
-// Lookup implements auth.Lookup: it tries the route's hosts in order
-// until one answers usersInfo.
+// Lookup implements auth.Lookup: it asks usersInfo of the route's writable
+// primary (a standalone, a replica set's primary, a mongos), trying the
+// hosts in order, and the primary a secondary names when it is not among
+// them. Without a primary the lookup fails (not cached: the login fails
+// and the next one asks again).
 func (l *authLookup) Lookup(ctx context.Context, user, db string) (auth.Creds, error) {
 	er, authUser, ok := l.route(db)
 	if !ok {
@@ -126,11 +130,26 @@ func (l *authLookup) Lookup(ctx context.Context, user, db string) (auth.Creds, e
 	}
 	d := upstream.NewDialer(o)
 	cmd := usersInfoCommand(user, db)
-	var last error
+	hosts := make([]string, 0, len(cs.Hosts)+1)
 	for _, h := range cs.Hosts {
-		c, err := d.Dial(ctx, h.Address, 0)
+		hosts = append(hosts, h.Address)
+	}
+	var last error
+	for i := 0; i < len(hosts); i++ {
+		c, err := d.Dial(ctx, hosts[i], 0)
 		if err != nil {
 			last = err
+			continue
+		}
+		if h := c.Hello(); h == nil || !h.IsWritablePrimary {
+			// A secondary may lag: a password changed or a user dropped
+			// on the primary would still be found there. Ask the primary
+			// it names, once, if not among the hosts already.
+			if h != nil && h.Primary != "" && !slices.Contains(hosts, h.Primary) && len(hosts) <= len(cs.Hosts) {
+				hosts = append(hosts, h.Primary)
+			}
+			c.Close()
+			last = fmt.Errorf("%s is not a writable primary", hosts[i])
 			continue
 		}
 		reply, err := c.RoundTrip(ctx, db, cmd)
@@ -147,15 +166,17 @@ func (l *authLookup) Lookup(ctx context.Context, user, db string) (auth.Creds, e
 	return auth.Creds{}, fmt.Errorf("auth_user lookup of %s on route %q: %w", auth.UserKey(user, db), er.Name, last)
 }
 
-// usersInfoCommand is {usersInfo: {user, db}, showCredentials: true},
-// with primaryPreferred so that a replica set's secondary answers it too
-// (the host is dialled directly, as a driver's direct connection).
+// usersInfoCommand is {usersInfo: {user, db}, showCredentials: true,
+// showAuthenticationRestrictions: true}, read from the primary only (Lookup
+// dials the one that says it is): a secondary's users may lag the
+// primary's, and a stale password or a dropped user must not log in.
 func usersInfoCommand(user, db string) bsoncore.Document {
 	u := bsoncore.NewDocumentBuilder().AppendString("user", user).AppendString("db", db).Build()
-	rp := bsoncore.NewDocumentBuilder().AppendString("mode", "primaryPreferred").Build()
+	rp := bsoncore.NewDocumentBuilder().AppendString("mode", "primary").Build()
 	return bsoncore.NewDocumentBuilder().
 		AppendDocument("usersInfo", u).
 		AppendBoolean("showCredentials", true).
+		AppendBoolean("showAuthenticationRestrictions", true).
 		AppendDocument("$readPreference", rp).
 		Build()
 }

@@ -6,6 +6,7 @@ package app
 import (
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/config"
@@ -41,10 +42,25 @@ func loadAuthUsers(cfg config.Config, t config.AuthType) (*auth.Users, error) {
 	return users, nil
 }
 
+// seedAuthKeys derives the salts of the auth_file's plain passwords and the
+// fake credentials of unknown users from the auth_file's contents (at
+// start only, before the file is parsed): the same file gives the same
+// salts after a restart, so that a restart does not tell the fakes out.
+// Without an auth_file, or one that cannot be read (loadAuthUsers says
+// why), the process keeps a random key.
+func seedAuthKeys(cfg config.Config) {
+	if path := cfg.AuthFilePath(); path != "" {
+		if data, err := os.ReadFile(path); err == nil {
+			auth.SeedKeys(data)
+		}
+	}
+}
+
 // newClientAuth builds the proxy's ClientAuth, or nil for auth_type none.
 // With auth_user set it also returns the lookup behind the auth_user
-// cache, which reloads must keep up to date (setConfig); nil otherwise.
-func newClientAuth(cfg config.Config, users *auth.Users, routes []config.EffectiveRoute, r srv.Resolver, log *slog.Logger) (*proxy.ClientAuth, *authLookup) {
+// cache, which reloads must keep up to date (setConfig, setCacheConfig);
+// nil otherwise. obs, when not nil, counts failed logins and lookups.
+func newClientAuth(cfg config.Config, users *auth.Users, routes []config.EffectiveRoute, r srv.Resolver, log *slog.Logger, obs auth.Observer) (*proxy.ClientAuth, *authLookup) {
 	g := cfg.Global
 	if g.AuthType == "" || g.AuthType == config.AuthNone {
 		return nil, nil
@@ -56,14 +72,27 @@ func newClientAuth(cfg config.Config, users *auth.Users, routes []config.Effecti
 	if g.AuthUser != "" && g.AuthType == config.AuthSCRAM {
 		l = &authLookup{resolver: r, log: log}
 		l.setConfig(cfg, routes)
-		cache = auth.NewCache(l, auth.CacheOptions{})
+		cache = auth.NewCache(l, auth.CacheOptions{PositiveTTL: g.AuthCacheTTL, MaxLookupsPerPeer: g.AuthLookupsPerPeer, MaxLookups: g.AuthMaxLookups})
 	}
 	ca := &proxy.ClientAuth{
 		Users: auth.New(users, g.AdminUsers, cache),
 		X509:  g.AuthType == config.AuthX509,
 	}
+	ca.Users.SetLogger(log)
+	if obs != nil {
+		ca.Users.SetObserver(obs)
+	}
 	if l != nil {
 		l.authn = ca.Users
 	}
 	return ca, l
+}
+
+// setCacheConfig applies a reload's auth_cache_ttl and
+// auth_lookups_per_peer to the auth_user cache, if there is one.
+func setCacheConfig(a *auth.Authenticator, g config.Global) {
+	if c := a.Cache(); c != nil {
+		c.SetTTL(g.AuthCacheTTL)
+		c.SetLimits(g.AuthLookupsPerPeer)
+	}
 }

@@ -38,7 +38,7 @@ func TestLoadAuthUsers(t *testing.T) {
 	if err != nil || users.Len() != 2 {
 		t.Fatalf("%v %v", users, err)
 	}
-	if ca, _ := newClientAuth(cfg, users, nil, nil, nil); ca == nil || ca.X509 || ca.Users.Users() != users {
+	if ca, _ := newClientAuth(cfg, users, nil, nil, nil, nil); ca == nil || ca.X509 || ca.Users.Users() != users {
 		t.Fatalf("client auth %+v", ca)
 	}
 	write("\"broken\n")
@@ -53,7 +53,7 @@ func TestLoadAuthUsers(t *testing.T) {
 		t.Fatalf("scram running, no auth_file: %v", err)
 	}
 	cfg.Global.AuthType = config.AuthNone
-	if ca, _ := newClientAuth(cfg, nil, nil, nil, nil); ca != nil {
+	if ca, _ := newClientAuth(cfg, nil, nil, nil, nil, nil); ca != nil {
 		t.Fatal("auth_type none makes no ClientAuth")
 	}
 }

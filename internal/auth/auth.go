@@ -9,9 +9,12 @@
 //
 // An unknown user is indistinguishable from a wrong password: the
 // Authenticator answers an unknown name with fake stored credentials
-// derived from the name and a per-process random key (a stable salt, the
-// usual iteration count), so the conversation runs to its last step and
-// fails there with the same error as a wrong proof.
+// derived from the name and a key (SeedKeys: from the auth_file's
+// contents, so stable across restarts), shaped as most real users' are
+// (iteration count, salt length), so the conversation runs to its last
+// step and fails there with the same error as a wrong proof. Every name
+// gets the same saslSupportedMechs, and with a lookup cache every name is
+// looked up, auth_file users too, so that timing tells no more.
 package auth
 
 import (
@@ -92,6 +95,8 @@ type Creds struct {
 	// password is the plain password when the auth_file gave one: it is
 	// what mongobouncer logs in upstream with as auth_user.
 	password string
+	// restrict are the user's authenticationRestrictions (a lookup's).
+	restrict restrictions
 }
 
 // For returns the stored credentials for mechanism m.

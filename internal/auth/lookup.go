@@ -2,21 +2,31 @@ package auth
 
 // The auth_user lookup cache: users missing from the auth_file are asked
 // of the upstream (usersInfo with showCredentials, logged in as auth_user)
-// through a Lookup, at most once at a time per user and MaxLookups at once
-// in all, with the answers kept for a while, found or not.
+// through a Lookup, at most once at a time per user, MaxLookups at once in
+// all and MaxLookupsPerPeer at once for one client address, with the
+// answers kept for a while, found or not.
 //
-// The bound on lookups at once matters because any client can start one
-// before logging in, by naming a user nobody has asked about (a hello's
-// saslSupportedMechs, a saslStart): each costs the upstream a connection and
-// a login. Past the bound a new lookup waits for a slot, up to the lookup
-// timeout, on the goroutine of the client that asked; then the login fails
-// as an unknown user's, and nothing is cached.
+// The bounds matter because any client can start a lookup before logging
+// in, by naming a user nobody has asked about in a saslStart: each costs
+// the upstream a connection and a login. Past a bound a new lookup waits
+// for a slot, up to the lookup timeout, on the goroutine of the client
+// that asked; then the login fails as an unknown user's, and nothing is
+// cached.
+//
+// Found users and users found missing are kept apart, each set bounded by
+// MaxEntries and evicting its oldest entry when full, and lookups in flight
+// in a third set bounded only by the slots: a flood of random names fills
+// the negative set and evicts its own entries, never a found user's, and a
+// real user's lookup is always deduplicated.
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,18 +47,33 @@ func (f LookupFunc) Lookup(ctx context.Context, user, db string) (Creds, error) 
 
 // CacheOptions bound a Cache. Zero fields take the defaults.
 type CacheOptions struct {
-	// PositiveTTL keeps a found user this long (default 5m).
+	// PositiveTTL keeps a found user this long (default
+	// DefaultCacheTTL): how long a password changed or a user dropped
+	// upstream keeps working at most, unless a failed proof looks the
+	// user up again first. SetTTL changes it.
 	PositiveTTL time.Duration
-	// NegativeTTL keeps a user found missing this long (default 30s).
+	// NegativeTTL keeps a user found missing this long, never longer
+	// than PositiveTTL (default: as long). The same TTL for both keeps
+	// timing from telling a name that exists upstream from one that does
+	// not, once a shorter negative entry would have expired; a user
+	// created upstream meanwhile still logs in at its second attempt (the
+	// first one's failed proof looks it up again).
 	NegativeTTL time.Duration
 	// Timeout bounds one lookup (default 5s).
 	Timeout time.Duration
-	// MaxEntries bounds the users remembered (default 10000).
+	// MaxEntries bounds the found users remembered, and separately the
+	// users found missing (default 10000 each).
 	MaxEntries int
 	// MaxLookups bounds the lookups running at once, for all users
 	// (default DefaultMaxLookups). A lookup past it waits for one to end,
 	// at most Timeout, then fails with ErrLookupsBusy.
 	MaxLookups int
+	// MaxLookupsPerPeer bounds the lookups one client address (its IP,
+	// the port ignored) starts at once (default DefaultMaxLookupsPerPeer).
+	// A lookup past it waits as one past MaxLookups does. Lookups asked
+	// without a Peer in their context have no such bound. SetLimits
+	// changes it.
+	MaxLookupsPerPeer int
 }
 
 // DefaultMaxLookups is the default CacheOptions.MaxLookups. A lookup takes
@@ -58,6 +83,27 @@ type CacheOptions struct {
 // 16 upstream connections.
 const DefaultMaxLookups = 16
 
+// DefaultMaxLookupsPerPeer is the default CacheOptions.MaxLookupsPerPeer:
+// an application host logging in many users at once after a restart still
+// runs four lookups at a time, while one address naming random users
+// holds at most a quarter of the DefaultMaxLookups slots.
+const DefaultMaxLookupsPerPeer = 4
+
+// DefaultCacheTTL is the default CacheOptions.PositiveTTL (auth_cache_ttl).
+const DefaultCacheTTL = 30 * time.Second
+
+// The results a Cache reports to its Observer, one per lookup asked for.
+const (
+	LookupFound    = "found"     // the user exists upstream
+	LookupNotFound = "not_found" // the user does not
+	LookupError    = "error"     // the upstream could not be asked
+	LookupBusy     = "busy"      // no slot within the timeout (MaxLookups)
+	LookupPeerBusy = "peer_busy" // no slot for the client address (MaxLookupsPerPeer)
+)
+
+// lookupKey names a user for the cache.
+type lookupKey struct{ user, db string }
+
 // Cache is a Lookup's answers, shared by every client connection.
 type Cache struct {
 	l    Lookup
@@ -65,25 +111,77 @@ type Cache struct {
 	now  func() time.Time
 	// slots holds a token per lookup running (MaxLookups).
 	slots chan struct{}
+	// ttl and perPeer are PositiveTTL and MaxLookupsPerPeer as SetTTL and
+	// SetLimits last set them.
+	ttl     atomic.Int64
+	perPeer atomic.Int64
+	obs     atomic.Pointer[observerBox]
+	// onFound is told of every user a lookup found (the Authenticator's
+	// shapes); set before the cache is used.
+	onFound func(Creds)
 
-	mu      sync.Mutex
-	entries map[string]*cacheEntry
+	mu sync.Mutex
+	// inflight are the lookups running or waiting for a slot, found and
+	// missing the answers kept; all guarded by mu.
+	inflight map[lookupKey]*cacheEntry
+	found    boundedSet
+	missing  boundedSet
+	// peers are the per-address slots of the addresses with a lookup
+	// running or waiting. Guarded by mu (the map and refs).
+	peers map[string]*peerSlots
 }
 
 type cacheEntry struct {
+	key     lookupKey
 	done    chan struct{} // closed once creds/err are set
 	creds   Creds
 	err     error
+	fetched time.Time // when the answer came
 	expires time.Time
+}
+
+// peerSlots are one client address's lookup slots.
+type peerSlots struct {
+	ch   chan struct{}
+	refs int // lookups holding or waiting for a slot; guarded by Cache.mu
+}
+
+// boundedSet is a bounded map of answers evicting its oldest entry when
+// full. Not safe for concurrent use (Cache.mu guards it).
+type boundedSet struct {
+	max   int
+	m     map[lookupKey]*list.Element // of *cacheEntry
+	order list.List                   // oldest first
+}
+
+func (b *boundedSet) get(k lookupKey) *cacheEntry {
+	if el, ok := b.m[k]; ok {
+		return el.Value.(*cacheEntry)
+	}
+	return nil
+}
+
+func (b *boundedSet) put(e *cacheEntry) {
+	b.del(e.key)
+	for b.order.Len() >= b.max {
+		old := b.order.Front()
+		delete(b.m, old.Value.(*cacheEntry).key)
+		b.order.Remove(old)
+	}
+	b.m[e.key] = b.order.PushBack(e)
+}
+
+func (b *boundedSet) del(k lookupKey) {
+	if el, ok := b.m[k]; ok {
+		b.order.Remove(el)
+		delete(b.m, k)
+	}
 }
 
 // NewCache returns a cache in front of l.
 func NewCache(l Lookup, o CacheOptions) *Cache {
 	if o.PositiveTTL <= 0 {
-		o.PositiveTTL = 5 * time.Minute
-	}
-	if o.NegativeTTL <= 0 {
-		o.NegativeTTL = 30 * time.Second
+		o.PositiveTTL = DefaultCacheTTL
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
@@ -94,119 +192,229 @@ func NewCache(l Lookup, o CacheOptions) *Cache {
 	if o.MaxLookups <= 0 {
 		o.MaxLookups = DefaultMaxLookups
 	}
-	return &Cache{l: l, opts: o, now: time.Now, entries: map[string]*cacheEntry{},
-		slots: make(chan struct{}, o.MaxLookups)}
+	if o.MaxLookupsPerPeer <= 0 {
+		o.MaxLookupsPerPeer = DefaultMaxLookupsPerPeer
+	}
+	c := &Cache{l: l, opts: o, now: time.Now, slots: make(chan struct{}, o.MaxLookups),
+		inflight: map[lookupKey]*cacheEntry{},
+		found:    boundedSet{max: o.MaxEntries, m: map[lookupKey]*list.Element{}},
+		missing:  boundedSet{max: o.MaxEntries, m: map[lookupKey]*list.Element{}},
+		peers:    map[string]*peerSlots{},
+	}
+	c.ttl.Store(int64(o.PositiveTTL))
+	c.perPeer.Store(int64(o.MaxLookupsPerPeer))
+	return c
+}
+
+// SetTTL changes how long found users are kept (auth_cache_ttl, on
+// reload); users found missing are kept as long, or NegativeTTL if set
+// and shorter.
+// Entries cached already keep their expiry.
+func (c *Cache) SetTTL(d time.Duration) {
+	if d > 0 {
+		c.ttl.Store(int64(d))
+	}
+}
+
+// TTL returns how long found users are kept now (SetTTL).
+func (c *Cache) TTL() time.Duration { return time.Duration(c.ttl.Load()) }
+
+// MaxLookupsPerPeer returns the per-address bound now (SetLimits).
+func (c *Cache) MaxLookupsPerPeer() int { return int(c.perPeer.Load()) }
+
+// MaxLookups returns the bound on lookups running at once (fixed).
+func (c *Cache) MaxLookups() int { return cap(c.slots) }
+
+// SetLimits changes MaxLookupsPerPeer (auth_lookups_per_peer, on
+// reload), for addresses that have no lookup running now.
+func (c *Cache) SetLimits(perPeer int) {
+	if perPeer > 0 {
+		c.perPeer.Store(int64(perPeer))
+	}
 }
 
 // Get returns user@db's credentials, asking the Lookup unless a fresh
 // answer is cached or a lookup for the same user is already in flight (then
 // it waits for that one). ctx bounds the wait, not the lookup, which runs
-// for every waiter under the cache's own timeout. With MaxLookups running,
-// a new lookup first waits for a slot (see acquire); an error wrapping
-// ErrLookupsBusy says it got none.
+// for every waiter under the cache's own timeout; its Peer (WithPeer) is
+// who the lookup counts against. With MaxLookups running, or
+// MaxLookupsPerPeer for the peer, a new lookup first waits for a slot (see
+// acquire); an error wrapping ErrLookupsBusy says it got none.
 func (c *Cache) Get(ctx context.Context, user, db string) (Creds, error) {
-	key := UserKey(user, db)
+	e, err := c.get(ctx, lookupKey{user, db}, time.Time{})
+	if err != nil {
+		return Creds{}, err
+	}
+	return e.creds, e.err
+}
+
+// get returns the entry of key once it is done. A completed answer
+// fetched before notBefore is not used: it is dropped and asked again
+// (a failed proof's second look); the zero notBefore takes any fresh one.
+func (c *Cache) get(ctx context.Context, key lookupKey, notBefore time.Time) (*cacheEntry, error) {
 	c.mu.Lock()
-	e := c.entries[key]
-	fresh := e != nil
-	if fresh {
-		select {
-		case <-e.done:
-			fresh = c.now().Before(e.expires)
-		default: // in flight
+	e := c.inflight[key]
+	if e == nil {
+		now := c.now()
+		e = c.found.get(key)
+		if e == nil {
+			e = c.missing.get(key)
+		}
+		if e != nil && (!now.Before(e.expires) || e.fetched.Before(notBefore)) {
+			c.found.del(key)
+			c.missing.del(key)
+			e = nil
 		}
 	}
-	if !fresh {
-		e = &cacheEntry{done: make(chan struct{})}
-		c.store(key, e)
+	if e == nil {
+		e = &cacheEntry{key: key, done: make(chan struct{})}
+		c.inflight[key] = e
 		c.mu.Unlock()
 		// Waiting for a slot here, not in run, takes no goroutine per
 		// waiting lookup: only the asking client's own.
-		if err := c.acquire(ctx); err != nil {
-			c.publish(key, e, Creds{}, err)
+		peer, err := c.acquire(ctx)
+		if err != nil {
+			c.publish(e, Creds{}, err)
 		} else {
-			go c.run(key, e, user, db)
+			go c.run(e, peer)
 		}
 	} else {
 		c.mu.Unlock()
 	}
 	select {
 	case <-e.done:
-		return e.creds, e.err
+		return e, nil
 	case <-ctx.Done():
-		return Creds{}, ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
-// store records e, making room by dropping expired entries; when the cache
-// is full of fresh ones, e is not remembered (its waiters still get it).
-// Called with mu held.
-func (c *Cache) store(key string, e *cacheEntry) {
-	if _, ok := c.entries[key]; !ok && len(c.entries) >= c.opts.MaxEntries {
-		now := c.now()
-		for k, old := range c.entries {
-			select {
-			case <-old.done:
-				if !now.Before(old.expires) {
-					delete(c.entries, k)
-				}
-			default:
-			}
-		}
-		if len(c.entries) >= c.opts.MaxEntries {
-			return
-		}
+// peerOf is the address a lookup counts against: the IP of ctx's Peer's
+// remote address (any port), its whole address when not IP:port (a Unix
+// socket), "" without a Peer.
+func peerOf(ctx context.Context) string {
+	p, ok := PeerFrom(ctx)
+	if !ok {
+		return ""
 	}
-	c.entries[key] = e
+	if host, _, err := net.SplitHostPort(p.Remote); err == nil {
+		return host
+	}
+	return p.Remote
 }
 
-// acquire takes a lookup slot, waiting for one at most the lookup
-// timeout, and as long as ctx allows.
-func (c *Cache) acquire(ctx context.Context) error {
-	select {
-	case c.slots <- struct{}{}:
-		return nil
-	default:
-	}
+// acquire takes the peer's slot, then a lookup slot, waiting for them at
+// most the lookup timeout in all, and as long as ctx allows. It returns
+// the peer whose slot it holds ("" for none).
+func (c *Cache) acquire(ctx context.Context) (string, error) {
 	t := time.NewTimer(c.opts.Timeout)
 	defer t.Stop()
+	peer := peerOf(ctx)
+	if peer != "" {
+		c.mu.Lock()
+		ps := c.peers[peer]
+		if ps == nil {
+			ps = &peerSlots{ch: make(chan struct{}, c.perPeer.Load())}
+			c.peers[peer] = ps
+		}
+		ps.refs++
+		c.mu.Unlock()
+		var err error
+		select {
+		case ps.ch <- struct{}{}:
+		case <-t.C:
+			err = fmt.Errorf("%w (%d for one client address, for %v)", ErrLookupsBusy, cap(ps.ch), c.opts.Timeout)
+			c.observe(LookupPeerBusy)
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			c.unrefPeer(peer, ps)
+			return "", err
+		}
+	}
 	select {
 	case c.slots <- struct{}{}:
-		return nil
+		return peer, nil
 	case <-t.C:
-		return fmt.Errorf("%w (%d, for %v)", ErrLookupsBusy, cap(c.slots), c.opts.Timeout)
+		c.releasePeer(peer)
+		c.observe(LookupBusy)
+		return "", fmt.Errorf("%w (%d, for %v)", ErrLookupsBusy, cap(c.slots), c.opts.Timeout)
 	case <-ctx.Done():
-		return ctx.Err()
+		c.releasePeer(peer)
+		return "", ctx.Err()
 	}
 }
 
-// run performs one lookup in a slot acquire took, and publishes its
+// releasePeer gives back the peer's slot ("" holds none).
+func (c *Cache) releasePeer(peer string) {
+	if peer == "" {
+		return
+	}
+	c.mu.Lock()
+	ps := c.peers[peer]
+	c.mu.Unlock()
+	<-ps.ch
+	c.unrefPeer(peer, ps)
+}
+
+// unrefPeer drops one use of ps, and ps itself once unused.
+func (c *Cache) unrefPeer(peer string, ps *peerSlots) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ps.refs--; ps.refs == 0 {
+		delete(c.peers, peer)
+	}
+}
+
+// run performs one lookup in the slots acquire took, and publishes its
 // answer.
-func (c *Cache) run(key string, e *cacheEntry, user, db string) {
+func (c *Cache) run(e *cacheEntry, peer string) {
+	defer c.releasePeer(peer)
 	defer func() { <-c.slots }()
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
-	creds, err := c.l.Lookup(ctx, user, db)
-	c.publish(key, e, creds, err)
-}
-
-// publish records a lookup's answer (cached unless a failure to ask) and
-// wakes its waiters.
-func (c *Cache) publish(key string, e *cacheEntry, creds Creds, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e.creds, e.err = creds, err
+	creds, err := c.l.Lookup(ctx, e.key.user, e.key.db)
 	switch {
 	case err == nil:
-		e.expires = c.now().Add(c.opts.PositiveTTL)
-	case errors.Is(err, ErrNotFound):
-		e.expires = c.now().Add(c.opts.NegativeTTL)
-	default:
-		// A failure to ask is not an answer: the next login asks again.
-		if c.entries[key] == e {
-			delete(c.entries, key)
+		c.observe(LookupFound)
+		if c.onFound != nil {
+			c.onFound(creds)
 		}
+	case errors.Is(err, ErrNotFound):
+		c.observe(LookupNotFound)
+	default:
+		c.observe(LookupError)
 	}
+	c.publish(e, creds, err)
+}
+
+// publish records a lookup's answer (kept unless a failure to ask) and
+// wakes its waiters.
+func (c *Cache) publish(e *cacheEntry, creds Creds, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inflight[e.key] == e {
+		delete(c.inflight, e.key)
+	}
+	now := c.now()
+	e.creds, e.err, e.fetched = creds, err, now
+	ttl := time.Duration(c.ttl.Load())
+	switch {
+	case err == nil:
+		e.expires = now.Add(ttl)
+		c.missing.del(e.key)
+		c.found.put(e)
+	case errors.Is(err, ErrNotFound):
+		neg := ttl
+		if c.opts.NegativeTTL > 0 {
+			neg = min(c.opts.NegativeTTL, ttl)
+		}
+		e.expires = now.Add(neg)
+		c.found.del(e.key)
+		c.missing.put(e)
+	}
+	// A failure to ask is not an answer: the next login asks again.
 	close(e.done)
 }
 
@@ -215,14 +423,27 @@ func (c *Cache) publish(key string, e *cacheEntry, creds Creds, err error) {
 // 18 on a pass-through login) means they changed there: the entry is
 // stale. A lookup in flight is left to finish.
 func (c *Cache) Forget(user, db string) {
-	key := UserKey(user, db)
+	key := lookupKey{user, db}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.entries[key]; e != nil {
-		select {
-		case <-e.done:
-			delete(c.entries, key)
-		default:
-		}
+	c.found.del(key)
+	c.missing.del(key)
+}
+
+// observerBox holds an Observer for an atomic.Pointer.
+type observerBox struct{ o Observer }
+
+// setObserver makes the cache report its lookups to o (nil: to nobody).
+func (c *Cache) setObserver(o Observer) {
+	if o == nil {
+		c.obs.Store(nil)
+		return
+	}
+	c.obs.Store(&observerBox{o})
+}
+
+func (c *Cache) observe(result string) {
+	if b := c.obs.Load(); b != nil {
+		b.o.AuthLookup(result)
 	}
 }

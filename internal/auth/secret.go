@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/xdg-go/scram"
 )
@@ -135,22 +136,41 @@ func HashPassword(user, db, password string) (string, error) {
 // doubled.
 func quoteField(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
-// keyring derives per-process values from user names: the salt of a plain
-// password (stable across reloads, so drivers' cached keys stay valid) and
-// the fake credentials of unknown users.
-type keyring struct{ key [32]byte }
+// keyring derives values from user names: the salt of a plain password
+// (stable across reloads, so drivers' cached keys stay valid) and the fake
+// credentials of unknown users. Its key is random until SeedKeys derives it
+// from a seed, the auth_file's contents: then the salts and fakes are the
+// same after a restart too, as a real user's stored salt is, so comparing
+// them across a restart does not tell the fakes out.
+type keyring struct{ key atomic.Pointer[[32]byte] }
 
 func newKeyring() *keyring {
 	k := &keyring{}
-	_, _ = rand.Read(k.key[:])
+	var key [32]byte
+	_, _ = rand.Read(key[:])
+	k.key.Store(&key)
 	return k
+}
+
+// SeedKeys derives the process's key for plain-password salts and fake
+// credentials from seed, a secret that stays the same across restarts (the
+// auth_file's contents: they hold every user's secret, so an outsider
+// cannot compute it). Call it at start, before the auth_file is parsed,
+// and not on reload: users parsed before keep the salts they had.
+func SeedKeys(seed []byte) {
+	h := hmac.New(sha256.New, []byte("mongobouncer keyring v1"))
+	h.Write(seed)
+	var key [32]byte
+	copy(key[:], h.Sum(nil))
+	processKeys.key.Store(&key)
 }
 
 // derive returns n bytes of HMAC-SHA-256(key, purpose | mechanism | name).
 func (k *keyring) derive(purpose string, m Mechanism, name string, n int) []byte {
+	key := k.key.Load()
 	var out []byte
 	for i := byte(0); len(out) < n; i++ {
-		h := hmac.New(sha256.New, k.key[:])
+		h := hmac.New(sha256.New, key[:])
 		h.Write([]byte{i})
 		h.Write([]byte(purpose + "\x00" + string(m) + "\x00" + name))
 		out = h.Sum(out)
@@ -159,13 +179,14 @@ func (k *keyring) derive(purpose string, m Mechanism, name string, n int) []byte
 }
 
 // fake returns credentials for a user that does not exist: a salt and keys
-// that look like any other, the same for the same name within a process, so
-// that neither the first server message nor the failure tells an unknown
-// user from a wrong password.
-func (k *keyring) fake(m Mechanism, key string) scram.StoredCredentials {
+// that look like any other, with the shape (iteration count, salt length)
+// most real users of m have, the same for the same name within a process
+// (and across restarts once seeded), so that neither the first server
+// message nor the failure tells an unknown user from a wrong password.
+func (k *keyring) fake(m Mechanism, key string, sh shape) scram.StoredCredentials {
 	size := hashOf(m)().Size()
 	return scram.StoredCredentials{
-		KeyFactors: scram.KeyFactors{Salt: string(k.derive("salt", m, key, saltLen(m))), Iters: iterationsOf(m)},
+		KeyFactors: scram.KeyFactors{Salt: string(k.derive("salt", m, key, sh.saltLen)), Iters: sh.iters},
 		StoredKey:  k.derive("stored", m, key, size),
 		ServerKey:  k.derive("server", m, key, size),
 	}

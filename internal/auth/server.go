@@ -4,13 +4,16 @@ package auth
 // (swapped whole on reload) and starts one Conversation per login attempt.
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/xdg-go/scram"
 )
@@ -21,6 +24,10 @@ type Authenticator struct {
 	keys  *keyring
 	// cache is the auth_user lookup cache, nil without a Lookup.
 	cache *Cache
+	// shapes shape the fake credentials like the real users'.
+	shapes *shapes
+	obs    atomic.Pointer[observerBox]
+	log    atomic.Pointer[slog.Logger]
 	// nonce replaces the random server nonce (tests only).
 	nonce scram.NonceGeneratorFcn
 }
@@ -35,10 +42,47 @@ type authState struct {
 // the admin commands. cache, when not nil, is asked for users the
 // auth_file does not have (auth_user).
 func New(users *Users, admins []string, cache *Cache) *Authenticator {
-	a := &Authenticator{keys: processKeys, cache: cache}
+	a := &Authenticator{keys: processKeys, cache: cache, shapes: newShapes()}
+	if cache != nil {
+		cache.onFound = a.shapes.found
+	}
 	a.Update(users, admins)
 	return a
 }
+
+// SetObserver makes the Authenticator and its lookup cache report failed
+// logins and lookups to o (nil: to nobody). Call it before serving.
+func (a *Authenticator) SetObserver(o Observer) {
+	if o == nil {
+		a.obs.Store(nil)
+	} else {
+		a.obs.Store(&observerBox{o})
+	}
+	if a.cache != nil {
+		a.cache.setObserver(o)
+	}
+}
+
+// SetLogger gives the Authenticator a logger, for the logins it refuses
+// by a user's authenticationRestrictions (nil: slog's default).
+func (a *Authenticator) SetLogger(l *slog.Logger) { a.log.Store(l) }
+
+func (a *Authenticator) logger() *slog.Logger {
+	if l := a.log.Load(); l != nil {
+		return l
+	}
+	return slog.Default()
+}
+
+// failed reports a failed login to the Observer.
+func (a *Authenticator) failed(reason string) {
+	if b := a.obs.Load(); b != nil {
+		b.o.AuthFailed(reason)
+	}
+}
+
+// Cache returns the auth_user lookup cache, nil without one.
+func (a *Authenticator) Cache() *Cache { return a.cache }
 
 // Update replaces the users and admins, as a reload does. Conversations
 // already started finish with the credentials they began with; logged-in
@@ -49,6 +93,7 @@ func (a *Authenticator) Update(users *Users, admins []string) {
 		st.admins[u] = true
 	}
 	a.state.Store(st)
+	a.shapes.setFile(users)
 }
 
 // Users returns the users in force.
@@ -69,26 +114,61 @@ func (a *Authenticator) Refresh(user, db string) {
 	}
 }
 
-// creds finds user@db: the auth_file first, then the lookup cache.
-func (a *Authenticator) creds(ctx context.Context, user, db string) (Creds, bool) {
-	if c, ok := a.state.Load().users.Lookup(user, db); ok {
-		return c, true
-	}
+// resolve finds user@db for a login from peer: the auth_file first, then
+// the lookup cache, giving the reason of the failure when the user is not
+// to log in. With a cache, the user is looked up even when the auth_file
+// has it (the answer unused): looking up both or neither, the time a login
+// takes does not tell an auth_file user from an unknown name. notBefore is
+// as for Cache.get: a cached answer fetched earlier is asked again.
+func (a *Authenticator) resolve(ctx context.Context, peer Peer, known bool, user, db string, notBefore time.Time) (Creds, string) {
+	fileCreds, inFile := a.state.Load().users.Lookup(user, db)
+	var (
+		e   *cacheEntry
+		err error
+	)
 	if a.cache != nil {
-		if c, err := a.cache.Get(ctx, user, db); err == nil {
-			return c, true
-		}
+		e, err = a.cache.get(ctx, lookupKey{user, db}, notBefore)
 	}
-	return Creds{}, false
+	switch {
+	case inFile:
+		return fileCreds, ""
+	case a.cache == nil:
+		return Creds{}, FailUnknownUser
+	}
+	if err == nil {
+		err = e.err
+	}
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Creds{}, FailUnknownUser
+	case err != nil:
+		return Creds{}, FailLookupFailed
+	case !e.creds.restrict.allows(peer, known):
+		if notBefore.IsZero() { // once per attempt: not again at a failed proof's second look
+			a.logger().Warn("client login refused by the user's authenticationRestrictions",
+				"user", UserKey(user, db), "remote", peer.Remote, "local", peer.Local)
+		}
+		return Creds{}, FailRestricted
+	}
+	return e.creds, ""
+}
+
+// now is the clock of the cache (a test's), else the time.
+func (a *Authenticator) now() time.Time {
+	if a.cache != nil {
+		return a.cache.now()
+	}
+	return time.Now()
 }
 
 // Mechanisms returns what hello's saslSupportedMechs reports for user@db:
-// the user's mechanisms, or both for an unknown user, so that the answer
-// does not tell who exists.
+// both mechanisms, whoever the user is, known or not, so that the answer
+// tells nobody who exists, and without a lookup, so that asking costs the
+// upstream nothing. A user without SCRAM-SHA-256 credentials (created
+// with SCRAM-SHA-1 only) then fails with a driver that picks SCRAM-SHA-256
+// as with a wrong password: such a user names its mechanism
+// (authMechanism=SCRAM-SHA-1), see docs/operations.md.
 func (a *Authenticator) Mechanisms(ctx context.Context, user, db string) []Mechanism {
-	if c, ok := a.creds(ctx, user, db); ok {
-		return c.Mechanisms()
-	}
 	return Mechanisms
 }
 
@@ -104,9 +184,20 @@ type Conversation struct {
 	// password is the user's plain password if the auth_file gave one.
 	stored   scram.StoredCredentials
 	password string
-	c1b, s1  string
+	c1, c1b  string
+	s1       string
 	state    convState
 	identity *Identity
+	// user is the name the client-first message gave; start when the
+	// attempt began, peer (if known) where the client is; reason why the
+	// login is to fail ("" for a known user: a wrong proof); retried
+	// whether a failed proof looked the user up again already.
+	user    string
+	start   time.Time
+	peer    Peer
+	known   bool
+	reason  string
+	retried bool
 }
 
 type convState uint8
@@ -128,17 +219,22 @@ func (a *Authenticator) Start(ctx context.Context, mechanism Mechanism, db strin
 	if hg == nil {
 		return nil, nil, fmt.Errorf("%w: %q", ErrMechanism, mechanism)
 	}
-	c := &Conversation{a: a, mech: mechanism, db: db, skipEmpty: skipEmpty}
+	c := &Conversation{a: a, mech: mechanism, db: db, skipEmpty: skipEmpty, start: a.now()}
+	c.peer, c.known = PeerFrom(ctx)
 	lookup := func(user string) (scram.StoredCredentials, error) {
-		if creds, ok := a.creds(ctx, user, db); ok {
+		c.user = user
+		creds, reason := a.resolve(ctx, c.peer, c.known, user, db, time.Time{})
+		if reason == "" {
 			if sc, ok := creds.For(mechanism); ok {
 				c.stored = sc
 				c.password, _ = creds.Password()
 				return sc, nil
 			}
+			reason = FailUnknownUser
 		}
 		// Unknown, or without this mechanism: fake, to fail at the proof.
-		sc := a.keys.fake(mechanism, UserKey(user, db))
+		c.reason = reason
+		sc := a.keys.fake(mechanism, UserKey(user, db), a.shapes.common(mechanism))
 		c.stored = sc
 		return sc, nil
 	}
@@ -153,8 +249,10 @@ func (a *Authenticator) Start(ctx context.Context, mechanism Mechanism, db strin
 	s1, err := c.sc.Step(string(payload))
 	if err != nil {
 		c.state = convDone
+		a.failed(FailMalformed)
 		return nil, nil, fmt.Errorf("%w: client-first message: %v", ErrAuthFailed, err)
 	}
+	c.c1 = string(payload)
 	c.c1b = clientFirstBare(string(payload))
 	c.s1 = s1
 	return c, []byte(s1), nil
@@ -185,7 +283,11 @@ func (c *Conversation) Step(payload []byte) ([]byte, bool, error) {
 		c.state = convDone
 		out, err := c.sc.Step(string(payload))
 		if err != nil || !c.sc.Valid() {
-			return nil, true, fmt.Errorf("%w: %v", ErrAuthFailed, err)
+			var ok bool
+			if out, ok = c.retry(payload); !ok {
+				c.a.failed(cmp.Or(c.reason, FailBadProof))
+				return nil, true, fmt.Errorf("%w: %v", ErrAuthFailed, err)
+			}
 		}
 		c.identity = &Identity{User: c.sc.Username(), DB: c.db, Mechanism: c.mech,
 			ClientKey: clientKey(c.mech, c.stored.StoredKey, c.c1b, c.s1, string(payload)),

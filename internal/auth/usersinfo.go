@@ -6,15 +6,19 @@ package auth
 import (
 	"encoding/base64"
 	"fmt"
+	"net/netip"
 
 	"github.com/xdg-go/scram"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
 // CredsFromUsersInfo reads the stored SCRAM credentials of user@db from the
-// reply to {usersInfo: {user, db}, showCredentials: true}. A reply without
-// that user wraps ErrNotFound; a user with no SCRAM credentials, or with
-// malformed ones, is an error too (it could not log in anyway).
+// reply to {usersInfo: {user, db}, showCredentials: true,
+// showAuthenticationRestrictions: true}, with the user's
+// authenticationRestrictions, which Authenticator.Start then enforces. A
+// reply without that user wraps ErrNotFound; a user with no SCRAM
+// credentials, or with malformed ones or restrictions it cannot read, is an
+// error too (it could not log in anyway: refusing is the safe side).
 func CredsFromUsersInfo(reply bsoncore.Document, user, db string) (Creds, error) {
 	if err := reply.Validate(); err != nil {
 		return Creds{}, fmt.Errorf("usersInfo reply: %w", err)
@@ -53,7 +57,13 @@ func CredsFromUsersInfo(reply bsoncore.Document, user, db string) (Creds, error)
 		if len(stored) == 0 {
 			return Creds{}, fmt.Errorf("usersInfo: %s has no SCRAM credentials", UserKey(user, db))
 		}
-		return NewCreds(stored)
+		rs, err := restrictionsFromDoc(doc.Lookup("authenticationRestrictions"))
+		if err != nil {
+			return Creds{}, fmt.Errorf("usersInfo %s authenticationRestrictions: %v", UserKey(user, db), err)
+		}
+		c, err := NewCreds(stored)
+		c.restrict = rs
+		return c, err
 	}
 	return Creds{}, fmt.Errorf("%w: %s", ErrNotFound, UserKey(user, db))
 }
@@ -89,4 +99,78 @@ func storedFromDoc(d bsoncore.Document) (scram.StoredCredentials, error) {
 		return sc, err
 	}
 	return sc, nil
+}
+
+// restrictionsFromDoc reads authenticationRestrictions: an array of
+// documents with clientSource and serverAddress, each an array of CIDR
+// ranges or IP addresses (or one as a string). Absent, it is none. A field
+// it does not know is an error: a restriction not understood must not be
+// taken for no restriction.
+func restrictionsFromDoc(v bsoncore.Value) (restrictions, error) {
+	if v.Type == 0 {
+		return nil, nil
+	}
+	arr, ok := v.ArrayOK()
+	if !ok {
+		return nil, fmt.Errorf("not an array")
+	}
+	docs, _ := arr.Values()
+	var rs restrictions
+	for _, dv := range docs {
+		d, ok := dv.DocumentOK()
+		if !ok {
+			return nil, fmt.Errorf("an entry is not a document")
+		}
+		elems, err := d.Elements()
+		if err != nil {
+			return nil, err
+		}
+		var r restriction
+		for _, e := range elems {
+			ranges, err := rangesFrom(e.Value())
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", e.Key(), err)
+			}
+			switch e.Key() {
+			case "clientSource":
+				r.clientSource = ranges
+			case "serverAddress":
+				r.serverAddress = ranges
+			default:
+				return nil, fmt.Errorf("unknown restriction %q", e.Key())
+			}
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+// rangesFrom reads a list of ranges: an array of strings, or one string.
+// The result is never nil, so that an empty list is a restriction nothing
+// meets rather than none.
+func rangesFrom(v bsoncore.Value) ([]netip.Prefix, error) {
+	var strs []string
+	if s, ok := v.StringValueOK(); ok {
+		strs = []string{s}
+	} else if arr, ok := v.ArrayOK(); ok {
+		vals, _ := arr.Values()
+		for _, x := range vals {
+			s, ok := x.StringValueOK()
+			if !ok {
+				return nil, fmt.Errorf("an entry is not a string")
+			}
+			strs = append(strs, s)
+		}
+	} else {
+		return nil, fmt.Errorf("not an array of strings")
+	}
+	out := make([]netip.Prefix, 0, len(strs))
+	for _, s := range strs {
+		p, err := parseRange(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }

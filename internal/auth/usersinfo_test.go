@@ -71,3 +71,59 @@ func FuzzCredsFromUsersInfo(f *testing.F) {
 		}
 	})
 }
+
+// withRestrictions adds an authenticationRestrictions field, as usersInfo
+// shows it with showAuthenticationRestrictions, to the reply's user.
+func withRestrictions(t *testing.T, reply []byte, rs bson.A) []byte {
+	t.Helper()
+	var d bson.D
+	if err := bson.Unmarshal(reply, &d); err != nil {
+		t.Fatal(err)
+	}
+	users := d[0].Value.(bson.A)
+	u := users[0].(bson.D)
+	users[0] = append(u, bson.E{Key: "authenticationRestrictions", Value: rs})
+	b, err := bson.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// authenticationRestrictions are read from usersInfo and enforced: the
+// address a login comes from and the one it reached; a restriction that
+// cannot be read fails the lookup rather than be taken for none.
+func TestCredsFromUsersInfoRestrictions(t *testing.T) {
+	reply := withRestrictions(t, usersInfoReply(t, "dyn", "sales", "pw"), bson.A{
+		bson.D{{Key: "clientSource", Value: bson.A{"192.0.2.0/24", "198.51.100.7"}}, {Key: "serverAddress", Value: bson.A{"127.0.0.1"}}},
+	})
+	c, err := CredsFromUsersInfo(reply, "dyn", "sales")
+	if err != nil || len(c.restrict) != 1 {
+		t.Fatal(c, err)
+	}
+	for _, tc := range []struct {
+		p  Peer
+		ok bool
+	}{
+		{Peer{"192.0.2.9:1000", "127.0.0.1:27017"}, true},
+		{Peer{"198.51.100.7:1000", "127.0.0.1:27017"}, true},
+		{Peer{"198.51.100.8:1000", "127.0.0.1:27017"}, false},
+		{Peer{"192.0.2.9:1000", "10.0.0.1:27017"}, false},
+	} {
+		if got := c.restrict.allows(tc.p, true); got != tc.ok {
+			t.Errorf("%+v: allows %v, want %v", tc.p, got, tc.ok)
+		}
+	}
+	for _, bad := range []bson.A{
+		{bson.D{{Key: "clientSource", Value: bson.A{"not-an-ip"}}}},
+		{bson.D{{Key: "clientSourceTypo", Value: bson.A{"10.0.0.0/8"}}}},
+		{"a string"},
+	} {
+		if _, err := CredsFromUsersInfo(withRestrictions(t, usersInfoReply(t, "dyn", "sales", "pw"), bad), "dyn", "sales"); err == nil || errors.Is(err, ErrNotFound) {
+			t.Errorf("%v: %v, want an error", bad, err)
+		}
+	}
+	if c, err := CredsFromUsersInfo(withRestrictions(t, usersInfoReply(t, "dyn", "sales", "pw"), bson.A{}), "dyn", "sales"); err != nil || c.restrict != nil {
+		t.Fatalf("no restrictions: %v %v", c.restrict, err)
+	}
+}

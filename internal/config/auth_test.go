@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAuthKeys(t *testing.T) {
@@ -26,6 +27,10 @@ func TestAuthKeys(t *testing.T) {
 	if d, err := Parse([]byte(route), "t.toml"); err != nil || d.Global.AuthType != AuthNone {
 		t.Fatal(err, d.Global.AuthType)
 	}
+	doc = "[mongobouncer]\nauth_cache_ttl = \"5s\"\nauth_lookups_per_peer = 2\nauth_max_lookups = 32\n" + route
+	if d, err := Parse([]byte(doc), "t.toml"); err != nil || d.Global.AuthCacheTTL != 5*time.Second || d.Global.AuthLookupsPerPeer != 2 || d.Global.AuthMaxLookups != 32 {
+		t.Fatal(err, d.Global.AuthCacheTTL, d.Global.AuthLookupsPerPeer, d.Global.AuthMaxLookups)
+	}
 }
 
 func TestAuthKeyErrors(t *testing.T) {
@@ -39,6 +44,10 @@ func TestAuthKeyErrors(t *testing.T) {
 		{"[mongobouncer]\nadmin_users = [1]\n", `t.toml:2: admin_users = [...]: must be an array of strings in quotes, as in ["ops@admin"]: an element is`},
 		{"[mongobouncer]\nauth_file = 3\n", `t.toml:2: auth_file = 3: must be a string`},
 		{"[mongobouncer]\nauth_type = \"x509\"\n", `t.toml:2: auth_type = "x509" logs clients in by their verified TLS certificates`},
+		{"[mongobouncer]\nauth_cache_ttl = \"0s\"\n", `t.toml:2: auth_cache_ttl = "0s": must be above 0`},
+		{"[mongobouncer]\nauth_cache_ttl = \"48h\"\n", `t.toml:2: auth_cache_ttl = "48h0m0s": must be above 0 and at most "24h"`},
+		{"[mongobouncer]\nauth_lookups_per_peer = 0\n", `t.toml:2: auth_lookups_per_peer = 0: must be between 1 and 1024`},
+		{"[mongobouncer]\nauth_max_lookups = 2000\n", `t.toml:2: auth_max_lookups = 2000: must be between 1 and 1024`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.doc+route), "t.toml")

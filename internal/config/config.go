@@ -328,6 +328,18 @@ type Global struct {
 	// AdminUsers ("user@db", admin_users) may run the admin commands once
 	// clients log in.
 	AdminUsers []string
+	// AuthCacheTTL keeps the credentials an auth_user lookup found this
+	// long (auth_cache_ttl): how long a password changed or a user
+	// dropped upstream keeps working at most, when no failed login looks
+	// the user up again first. Users found missing are kept at most as
+	// long (30s). Reloadable.
+	AuthCacheTTL time.Duration
+	// AuthLookupsPerPeer bounds the auth_user lookups one client address
+	// starts at once (auth_lookups_per_peer). Reloadable.
+	AuthLookupsPerPeer int
+	// AuthMaxLookups bounds the auth_user lookups running at once, for
+	// all clients (auth_max_lookups). A reload does not change it.
+	AuthMaxLookups int
 	// TLSMode says whether clients connect with TLS (tls_mode).
 	TLSMode TLSMode
 	// TLSCertFile and TLSKeyFile are the PEM certificate (chain) and
@@ -432,6 +444,9 @@ func Default() Config {
 		TLSMode:                TLSModeDisable,
 		TLSHandshakeTimeout:    10 * time.Second,
 		UserPoolIdleTimeout:    10 * time.Minute,
+		AuthCacheTTL:           30 * time.Second,
+		AuthLookupsPerPeer:     4,
+		AuthMaxLookups:         16,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,

@@ -26,6 +26,9 @@ func TestDefault(t *testing.T) {
 		EventLoop:              true, EventLoopIO: EventLoopIOAuto, EventLoopSpin: 150 * time.Microsecond, AuthType: AuthNone,
 		TLSMode: TLSModeDisable, TLSHandshakeTimeout: 10 * time.Second,
 		UserPoolIdleTimeout: 10 * time.Minute,
+		AuthCacheTTL:        30 * time.Second,
+		AuthLookupsPerPeer:  4,
+		AuthMaxLookups:      16,
 		Pool: Pool{
 			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MinPoolSize: 0, MaxIdleTime: 0,
 			MaxConnecting: 2, WaitQueueTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second,

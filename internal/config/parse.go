@@ -66,6 +66,9 @@ type rawGlobal struct {
 	AuthFile               any `toml:"auth_file"`
 	AuthUser               any `toml:"auth_user"`
 	AdminUsers             any `toml:"admin_users"`
+	AuthCacheTTL           any `toml:"auth_cache_ttl"`
+	AuthLookupsPerPeer     any `toml:"auth_lookups_per_peer"`
+	AuthMaxLookups         any `toml:"auth_max_lookups"`
 	TLSMode                any `toml:"tls_mode"`
 	TLSCertFile            any `toml:"tls_cert_file"`
 	TLSKeyFile             any `toml:"tls_key_file"`
@@ -98,7 +101,7 @@ var (
 		"max_user_connections",
 	}
 	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
-		"auth_type", "auth_file", "auth_user", "admin_users",
+		"auth_type", "auth_file", "auth_user", "admin_users", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups",
 		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout"}
 	globalKeys   = append(slices.Clone(globalOnlyKeys), poolKeys...)
 	routeKeys    = append([]string{"connection_string", "listen", "pass_through"}, poolKeys...)
@@ -442,6 +445,9 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.str(at("auth_file"), r.AuthFile, &g.AuthFile)
 	d.str(at("auth_user"), r.AuthUser, &g.AuthUser)
 	d.strings(at("admin_users"), r.AdminUsers, &g.AdminUsers)
+	d.duration(at("auth_cache_ttl"), r.AuthCacheTTL, &g.AuthCacheTTL)
+	d.integer(at("auth_lookups_per_peer"), r.AuthLookupsPerPeer, &g.AuthLookupsPerPeer)
+	d.integer(at("auth_max_lookups"), r.AuthMaxLookups, &g.AuthMaxLookups)
 	if d.str(at("tls_mode"), r.TLSMode, &s) {
 		g.TLSMode = TLSMode(s)
 	}

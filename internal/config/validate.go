@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Validate checks every setting and reports all problems at once, joined
@@ -154,6 +155,15 @@ func (v *validator) auth() {
 		if _, _, ok := SplitUser(u); !ok {
 			v.add(at("admin_users"), ErrInvalidValue, fmt.Sprintf("admin_users: %s is not user@db", quote(u)))
 		}
+	}
+	if g.AuthCacheTTL <= 0 || g.AuthCacheTTL > 24*time.Hour {
+		v.add(at("auth_cache_ttl"), ErrInvalidValue, fmt.Sprintf(`auth_cache_ttl = %s: must be above 0 and at most "24h" (how long a password changed upstream keeps working at most)`, quote(g.AuthCacheTTL.String())))
+	}
+	if g.AuthLookupsPerPeer < 1 || g.AuthLookupsPerPeer > 1024 {
+		v.add(at("auth_lookups_per_peer"), ErrInvalidValue, fmt.Sprintf("auth_lookups_per_peer = %d: must be between 1 and 1024", g.AuthLookupsPerPeer))
+	}
+	if g.AuthMaxLookups < 1 || g.AuthMaxLookups > 1024 {
+		v.add(at("auth_max_lookups"), ErrInvalidValue, fmt.Sprintf("auth_max_lookups = %d: must be between 1 and 1024 (each lookup running holds an upstream connection)", g.AuthMaxLookups))
 	}
 	if g.UserPoolIdleTimeout < 0 {
 		v.add(at("user_pool_idle_timeout"), ErrInvalidValue, fmt.Sprintf(`user_pool_idle_timeout = %s: must not be negative ("0s" keeps user pools)`, quote(g.UserPoolIdleTimeout.String())))

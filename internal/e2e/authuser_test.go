@@ -38,8 +38,8 @@ func authUserSetup(t *testing.T) (*fakemongo.Server, string) {
 
 // TestAuthUserLookup: a user missing from auth_file logs in through
 // mongobouncer with the credentials usersInfo shows upstream (looked up as
-// auth_user), once per user thanks to the cache; wrong passwords and
-// unknown users get code 18.
+// auth_user), once per user thanks to the cache (and once more per failed
+// proof); wrong passwords and unknown users get code 18.
 func TestAuthUserLookup(t *testing.T) {
 	eachIO(t, func(t *testing.T) {
 		up, addr := authUserSetup(t)
@@ -57,9 +57,13 @@ func TestAuthUserLookup(t *testing.T) {
 				t.Fatalf("%v: %v, want code 18", cred, err)
 			}
 		}
-		// One lookup for upuser (positive TTL), one for ghost (negative TTL).
-		if n := up.Requests("usersInfo"); n != 2 {
-			t.Fatalf("%d usersInfo lookups, want 2", n)
+		// One lookup for upuser (positive TTL), one for ghost (negative
+		// TTL), and one more each for the failed proofs against answers
+		// cached before their attempts (upuser wrong, ghost y): a
+		// password may have changed upstream. ghost x's attempt looked
+		// ghost up itself, so its failed proof asks nothing more.
+		if n := up.Requests("usersInfo"); n != 4 {
+			t.Fatalf("%d usersInfo lookups, want 4", n)
 		}
 		// mbauth logged in upstream for them: the lookups were authenticated.
 		if up.AuthFailures() != 0 {

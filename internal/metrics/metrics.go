@@ -82,6 +82,7 @@ type Metrics struct {
 	requestErrors   *prometheus.CounterVec   // route
 	upstreamErrors  *prometheus.CounterVec   // route, code
 	tlsRefused      *prometheus.CounterVec   // reason
+	auth            authSeries               // failures by reason, lookups by result
 
 	// Totals for SHOW STATS; the client ones also back the client metrics.
 	clientsCurrent atomic.Int64
@@ -173,6 +174,7 @@ func New() *Metrics {
 		Help: "Error codes replied by upstreams or answered by mongobouncer when an upstream failed, by route and code (\"other\" beyond the first 64 codes).",
 	}, []string{"route", "code"})
 
+	m.auth = newAuthSeries()
 	m.tlsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Subsystem: "client", Name: "tls_refused_total",
 		Help: "Client connections refused at their TLS step, by reason: plain (a plain client while tls_mode = \"require\"), handshake (a failed or timed-out TLS handshake).",
@@ -192,7 +194,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
-		m.tlsRefused, clientsCurrent, clientsTotal,
+		m.tlsRefused, clientsCurrent, clientsTotal, m.auth.failures, m.auth.lookups,
 		poolCollector{m}, serverCollector{&m.serverSrc}, loopCollector{&m.loopSrc},
 	)
 	return m

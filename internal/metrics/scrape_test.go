@@ -37,6 +37,8 @@ var allFamilies = map[string]dto.MetricType{
 	"mongobouncer_server_rtt_seconds":                dto.MetricType_GAUGE,
 	"mongobouncer_client_tls_refused_total":          dto.MetricType_COUNTER,
 	"mongobouncer_event_loop_spins_total":            dto.MetricType_COUNTER,
+	"mongobouncer_auth_failures_total":               dto.MetricType_COUNTER,
+	"mongobouncer_auth_lookups_total":                dto.MetricType_COUNTER,
 }
 
 // A scrape of Handler parses as Prometheus text and holds every family
@@ -51,6 +53,8 @@ func TestHandlerScrape(t *testing.T) {
 	m.Request("app", "find", 10, 20, time.Millisecond, true)
 	m.UpstreamError("app", 11000)
 	m.ClientTLSRefused("plain")
+	m.AuthFailed("bad_proof")
+	m.AuthLookup("found")
 	m.SetServerSource(func() []ServerRole {
 		return []ServerRole{{Route: "app", Server: "db:27017", Role: "primary", RTT: time.Millisecond}}
 	})

@@ -126,7 +126,7 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 		return errorReply(14, "TypeMismatch", "mongobouncer: saslStart needs a payload (binary)")
 	}
 	skip, _ := body.Lookup("options", "skipEmptyExchange").BooleanOK()
-	ctx, cancel := context.WithTimeout(context.Background(), authTimeout)
+	ctx, cancel := context.WithTimeout(c.authContext(), authTimeout)
 	defer cancel()
 	c.conv = nil
 	conv, out, err := a.Users.Start(ctx, auth.Mechanism(mech), db, payload, skip)

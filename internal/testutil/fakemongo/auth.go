@@ -56,6 +56,17 @@ type User struct {
 	Mechanisms []string
 	// Iterations is the SCRAM iteration count (DefaultIterations when 0).
 	Iterations int
+	// Restrictions are the user's authenticationRestrictions, which
+	// usersInfo shows when asked (showAuthenticationRestrictions). The
+	// fake does not enforce them on its own logins.
+	Restrictions []Restriction
+}
+
+// Restriction is one authenticationRestrictions document: CIDR ranges or
+// addresses the client must come from (clientSource) and must have
+// connected to (serverAddress); nil leaves the field out.
+type Restriction struct {
+	ClientSource, ServerAddress []string
 }
 
 // authUsers holds the users with their SCRAM stored credentials, computed
@@ -149,6 +160,23 @@ func (s *Server) SetUserPassword(name, db, password string) error {
 		return err
 	}
 	au.byKey[db+"."+name] = x
+	return nil
+}
+
+// DropUser removes user name on db, as dropUser does. Connections logged
+// in as the user stay so.
+func (s *Server) DropUser(name, db string) error {
+	au := s.users
+	if au == nil {
+		return fmt.Errorf("fakemongo: no users")
+	}
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	if au.byKey[db+"."+name] == nil {
+		return fmt.Errorf("fakemongo: no user %s.%s", db, name)
+	}
+	delete(au.byKey, db+"."+name)
+	au.changes++
 	return nil
 }
 

@@ -3,7 +3,8 @@ package fakemongo
 // usersInfo, as mongod answers it for the users of Options.Users: the
 // forms {usersInfo: "name"} (on the command's database), {usersInfo:
 // {user, db}} and a list of either, with the stored SCRAM credentials when
-// showCredentials is true (what mongobouncer's auth_user lookup reads).
+// showCredentials is true (what mongobouncer's auth_user lookup reads) and
+// the authenticationRestrictions when showAuthenticationRestrictions is.
 
 import (
 	"encoding/base64"
@@ -45,6 +46,7 @@ func (s *Server) usersInfo(req *Request) Reply {
 		return Error(codeBadValue, "", "usersInfo: give a user name or {user, db}")
 	}
 	show, _ := req.Body.Lookup("showCredentials").BooleanOK()
+	showRestrictions, _ := req.Body.Lookup("showAuthenticationRestrictions").BooleanOK()
 	users := bson.A{}
 	for _, n := range names {
 		u := s.users.lookup(n[0], n[1])
@@ -77,6 +79,20 @@ func (s *Server) usersInfo(req *Request) Reply {
 				}})
 			}
 			doc = append(doc, bson.E{Key: "credentials", Value: creds})
+		}
+		if showRestrictions {
+			rs := bson.A{}
+			for _, r := range u.Restrictions {
+				rd := bson.D{}
+				if r.ClientSource != nil {
+					rd = append(rd, bson.E{Key: "clientSource", Value: r.ClientSource})
+				}
+				if r.ServerAddress != nil {
+					rd = append(rd, bson.E{Key: "serverAddress", Value: r.ServerAddress})
+				}
+				rs = append(rs, rd)
+			}
+			doc = append(doc, bson.E{Key: "authenticationRestrictions", Value: rs})
 		}
 		users = append(users, doc)
 	}
