@@ -25,7 +25,7 @@ func TestDefault(t *testing.T) {
 		UpstreamCommandTimeout: 5 * time.Second,
 		EventLoop:              true, EventLoopIO: EventLoopIOAuto, EventLoopSpin: 150 * time.Microsecond, AuthType: AuthNone,
 		TLSMode: TLSModeDisable, TLSHandshakeTimeout: 10 * time.Second,
-		UserPoolIdleTimeout: 10 * time.Minute,
+		UserPoolIdleTimeout: 10 * time.Minute, ClientLoginTimeout: 60 * time.Second,
 		Pool: Pool{
 			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MinPoolSize: 0, MaxIdleTime: 0,
 			MaxConnecting: 2, WaitQueueTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second,

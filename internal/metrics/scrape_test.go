@@ -36,6 +36,7 @@ var allFamilies = map[string]dto.MetricType{
 	"mongobouncer_server_info":                       dto.MetricType_GAUGE,
 	"mongobouncer_server_rtt_seconds":                dto.MetricType_GAUGE,
 	"mongobouncer_client_tls_refused_total":          dto.MetricType_COUNTER,
+	"mongobouncer_client_login_timeouts_total":       dto.MetricType_COUNTER,
 	"mongobouncer_event_loop_spins_total":            dto.MetricType_COUNTER,
 }
 
@@ -51,6 +52,7 @@ func TestHandlerScrape(t *testing.T) {
 	m.Request("app", "find", 10, 20, time.Millisecond, true)
 	m.UpstreamError("app", 11000)
 	m.ClientTLSRefused("plain")
+	m.ClientLoginTimeout("first_message")
 	m.SetServerSource(func() []ServerRole {
 		return []ServerRole{{Route: "app", Server: "db:27017", Role: "primary", RTT: time.Millisecond}}
 	})

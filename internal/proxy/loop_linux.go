@@ -356,8 +356,9 @@ func (s *Server) stopLoops() {
 	}
 }
 
-// sweepIdle closes loop-owned clients idle longer than client_idle_timeout
-// (goroutine-owned ones have a read deadline instead).
+// sweepIdle closes loop-owned clients idle longer than client_idle_timeout,
+// and those client_login_timeout closes (loopLoginExpired); goroutine-owned
+// ones have a read deadline instead.
 func (s *Server) sweepIdle(l *loops) {
 	defer l.wg.Done()
 	t := time.NewTimer(time.Second)
@@ -366,6 +367,10 @@ func (s *Server) sweepIdle(l *loops) {
 		// Sweep at an eighth of the shortest timeout in force, so that a
 		// client is closed at most that much late.
 		shortest := time.Duration(s.idleTimeout.Load())
+		login := time.Duration(s.loginTimeout.Load())
+		if login > 0 && (shortest <= 0 || login < shortest) {
+			shortest = login
+		}
 		if tb := s.table.Load(); tb != nil {
 			for _, r := range tb.all {
 				if t := time.Duration(r.idle.Load()); t > 0 && (shortest <= 0 || t < shortest) {
@@ -392,6 +397,9 @@ func (s *Server) sweepIdle(l *loops) {
 			lc.ownMu.Lock()
 			if lc.state == lsIdle {
 				if timeout := c.idleTimeout(); timeout > 0 && now-lc.lastActive > timeout {
+					c.loopClose()
+				} else if why, waited := c.loopLoginExpired(now, login); why != "" {
+					c.loginTimedOut(why, waited, login)
 					c.loopClose()
 				}
 			}
