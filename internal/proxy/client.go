@@ -283,6 +283,9 @@ func (c *client) read() ([]byte, error) {
 		n, err := c.nc.Read(c.rbuf[c.rhi:])
 		c.rhi += n
 		if err != nil && c.rhi-c.rlo < wire.HeaderLen {
+			if c.stillWaiting(&w, err) {
+				continue
+			}
 			return nil, c.readFailed(&w, err)
 		}
 	}
@@ -305,7 +308,7 @@ func (c *client) read() ([]byte, error) {
 		if c.rlo == c.rhi {
 			c.rlo, c.rhi = 0, 0
 		}
-		c.noteMessage()
+		c.noteMessage(&w)
 		return b, nil
 	}
 	// The rest of the message must come from the socket. The buffer grows
@@ -323,12 +326,15 @@ func (c *client) read() ([]byte, error) {
 		m, err := c.nc.Read(b[len(b):min(n, cap(b))])
 		b = b[:len(b)+m]
 		if err != nil && len(b) < n {
+			if c.stillWaiting(&w, err) {
+				continue
+			}
 			c.in.b = b[:0]
 			return nil, c.readFailed(&w, err)
 		}
 	}
 	c.in.b = b[:0]
-	c.noteMessage()
+	c.noteMessage(&w)
 	return b, nil
 }
 

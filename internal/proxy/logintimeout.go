@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
@@ -59,18 +60,39 @@ type LoginTimeoutObserver interface {
 var errLoginTimeout = fmt.Errorf("client_login_timeout: %w", errClientGone)
 
 // SetLoginTimeout changes client_login_timeout live (configuration
-// reload); 0 turns it off. A client's goroutine reads it at each wait for a
-// message, and the loop's sweeper at each sweep.
+// reload), for connected clients too; 0 turns it off. The loop's sweeper
+// reads it at each sweep; a client's goroutine at each wait for a message,
+// and again when its read deadline passes (so a longer timeout holds at
+// once). A shorter one must not wait for the deadlines set under the
+// longer: the goroutines waiting under the login rule are woken to set
+// theirs again.
 func (s *Server) SetLoginTimeout(d time.Duration) {
-	s.loginTimeout.Store(int64(max(d, 0)))
+	d = max(d, 0)
+	old := time.Duration(s.loginTimeout.Swap(int64(d)))
+	if d == 0 || old != 0 && d >= old {
+		return
+	}
+	for _, c := range s.snapshot() {
+		if !c.lt.armed.Load() {
+			continue
+		}
+		c.lc.ownMu.Lock()
+		if c.lc.state == lsGoroutine && c.nc != nil {
+			_ = c.nc.SetReadDeadline(time.Now())
+		}
+		c.lc.ownMu.Unlock()
+	}
 }
 
 // LoginTimeouts returns how many clients client_login_timeout closed.
 func (s *Server) LoginTimeouts() uint64 { return s.loginTimeouts.Load() }
 
 // loginClock is what the login rule remembers of a client. Owned by whoever
-// serves the client, like the reads.
+// serves the client, like the reads, but armed.
 type loginClock struct {
+	// armed is set while the client's goroutine waits for a message under
+	// the login rule: SetLoginTimeout wakes it.
+	armed atomic.Bool
 	// started is set once a whole message has arrived.
 	started bool
 	// conv is the SASL conversation convAt is the start of: a saslStart
@@ -89,8 +111,11 @@ type loginClock struct {
 // first message: authentication is on and it has not logged in.
 func (c *client) mustLogIn() bool { return c.s.opts.Auth != nil && c.ident == nil }
 
-// noteMessage records that a whole message arrived.
-func (c *client) noteMessage() {
+// noteMessage records that a whole message arrived, ending the wait w.
+func (c *client) noteMessage(w *readWait) {
+	if w.armed {
+		c.lt.armed.Store(false)
+	}
 	c.lt.started = true
 	if c.mustLogIn() {
 		c.lt.msgAt = time.Now()
@@ -125,44 +150,76 @@ func (c *client) loginDeadline(now time.Time, timeout time.Duration) (time.Time,
 // readWait is the deadline of one read: the wait for a message, then the
 // wait for the rest of one begun.
 type readWait struct {
-	timeout  time.Duration // client_login_timeout when the read began
-	idle     time.Duration // client_idle_timeout when the read began
-	since    time.Time     // when the wait began (zero: not needed)
-	login    time.Time     // the login rule's deadline, zero for none
-	reason   string        // why login closes
-	partial  bool          // the message has begun: partialDeadline applies
+	armed    bool          // lt.armed was set for this wait
+	timeout  time.Duration // client_login_timeout in force
+	since    time.Time     // when the wait began (zero: no deadline needed then)
+	partAt   time.Time     // when the message began, zero before
 	deadline time.Time     // the deadline set, zero for none
-	byLogin  bool          // deadline is the login rule's, not the idle timeout's
+	byLogin  bool          // deadline is the login rule's, not client_idle_timeout's
 	why      string        // the login reason of deadline
 }
 
 // armRead sets the read deadline of the wait for the client's next
 // message: client_idle_timeout's and the login rule's, whichever is first.
 func (c *client) armRead() readWait {
-	w := readWait{timeout: time.Duration(c.s.loginTimeout.Load()), idle: c.idleTimeout()}
+	var w readWait
+	if !c.lt.started || c.mustLogIn() {
+		// Before the timeout is read: a SetLoginTimeout after this sees
+		// armed and wakes the read (see armDeadline).
+		c.lt.armed.Store(true)
+		w.armed = true
+	}
+	c.armDeadline(&w)
+	return w
+}
+
+// armDeadline sets w's deadline from the timeouts in force now. For an
+// armed wait it reads the login timeout again after setting the deadline:
+// a SetLoginTimeout in between may have found the read not started, and
+// woken nothing.
+func (c *client) armDeadline(w *readWait) {
+	for {
+		w.timeout = time.Duration(c.s.loginTimeout.Load())
+		c.computeDeadline(w)
+		c.setDeadline(w.deadline)
+		if !w.armed || time.Duration(c.s.loginTimeout.Load()) == w.timeout {
+			return
+		}
+	}
+}
+
+// computeDeadline computes w.deadline from w.timeout and the client's
+// client_idle_timeout: for the wait for a message, the idle timeout's and
+// the login rule's, whichever is first; for the rest of a message begun,
+// client_login_timeout (or client_idle_timeout if shorter) from its first
+// byte, or the login rule's deadline if first.
+func (c *client) computeDeadline(w *readWait) {
+	idle := c.idleTimeout()
 	needLogin := w.timeout > 0 && (!c.lt.started || c.mustLogIn())
+	w.deadline, w.byLogin, w.why = time.Time{}, false, ""
+	if w.since.IsZero() && (idle > 0 || needLogin || !w.partAt.IsZero()) {
+		w.since = time.Now()
+	}
+	if w.partAt.IsZero() {
+		if idle > 0 {
+			w.deadline = w.since.Add(idle)
+		}
+	} else {
+		bound, byLogin := w.timeout, true
+		if idle > 0 && (bound <= 0 || idle < bound) {
+			bound, byLogin = idle, false
+		}
+		if bound > 0 {
+			w.deadline, w.byLogin, w.why = w.partAt.Add(bound), byLogin, LoginTimeoutPartialMessage
+		}
+	}
 	if needLogin {
 		c.noteConv()
-	}
-	if w.idle <= 0 && !needLogin {
-		if c.deadline {
-			_ = c.nc.SetReadDeadline(time.Time{})
-			c.deadline = false
-		}
-		return w
-	}
-	w.since = time.Now()
-	if w.idle > 0 {
-		w.deadline = w.since.Add(w.idle)
-	}
-	if needLogin {
-		w.login, w.reason = c.loginDeadline(w.since, w.timeout)
-		if !w.login.IsZero() && (w.deadline.IsZero() || !w.login.After(w.deadline)) {
-			w.deadline, w.byLogin, w.why = w.login, true, w.reason
+		login, why := c.loginDeadline(w.since, w.timeout)
+		if !login.IsZero() && (w.deadline.IsZero() || !login.After(w.deadline)) {
+			w.deadline, w.byLogin, w.why = login, true, why
 		}
 	}
-	c.setDeadline(w.deadline)
-	return w
 }
 
 // setDeadline sets the read deadline d (zero clears it).
@@ -179,40 +236,50 @@ func (c *client) setDeadline(d time.Time) {
 }
 
 // partialDeadline bounds the rest of a message whose first bytes have
-// arrived: it must be whole within client_login_timeout, or
-// client_idle_timeout if that is shorter, of now. The login rule's own
-// deadline still holds. Repeated calls for one message do nothing.
+// arrived (computeDeadline). Repeated calls for one message do nothing.
 func (c *client) partialDeadline(w *readWait) {
-	if w.partial {
+	if !w.partAt.IsZero() {
 		return
 	}
-	w.partial = true
-	bound, byLogin := w.timeout, true
-	if w.idle > 0 && (bound <= 0 || w.idle < bound) {
-		bound, byLogin = w.idle, false
+	w.partAt = time.Now()
+	c.armDeadline(w)
+}
+
+// stillWaiting reports, for the error that ended a read, whether the wait
+// goes on: the read deadline passed, but under the timeouts in force now
+// (a reload changed them, or SetLoginTimeout woke the read) the wait's
+// deadline is later, or there is none.
+func (c *client) stillWaiting(w *readWait, err error) bool {
+	if !isTimeout(err) {
+		return false
 	}
-	w.deadline, w.byLogin, w.why = time.Time{}, false, ""
-	if bound > 0 {
-		w.deadline, w.byLogin, w.why = time.Now().Add(bound), byLogin, LoginTimeoutPartialMessage
+	c.armDeadline(w)
+	if w.deadline.IsZero() {
+		// Cleared for sure: a deadline set by SetLoginTimeout's wake-up
+		// is not in c.deadline, and would end the next read at once.
+		_ = c.nc.SetReadDeadline(time.Time{})
+		return true
 	}
-	if !w.login.IsZero() && (w.deadline.IsZero() || !w.login.After(w.deadline)) {
-		w.deadline, w.byLogin, w.why = w.login, true, w.reason
-	}
-	c.setDeadline(w.deadline)
+	return time.Now().Before(w.deadline)
 }
 
 // readFailed turns the error that ended a read into the client's end: a
 // deadline of the login rule is logged and counted.
 func (c *client) readFailed(w *readWait, err error) error {
+	if w.armed {
+		c.lt.armed.Store(false)
+	}
 	if !w.byLogin || !isTimeout(err) {
 		return errClientGone
 	}
-	waited := time.Duration(0)
+	var waited time.Duration
 	switch w.why {
 	case LoginTimeoutFirstMessage:
 		waited = time.Since(c.connected)
 	case LoginTimeoutSASL:
 		waited = time.Since(c.lt.convAt)
+	case LoginTimeoutPartialMessage:
+		waited = time.Since(w.partAt)
 	default:
 		waited = time.Since(w.since)
 	}
