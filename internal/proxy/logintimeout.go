@@ -65,12 +65,16 @@ var errLoginTimeout = fmt.Errorf("client_login_timeout: %w", errClientGone)
 // and again when its read deadline passes (so a longer timeout holds at
 // once). A shorter one must not wait for the deadlines set under the
 // longer: the goroutines waiting under the login rule are woken to set
-// theirs again.
+// theirs again, and the sweeper to sweep at the new one's pace.
 func (s *Server) SetLoginTimeout(d time.Duration) {
 	d = max(d, 0)
 	old := time.Duration(s.loginTimeout.Swap(int64(d)))
 	if d == 0 || old != 0 && d >= old {
 		return
+	}
+	select {
+	case s.sweepKick <- struct{}{}:
+	default:
 	}
 	for _, c := range s.snapshot() {
 		if !c.lt.armed.Load() {

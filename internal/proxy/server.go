@@ -132,6 +132,10 @@ type Server struct {
 	// (SetLoginTimeout); loginTimeouts counts the clients it closed.
 	loginTimeout  atomic.Int64
 	loginTimeouts atomic.Uint64
+	// sweepKick wakes the loop's idle sweeper when SetLoginTimeout
+	// shortens the timeout, so that it need not sleep out the old one's
+	// interval.
+	sweepKick chan struct{}
 
 	nextClientID atomic.Int64
 	clientCount  atomic.Int64
@@ -194,6 +198,7 @@ func New(opts Options) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 		clients:   make(map[*client]struct{}),
 		stopping:  make(chan struct{}),
+		sweepKick: make(chan struct{}, 1),
 	}
 	s.maxClients.Store(int64(opts.MaxClientConn))
 	s.idleTimeout.Store(int64(opts.ClientIdleTimeout))
