@@ -214,7 +214,10 @@ func (c *client) computeDeadline(w *readWait) {
 			bound, byLogin = idle, false
 		}
 		if bound > 0 {
-			w.deadline, w.byLogin, w.why = w.partAt.Add(bound), byLogin, LoginTimeoutPartialMessage
+			w.deadline, w.byLogin = w.partAt.Add(bound), byLogin
+			if byLogin {
+				w.why = LoginTimeoutPartialMessage
+			}
 		}
 	}
 	if needLogin {
