@@ -130,10 +130,9 @@ func (c *client) startTLS() error {
 	// The handshake counts towards client_login_timeout: a client must send
 	// its first message within it of connecting.
 	deadline, byLogin := time.Now().Add(ts.HandshakeTimeout), false
-	if lt := time.Duration(c.s.loginTimeout.Load()); lt > 0 {
-		if ld := c.connected.Add(lt); ld.Before(deadline) {
-			deadline, byLogin = ld, true
-		}
+	login := time.Duration(c.s.loginTimeout.Load())
+	if ld := c.connected.Add(login); login > 0 && ld.Before(deadline) {
+		deadline, byLogin = ld, true
 	}
 	_ = c.nc.SetDeadline(deadline)
 	isTLS, err := c.sniffTLS()
@@ -141,7 +140,7 @@ func (c *client) startTLS() error {
 		// Connected and said nothing in time, or left: port scanners
 		// and TCP health checks.
 		if byLogin && isTimeout(err) {
-			c.loginTimedOut(LoginTimeoutFirstMessage, time.Since(c.connected), time.Duration(c.s.loginTimeout.Load()))
+			c.loginTimedOut(LoginTimeoutFirstMessage, time.Since(c.connected), login)
 			return errTLSRefused
 		}
 		c.log.Debug("client sent nothing before tls_handshake_timeout or closed", "error", err)
@@ -170,7 +169,7 @@ func (c *client) startTLS() error {
 			o.ClientTLSRefused("handshake")
 		}
 		if byLogin && isTimeout(err) {
-			c.loginTimedOut(LoginTimeoutTLSHandshake, time.Since(c.connected), time.Duration(c.s.loginTimeout.Load()))
+			c.loginTimedOut(LoginTimeoutTLSHandshake, time.Since(c.connected), login)
 			return errTLSRefused
 		}
 		c.log.Debug("client TLS handshake failed", "error", err)
