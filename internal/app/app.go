@@ -224,6 +224,8 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		a.closeRest()
 		return nil, err
 	}
+	// Set as a reload does; the server serves no client before Start.
+	a.server.SetLoginTimeout(g.ClientLoginTimeout)
 	a.metrics.SetLoopSpinSource(a.server.LoopSpins)
 	return a, nil
 }

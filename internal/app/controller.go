@@ -16,6 +16,7 @@ var _ admin.Controller = (*App)(nil)
 // because metrics may not import proxy.
 var _ proxy.Observer = (*metrics.Metrics)(nil)
 var _ proxy.TLSObserver = (*metrics.Metrics)(nil)
+var _ proxy.LoginTimeoutObserver = (*metrics.Metrics)(nil)
 
 // sortedRoutes returns copies of the running routes, taken under the lock
 // (a reload updates their settings), by name with the catch-all last.
@@ -227,6 +228,7 @@ func (a *App) Config() map[string]any {
 		"tls_ca_file":              g.TLSCAFile,
 		"tls_handshake_timeout":    g.TLSHandshakeTimeout.String(),
 		"user_pool_idle_timeout":   g.UserPoolIdleTimeout.String(),
+		"client_login_timeout":     g.ClientLoginTimeout.String(),
 	}
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {

@@ -358,6 +358,12 @@ type Global struct {
 	// mongobouncer waits for a new client's first bytes to tell TLS from
 	// plain (tls_handshake_timeout); 0 means 10s.
 	TLSHandshakeTimeout time.Duration
+	// ClientLoginTimeout closes a client that sends no whole first
+	// message that long after connecting, or (with client authentication)
+	// has not logged in and stays silent that long, or leaves a SASL
+	// conversation or a message unfinished that long
+	// (client_login_timeout); 0 turns it off. Reloadable.
+	ClientLoginTimeout time.Duration
 	// Pool holds the defaults for every route.
 	Pool
 }
@@ -447,6 +453,7 @@ func Default() Config {
 		AuthCacheTTL:           30 * time.Second,
 		AuthLookupsPerPeer:     4,
 		AuthMaxLookups:         16,
+		ClientLoginTimeout:     60 * time.Second,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,

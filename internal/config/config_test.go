@@ -29,6 +29,7 @@ func TestDefault(t *testing.T) {
 		AuthCacheTTL:        30 * time.Second,
 		AuthLookupsPerPeer:  4,
 		AuthMaxLookups:      16,
+		ClientLoginTimeout:  60 * time.Second,
 		Pool: Pool{
 			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MinPoolSize: 0, MaxIdleTime: 0,
 			MaxConnecting: 2, WaitQueueTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second,

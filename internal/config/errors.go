@@ -25,6 +25,9 @@ var (
 	// ErrConnStringWarning marks what Config.Warnings reports: a
 	// connection-string problem the spec says to warn about and ignore.
 	ErrConnStringWarning = errors.New("config: connection string warning")
+	// ErrTLSWarning marks what Config.Warnings reports about the client
+	// TLS keys: a valid combination that does less than it may seem to.
+	ErrTLSWarning = errors.New("config: client TLS warning")
 )
 
 // Error is one configuration problem. Parse, Load and Validate report every

@@ -23,9 +23,10 @@ func (c Config) Validate() error {
 
 // Warnings lists what the routes' connection strings warn about (see
 // ConnString.Warnings), each naming the file and line of the
-// connection_string, in route order. The configuration is valid despite
-// them: the application logs them when it starts and when it reloads.
-// Strings that do not parse are Validate's business and are skipped here.
+// connection_string, in route order, then what the client TLS keys warn
+// about (ErrTLSWarning). The configuration is valid despite them: the
+// application logs them when it starts and when it reloads. Strings that
+// do not parse are Validate's business and are skipped here.
 func (c Config) Warnings() []*Error {
 	var out []*Error
 	file := c.Path
@@ -63,7 +64,26 @@ func (c Config) Warnings() []*Error {
 				"so each client's own settings hold through mongobouncer, which does not apply these to its upstream connections")
 		}
 	}
-	return out
+	return append(out, c.tlsWarnings(file)...)
+}
+
+// tlsWarnings warns about tls_mode = "allow" with tls_ca_file: the CA makes
+// a client certificate required of TLS clients only, and plain clients,
+// which present none, still connect. Whoever sets a CA usually means every
+// client to need a certificate, which takes tls_mode = "require".
+func (c Config) tlsWarnings(file string) []*Error {
+	g := c.Global
+	if g.TLSMode != TLSModeAllow || g.TLSCAFile == "" {
+		return nil
+	}
+	path := []string{tableGlobal, "tls_mode"}
+	e, _ := c.src.lookup(path)
+	return []*Error{{
+		File: file, Line: e.pos.line, Column: e.pos.column, Key: dotted(path),
+		Msg: `tls_mode = "allow" with tls_ca_file: TLS clients must present a certificate signed by tls_ca_file, ` +
+			`but plain clients connect without any certificate; set tls_mode = "require" to require certificates of every client`,
+		Err: ErrTLSWarning,
+	}}
 }
 
 // validator collects the problems of one Config.
@@ -167,6 +187,9 @@ func (v *validator) auth() {
 	}
 	if g.UserPoolIdleTimeout < 0 {
 		v.add(at("user_pool_idle_timeout"), ErrInvalidValue, fmt.Sprintf(`user_pool_idle_timeout = %s: must not be negative ("0s" keeps user pools)`, quote(g.UserPoolIdleTimeout.String())))
+	}
+	if g.ClientLoginTimeout < 0 {
+		v.add(at("client_login_timeout"), ErrInvalidValue, fmt.Sprintf(`client_login_timeout = %s: must not be negative ("0s" turns it off)`, quote(g.ClientLoginTimeout.String())))
 	}
 }
 

@@ -83,6 +83,7 @@ type Metrics struct {
 	upstreamErrors  *prometheus.CounterVec   // route, code
 	tlsRefused      *prometheus.CounterVec   // reason
 	auth            authSeries               // failures by reason, lookups by result
+	loginTimeouts   *prometheus.CounterVec   // reason
 
 	// Totals for SHOW STATS; the client ones also back the client metrics.
 	clientsCurrent atomic.Int64
@@ -179,6 +180,10 @@ func New() *Metrics {
 		Namespace: Namespace, Subsystem: "client", Name: "tls_refused_total",
 		Help: "Client connections refused at their TLS step, by reason: plain (a plain client while tls_mode = \"require\"), handshake (a failed or timed-out TLS handshake).",
 	}, []string{"reason"})
+	m.loginTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: "client", Name: "login_timeouts_total",
+		Help: "Client connections closed by client_login_timeout, by reason: first_message, tls_handshake, not_logged_in, sasl_conversation, partial_message.",
+	}, []string{"reason"})
 
 	clientsCurrent := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Subsystem: "client", Name: "connections",
@@ -194,7 +199,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
-		m.tlsRefused, clientsCurrent, clientsTotal, m.auth.failures, m.auth.lookups,
+		m.tlsRefused, m.loginTimeouts, clientsCurrent, clientsTotal, m.auth.failures, m.auth.lookups,
 		poolCollector{m}, serverCollector{&m.serverSrc}, loopCollector{&m.loopSrc},
 	)
 	return m

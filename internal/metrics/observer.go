@@ -44,6 +44,12 @@ func (m *Metrics) ClientTLSRefused(reason string) {
 	m.tlsRefused.WithLabelValues(reason).Inc()
 }
 
+// ClientLoginTimeout implements proxy.LoginTimeoutObserver: a client was
+// closed by client_login_timeout, for reason (a bounded set).
+func (m *Metrics) ClientLoginTimeout(reason string) {
+	m.loginTimeouts.WithLabelValues(reason).Inc()
+}
+
 // Request implements proxy.Observer: one forwarded request ended. It counts
 // the operation, its bytes and its duration, and the error reply if !ok.
 func (m *Metrics) Request(route, command string, bytesIn, bytesOut int, d time.Duration, ok bool) {

@@ -36,6 +36,7 @@ var allFamilies = map[string]dto.MetricType{
 	"mongobouncer_server_info":                       dto.MetricType_GAUGE,
 	"mongobouncer_server_rtt_seconds":                dto.MetricType_GAUGE,
 	"mongobouncer_client_tls_refused_total":          dto.MetricType_COUNTER,
+	"mongobouncer_client_login_timeouts_total":       dto.MetricType_COUNTER,
 	"mongobouncer_event_loop_spins_total":            dto.MetricType_COUNTER,
 	"mongobouncer_auth_failures_total":               dto.MetricType_COUNTER,
 	"mongobouncer_auth_lookups_total":                dto.MetricType_COUNTER,
@@ -55,6 +56,7 @@ func TestHandlerScrape(t *testing.T) {
 	m.ClientTLSRefused("plain")
 	m.AuthFailed("bad_proof")
 	m.AuthLookup("found")
+	m.ClientLoginTimeout("first_message")
 	m.SetServerSource(func() []ServerRole {
 		return []ServerRole{{Route: "app", Server: "db:27017", Role: "primary", RTT: time.Millisecond}}
 	})

@@ -23,11 +23,6 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
-// bodyReadTimeout bounds how long a client may take to send the rest of a
-// message once its header has arrived, so a stalled sender cannot hold a
-// large buffer forever.
-const bodyReadTimeout = 60 * time.Second
-
 // initialBodyBuffer is the first allocation for a message that does not fit
 // the inline buffer; it doubles as bytes arrive.
 const initialBodyBuffer = 64 * 1024
@@ -139,6 +134,8 @@ type client struct {
 	// lc is the event-loop state; it says whether the goroutine or the loop
 	// owns the client.
 	lc loopClient
+	// lt is what client_login_timeout remembers (logintimeout.go).
+	lt loginClock
 
 	// tlsConn is the client's TLS connection, nil for a plain client (set
 	// by startTLS; such a client never enters the loop).
@@ -272,22 +269,24 @@ func (c *client) finalize(err error) {
 // command costs one read system call; the rest of a larger message is read
 // straight into a pooled buffer.
 func (c *client) read() ([]byte, error) {
-	if t := c.idleTimeout(); t > 0 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(t))
-		c.deadline = true
-	} else if c.deadline {
-		_ = c.nc.SetReadDeadline(time.Time{})
-		c.deadline = false
-	}
+	// The wait for a message is bounded by client_idle_timeout and the
+	// login rule; a message begun, by partialDeadline (logintimeout.go).
+	w := c.armRead()
 	for c.rhi-c.rlo < wire.HeaderLen {
 		if c.rlo > 0 {
 			c.rhi = copy(c.rbuf[:], c.rbuf[c.rlo:c.rhi])
 			c.rlo = 0
 		}
+		if c.rhi > 0 {
+			c.partialDeadline(&w)
+		}
 		n, err := c.nc.Read(c.rbuf[c.rhi:])
 		c.rhi += n
 		if err != nil && c.rhi-c.rlo < wire.HeaderLen {
-			return nil, errClientGone
+			if c.stillWaiting(&w, err) {
+				continue
+			}
+			return nil, c.readFailed(&w, err)
 		}
 	}
 	hdr := c.rbuf[c.rlo : c.rlo+wire.HeaderLen]
@@ -309,6 +308,7 @@ func (c *client) read() ([]byte, error) {
 		if c.rlo == c.rhi {
 			c.rlo, c.rhi = 0, 0
 		}
+		c.noteMessage(&w)
 		return b, nil
 	}
 	// The rest of the message must come from the socket. The buffer grows
@@ -318,12 +318,7 @@ func (c *client) read() ([]byte, error) {
 	b := c.in.b[:0]
 	b = append(b, c.rbuf[c.rlo:c.rhi]...)
 	c.rlo, c.rhi = 0, 0
-	timeout := bodyReadTimeout
-	if t := c.idleTimeout(); t > 0 && t < timeout {
-		timeout = t
-	}
-	_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
-	c.deadline = true
+	c.partialDeadline(&w)
 	for len(b) < n {
 		if len(b) == cap(b) {
 			b = slices.Grow(b, min(n, 2*cap(b))-len(b))
@@ -331,11 +326,15 @@ func (c *client) read() ([]byte, error) {
 		m, err := c.nc.Read(b[len(b):min(n, cap(b))])
 		b = b[:len(b)+m]
 		if err != nil && len(b) < n {
+			if c.stillWaiting(&w, err) {
+				continue
+			}
 			c.in.b = b[:0]
-			return nil, errClientGone
+			return nil, c.readFailed(&w, err)
 		}
 	}
 	c.in.b = b[:0]
+	c.noteMessage(&w)
 	return b, nil
 }
 

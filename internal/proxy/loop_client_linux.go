@@ -76,6 +76,7 @@ func (c *client) enterLoop() bool {
 	c.nc = nil
 	c.deadline = false
 	lc.lastActive = monoNow()
+	c.lt.partAt = 0 // a message the goroutine read whole
 	lc.state = lsIdle
 	// Bytes may have come before the hand-over, and their edge has passed.
 	c.loopServe(nil)
@@ -153,6 +154,7 @@ func (c *client) serveOne(th loopThread) {
 			return
 		}
 		if avail >= n {
+			c.lt.partAt = 0
 			if !c.loopRequest(th, c.rbuf[c.rlo:c.rlo+n]) {
 				c.toGoroutine()
 			}
@@ -163,6 +165,8 @@ func (c *client) serveOne(th loopThread) {
 		c.rhi = copy(c.rbuf[:], c.rbuf[c.rlo:c.rhi])
 		c.rlo = 0
 	}
+	// A message begun must be whole within client_login_timeout (sweepIdle).
+	c.loopNotePartial()
 	d := c.drv()
 	if d == nil {
 		c.loopClose()

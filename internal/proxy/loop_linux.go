@@ -356,42 +356,63 @@ func (s *Server) stopLoops() {
 	}
 }
 
-// sweepIdle closes loop-owned clients idle longer than client_idle_timeout
-// (goroutine-owned ones have a read deadline instead).
+// sweepIdle closes loop-owned clients idle longer than client_idle_timeout,
+// and those client_login_timeout closes (loopLoginExpired); goroutine-owned
+// ones have a read deadline instead.
 func (s *Server) sweepIdle(l *loops) {
 	defer l.wg.Done()
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	for {
 		// Sweep at an eighth of the shortest timeout in force, so that a
-		// client is closed at most that much late.
-		shortest := time.Duration(s.idleTimeout.Load())
+		// client is closed at most that much late: at most a second late
+		// for client_idle_timeout, while client_login_timeout (60s by
+		// default, and in force by default) does not make every idle
+		// client's lock taken every second.
+		idle := time.Duration(s.idleTimeout.Load())
 		if tb := s.table.Load(); tb != nil {
 			for _, r := range tb.all {
-				if t := time.Duration(r.idle.Load()); t > 0 && (shortest <= 0 || t < shortest) {
-					shortest = t
+				if t := time.Duration(r.idle.Load()); t > 0 && (idle <= 0 || t < idle) {
+					idle = t
 				}
 			}
 		}
-		every := time.Second
-		if shortest > 0 {
-			every = min(max(shortest/8, 5*time.Millisecond), time.Second)
+		var every time.Duration
+		if idle > 0 {
+			every = min(max(idle/8, 5*time.Millisecond), time.Second)
+		}
+		if login := time.Duration(s.loginTimeout.Load()); login > 0 {
+			if e := max(login/8, 5*time.Millisecond); every == 0 || e < every {
+				every = e
+			}
+		}
+		sweep := every > 0
+		if !sweep {
+			every = time.Second
 		}
 		t.Reset(every)
 		select {
 		case <-l.done:
 			return
+		case <-s.sweepKick:
+			// A shorter client_login_timeout: wait by the new one.
+			continue
 		case <-t.C:
 		}
-		if shortest <= 0 {
+		if !sweep {
 			continue
 		}
+		// Read again: a reload during the wait may have lengthened it.
+		login := time.Duration(s.loginTimeout.Load())
 		now := monoNow()
 		for _, c := range s.snapshot() {
 			lc := &c.lc
 			lc.ownMu.Lock()
 			if lc.state == lsIdle {
 				if timeout := c.idleTimeout(); timeout > 0 && now-lc.lastActive > timeout {
+					c.loopClose()
+				} else if why, waited := c.loopLoginExpired(now, login); why != "" {
+					c.loginTimedOut(why, waited, login)
 					c.loopClose()
 				}
 			}

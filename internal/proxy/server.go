@@ -32,6 +32,11 @@ type Options struct {
 	MaxMessageSize int
 	// ClientIdleTimeout closes clients idle that long; 0 means never.
 	ClientIdleTimeout time.Duration
+	// ClientLoginTimeout closes a client that has sent no whole message
+	// that long after connecting, or (with Auth) has not logged in and
+	// stays silent that long, or leaves a message or a SASL conversation
+	// unfinished that long (logintimeout.go); 0 means never.
+	ClientLoginTimeout time.Duration
 	// HandshakeWait bounds how long a client's hello waits for every
 	// route's servers to answer a hello or fail a check (for their
 	// limits); 0 means 5s. After it, the minimum over those that answered
@@ -123,6 +128,14 @@ type Server struct {
 	// MaxClientConn and ClientIdleTimeout (SetClientLimits).
 	maxClients  atomic.Int64
 	idleTimeout atomic.Int64
+	// loginTimeout (nanoseconds) is the live ClientLoginTimeout
+	// (SetLoginTimeout); loginTimeouts counts the clients it closed.
+	loginTimeout  atomic.Int64
+	loginTimeouts atomic.Uint64
+	// sweepKick wakes the loop's idle sweeper when SetLoginTimeout
+	// shortens the timeout, so that it need not sleep out the old one's
+	// interval.
+	sweepKick chan struct{}
 
 	nextClientID atomic.Int64
 	clientCount  atomic.Int64
@@ -185,9 +198,11 @@ func New(opts Options) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 		clients:   make(map[*client]struct{}),
 		stopping:  make(chan struct{}),
+		sweepKick: make(chan struct{}, 1),
 	}
 	s.maxClients.Store(int64(opts.MaxClientConn))
 	s.idleTimeout.Store(int64(opts.ClientIdleTimeout))
+	s.SetLoginTimeout(opts.ClientLoginTimeout)
 	t, err := newRouting(opts.Routes, opts.MaxCursors, opts.MaxTransactions)
 	if err != nil {
 		return nil, err

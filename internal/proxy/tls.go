@@ -127,12 +127,22 @@ func (c *client) startTLS() error {
 		// system's permissions protect, and drivers do not speak TLS on it.
 		return nil
 	}
-	deadline := time.Now().Add(ts.HandshakeTimeout)
+	// The handshake counts towards client_login_timeout: a client must send
+	// its first message within it of connecting.
+	deadline, byLogin := time.Now().Add(ts.HandshakeTimeout), false
+	login := time.Duration(c.s.loginTimeout.Load())
+	if ld := c.connected.Add(login); login > 0 && ld.Before(deadline) {
+		deadline, byLogin = ld, true
+	}
 	_ = c.nc.SetDeadline(deadline)
 	isTLS, err := c.sniffTLS()
 	if err != nil {
 		// Connected and said nothing in time, or left: port scanners
 		// and TCP health checks.
+		if byLogin && isTimeout(err) {
+			c.loginTimedOut(LoginTimeoutFirstMessage, time.Since(c.connected), login)
+			return errTLSRefused
+		}
 		c.log.Debug("client sent nothing before tls_handshake_timeout or closed", "error", err)
 		return errTLSRefused
 	}
@@ -157,6 +167,10 @@ func (c *client) startTLS() error {
 		c.s.tlsHandshakeFailed.Add(1)
 		if o, ok := c.s.opts.Observer.(TLSObserver); ok {
 			o.ClientTLSRefused("handshake")
+		}
+		if byLogin && isTimeout(err) {
+			c.loginTimedOut(LoginTimeoutTLSHandshake, time.Since(c.connected), login)
+			return errTLSRefused
 		}
 		c.log.Debug("client TLS handshake failed", "error", err)
 		return errTLSRefused
