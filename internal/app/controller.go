@@ -16,6 +16,7 @@ var _ admin.Controller = (*App)(nil)
 // because metrics may not import proxy.
 var _ proxy.Observer = (*metrics.Metrics)(nil)
 var _ proxy.TLSObserver = (*metrics.Metrics)(nil)
+var _ proxy.PanicObserver = (*metrics.Metrics)(nil)
 
 // sortedRoutes returns copies of the running routes, taken under the lock
 // (a reload updates their settings), by name with the catch-all last.

@@ -82,6 +82,7 @@ type Metrics struct {
 	requestErrors   *prometheus.CounterVec   // route
 	upstreamErrors  *prometheus.CounterVec   // route, code
 	tlsRefused      *prometheus.CounterVec   // reason
+	panics          *prometheus.CounterVec   // path
 
 	// Totals for SHOW STATS; the client ones also back the client metrics.
 	clientsCurrent atomic.Int64
@@ -178,6 +179,14 @@ func New() *Metrics {
 		Help: "Client connections refused at their TLS step, by reason: plain (a plain client while tls_mode = \"require\"), handshake (a failed or timed-out TLS handshake).",
 	}, []string{"reason"})
 
+	m.panics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "panics_total",
+		Help: "Panics recovered while serving a client, by path: goroutine (the client's goroutine), loop (the event loop's code for the client). Each ended its client only; the log has its stack.",
+	}, []string{"path"})
+	// Both series exist from the start, at 0, for alerts on their increase.
+	m.panics.WithLabelValues("goroutine")
+	m.panics.WithLabelValues("loop")
+
 	clientsCurrent := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Subsystem: "client", Name: "connections",
 		Help: "Client connections open now.",
@@ -192,7 +201,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
-		m.tlsRefused, clientsCurrent, clientsTotal,
+		m.tlsRefused, m.panics, clientsCurrent, clientsTotal,
 		poolCollector{m}, serverCollector{&m.serverSrc}, loopCollector{&m.loopSrc},
 	)
 	return m

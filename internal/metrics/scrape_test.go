@@ -37,6 +37,7 @@ var allFamilies = map[string]dto.MetricType{
 	"mongobouncer_server_rtt_seconds":                dto.MetricType_GAUGE,
 	"mongobouncer_client_tls_refused_total":          dto.MetricType_COUNTER,
 	"mongobouncer_event_loop_spins_total":            dto.MetricType_COUNTER,
+	"mongobouncer_panics_total":                      dto.MetricType_COUNTER,
 }
 
 // A scrape of Handler parses as Prometheus text and holds every family

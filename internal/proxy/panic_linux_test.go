@@ -1,0 +1,254 @@
+package proxy
+
+// Panic isolation (recover.go): a panic while serving one client ends that
+// client only, on every I/O model and on both paths (the client's
+// goroutine, the loop thread).
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/goleak"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
+)
+
+// panicCommand is the command the tests' hook panics on.
+const panicCommand = "mongobouncerTestPanic"
+
+// panicObserver counts ClientPanicked by path.
+type panicObserver struct {
+	nopObserver
+	mu    sync.Mutex
+	paths map[string]int
+}
+
+func (o *panicObserver) ClientPanicked(path string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.paths == nil {
+		o.paths = map[string]int{}
+	}
+	o.paths[path]++
+}
+
+func (o *panicObserver) count(path string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.paths[path]
+}
+
+// syncBuffer is a log sink for several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// setPanicHook makes the request path panic at point at on panicCommand,
+// recording the panicking stack, until the test ends.
+func setPanicHook(t *testing.T, at string) *atomic.Pointer[string] {
+	var stack atomic.Pointer[string]
+	hook := func(point, cmd string) {
+		if point == at && cmd == panicCommand {
+			s := string(debug.Stack())
+			stack.Store(&s)
+			panic("test panic at " + at)
+		}
+	}
+	testPanicHook.Store(&hook)
+	t.Cleanup(func() { testPanicHook.Store(nil) })
+	return &stack
+}
+
+// roundTrip sends one command on nc and reads its reply, without failing
+// the test: for a goroutine of the test.
+func roundTrip(nc net.Conn, id int32, body bson.D) error {
+	doc, err := bson.Marshal(body)
+	if err != nil {
+		return err
+	}
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := nc.Write(wire.AppendMsg(nil, id, 0, 0, doc)); err != nil {
+		return err
+	}
+	rep, err := wire.ReadMessage(nc, nil, wire.DefaultMaxMessageSize)
+	if err != nil {
+		return err
+	}
+	if got := int32(binary.LittleEndian.Uint32(rep[8:])); got != id {
+		return fmt.Errorf("reply to %d, want %d", got, id)
+	}
+	_, b := wire.ReplyView(rep)
+	if ok, _ := bson.Raw(b).Lookup("ok").AsFloat64OK(); ok != 1 {
+		return fmt.Errorf("error reply %s", bson.Raw(b))
+	}
+	return nil
+}
+
+// A panic while serving one client, on its goroutine (holding the
+// request's upstream connection) or on the loop thread (before the
+// checkout, and holding the connection with the reply in hand), ends that
+// client only: it is logged at error level with its stack and counted,
+// the client's connection is closed and the upstream connection it held
+// is closed rather than pooled, while a concurrent client keeps being
+// served on the same loop thread, new clients are accepted, no goroutine
+// is left behind and Close completes.
+func TestPanicEndsOnlyItsClient(t *testing.T) {
+	eachModel(t, func(t *testing.T, o rigOptions) {
+		points := []string{"relay"}
+		if o.loop {
+			points = []string{"loop-request", "loop-reply"}
+		}
+		for _, at := range points {
+			t.Run(at, func(t *testing.T) { testPanicAt(t, o, at) })
+		}
+	})
+}
+
+func testPanicAt(t *testing.T, o rigOptions, at string) {
+	ignore := goleak.IgnoreCurrent()
+	// Registered first, so it runs last: after the rig's Close.
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+
+	var errClosed atomic.Int32
+	o.monitor = pool.MonitorFunc(func(e pool.Event) {
+		if e.Type == pool.ConnectionClosed && e.Reason == pool.ReasonError && errors.Is(e.Err, errPanicked) {
+			errClosed.Add(1)
+		}
+	})
+	obs := &panicObserver{}
+	o.observer = obs
+	var logs syncBuffer
+	o.log = slog.New(slog.NewTextHandler(&logs, nil))
+	o.maxPool = 2
+	o.threads = 1 // every client on the one loop thread
+	r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+	r.up.Handle(panicCommand, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+	stack := setPanicHook(t, at)
+
+	victim := r.client(0)
+	vc := r.only()
+	other := r.client(0)
+	if o.loop {
+		// The victim's request arrives on the loop, not on the hand-over.
+		r.waitState(vc, lsIdle)
+	}
+
+	// The other client runs commands throughout.
+	var served atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for id := int32(100); ; id++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := roundTrip(other.c, id, ping()); err != nil {
+				done <- err
+				return
+			}
+			served.Add(1)
+		}
+	}()
+	wait.Until(t, "the other client served", 10*time.Second, time.Millisecond, func() bool { return served.Load() > 10 })
+
+	// The victim's command panics: its connection is closed, no reply.
+	victim.id++
+	_ = victim.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := victim.c.Write(wire.AppendMsg(nil, victim.id, 0, 0, mustDoc(t, bson.D{{Key: panicCommand, Value: 1}, {Key: "$db", Value: "test"}}))); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := wire.ReadMessage(victim.c, nil, wire.DefaultMaxMessageSize); err == nil {
+		t.Fatalf("the panicking client got a reply %x, want its connection closed", rep)
+	} else if isTimeout(err) {
+		t.Fatal("the panicking client's connection is still open")
+	}
+
+	s := stack.Load()
+	if s == nil {
+		t.Fatalf("the hook did not run at %s", at)
+	}
+	onLoopThread := strings.Contains(*s, "(*epollDriver).run") || strings.Contains(*s, "(*ringDriver).run")
+	if onLoopThread != o.loop {
+		t.Fatalf("panic at %s on a loop thread: %v, want %v; stack:\n%s", at, onLoopThread, o.loop, *s)
+	}
+	path := "goroutine"
+	if o.loop {
+		path = "loop"
+	}
+	if r.s.Panics() != 1 || obs.count(path) != 1 {
+		t.Fatalf("Panics() = %d, observer's %q = %d; want 1 and 1", r.s.Panics(), path, obs.count(path))
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "test panic at "+at) || !strings.Contains(l, "runtime/debug.Stack") {
+		t.Fatalf("the panic is not logged at error level with its stack:\n%s", l)
+	}
+
+	// The other client goes on, on the same loop thread.
+	after := served.Load()
+	wait.Until(t, "the other client served after the panic", 10*time.Second, time.Millisecond, func() bool { return served.Load() > after+10 })
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("the other client: %v", err)
+	}
+	// A new client is served.
+	late := r.client(0)
+	affOK(t, late.cmd(ping()))
+	affOK(t, other.cmd(ping()))
+
+	// The victim is gone from the server, and what it held with it: the
+	// connection its request held is closed, not pooled.
+	wait.Until(t, "the victim gone", 10*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 2 })
+	for _, c := range r.s.snapshot() {
+		if c == vc {
+			t.Fatal("the panicking client is still in the server's set")
+		}
+	}
+	wait.Until(t, "no connection in use", 10*time.Second, time.Millisecond, func() bool { return r.inUse() == 0 })
+	if held := r.route.Held(); held != 0 {
+		t.Fatalf("route holds %d connections, want 0", held)
+	}
+	wantClosed := int32(1)
+	if at == "loop-request" {
+		wantClosed = 0 // the panic came before the checkout
+	}
+	if got := errClosed.Load(); got != wantClosed {
+		t.Fatalf("%d upstream connections closed for the panic, want %d", got, wantClosed)
+	}
+	if o.loop {
+		r.waitState(vc, lsClosed)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
