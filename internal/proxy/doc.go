@@ -66,4 +66,42 @@
 // Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu
 // and passAuth.setMu (a pass-through user's secret) are leaves: nothing
 // else is taken while one is held.
+//
+// # Panics
+//
+// A panic while serving one client ends that client only (recover.go,
+// recover_linux.go): it is logged at error level with its stack, counted
+// (Server.Panics, PanicObserver: mongobouncer_panics_total{path}), the
+// upstream connection the interrupted request held is closed (its state
+// is unknown: never pooled, never kept pinned), and the client is
+// finished, which finalizes the server's accounting of it (wg, the client
+// count, the set), so Shutdown does not wait for it. The recovery points:
+//
+//   - path "goroutine": deferred at the top of each goroutine that serves
+//     a client (serve, run, loopWrite's writer, the refusal over
+//     max_client_conn). That covers dispatch, logins and the admin
+//     commands, which run there. No lock of the client's is held at that
+//     point; the recovery takes ownMu to learn who owns the client, and
+//     finishes it as finish does (cleanup, open transactions aborted).
+//   - path "loop": deferred by each function that takes a client's ownMu
+//     on behalf of the loop (epoll clientReady, upstreamReady; io_uring
+//     arm, clientDone, replyDone; loopResume; enterLoop once the loop owns
+//     the client), after its deferred unlock, so the recovery runs under
+//     ownMu and the unlock follows. It ends the client whatever its loop
+//     state: a request out on an upstream connection has it closed (the
+//     loop's registration keeps the client and its reply buffer reachable
+//     until an io_uring receive still in flight completes); a checkout
+//     still queued is given back, unused, when it is delivered
+//     (loopResume); a client already handed to a goroutine has its
+//     connection closed, which ends it there. The loop thread then goes on
+//     with its other clients.
+//
+// sessMu, and ownMu off the loop, are held for a few lines of bookkeeping
+// without I/O, where a panic is unlikely; a recovery that cannot take one
+// within lockWait (a second) takes it that the panicking frame left it
+// held, and releases what it can without it rather than block. Panics in
+// the loop threads' own code (not a client's) and in Server.Close are not
+// recovered: no one client is to blame, and a process that goes on with a
+// thread or the shutdown in an unknown state is worse than one that stops.
+// The HTTP admin server's handlers have net/http's own recovery.
 package proxy

@@ -213,6 +213,7 @@ func (c *client) loopRequest(th loopThread, msg []byte) bool {
 	panicPoint("loop-request", req)
 	c.lc.unsent = true
 	c.loopCheckOut(th)
+	panicPoint("loop-sent", req)
 	return true
 }
 

@@ -6,6 +6,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -71,13 +72,17 @@ func (b *syncBuffer) String() string {
 }
 
 // setPanicHook makes the request path panic at point at on panicCommand,
-// recording the panicking stack, until the test ends.
-func setPanicHook(t *testing.T, at string) *atomic.Pointer[string] {
+// recording the panicking stack, until the test ends; before, it calls
+// before, if set, with the client's lock held (on the loop).
+func setPanicHook(t *testing.T, at string, before func()) *atomic.Pointer[string] {
 	var stack atomic.Pointer[string]
 	hook := func(point, cmd string) {
 		if point == at && cmd == panicCommand {
 			s := string(debug.Stack())
 			stack.Store(&s)
+			if before != nil {
+				before()
+			}
 			panic("test panic at " + at)
 		}
 	}
@@ -123,7 +128,7 @@ func TestPanicEndsOnlyItsClient(t *testing.T) {
 	eachModel(t, func(t *testing.T, o rigOptions) {
 		points := []string{"relay"}
 		if o.loop {
-			points = []string{"loop-request", "loop-reply"}
+			points = []string{"loop-request", "loop-sent", "loop-reply"}
 		}
 		for _, at := range points {
 			t.Run(at, func(t *testing.T) { testPanicAt(t, o, at) })
@@ -150,10 +155,31 @@ func testPanicAt(t *testing.T, o rigOptions, at string) {
 	o.threads = 1 // every client on the one loop thread
 	r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
 	r.up.Handle(panicCommand, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
-	stack := setPanicHook(t, at)
+	var victimC atomic.Pointer[client]
+	var state atomic.Int32 // the victim's loop state at the panic
+	stack := setPanicHook(t, at, func() {
+		// The panicking loop code holds the client's ownMu.
+		state.Store(int32(victimC.Load().lc.state))
+	})
+
+	// Two idle connections: the victim's checkout is served at once while
+	// the other client holds one (loop-sent finds the request out).
+	p := r.route.Topology.Servers()[0].Pool()
+	var pcs []*pool.Conn
+	for range 2 {
+		pc, err := p.CheckOut(ctxFor(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pcs = append(pcs, pc)
+	}
+	for _, pc := range pcs {
+		_ = p.CheckIn(pc)
+	}
 
 	victim := r.client(0)
 	vc := r.only()
+	victimC.Store(vc)
 	other := r.client(0)
 	if o.loop {
 		// The victim's request arrives on the loop, not on the hand-over.
@@ -204,6 +230,10 @@ func testPanicAt(t *testing.T, o rigOptions, at string) {
 	path := "goroutine"
 	if o.loop {
 		path = "loop"
+		want := map[string]loopState{"loop-request": lsIdle, "loop-sent": lsUpstream, "loop-reply": lsUpstream}[at]
+		if got := loopState(state.Load()); got != want {
+			t.Fatalf("the client was in loop state %d at the panic, want %d", got, want)
+		}
 	}
 	if r.s.Panics() != 1 || obs.count(path) != 1 {
 		t.Fatalf("Panics() = %d, observer's %q = %d; want 1 and 1", r.s.Panics(), path, obs.count(path))
@@ -248,7 +278,88 @@ func testPanicAt(t *testing.T, o rigOptions, at string) {
 	}
 }
 
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// A panic on the loop while the client's request waits in the pool's queue
+// (lsWaiting) ends the client; the connection its queued checkout is
+// later handed goes back to the pool unused, and serves the next request.
+func TestPanicWhileWaitingForAConnection(t *testing.T) {
+	eachDriver(t, func(t *testing.T, io string) {
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+		var errClosed atomic.Int32
+		release := make(chan struct{})
+		var once sync.Once
+		unblock := func() { once.Do(func() { close(release) }) }
+		t.Cleanup(unblock)
+		r := newRig(t, rigOptions{loop: true, io: io, maxPool: 1, threads: 1,
+			monitor: pool.MonitorFunc(func(e pool.Event) {
+				if e.Type == pool.ConnectionClosed && e.Reason == pool.ReasonError {
+					errClosed.Add(1)
+				}
+			})}, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		r.up.Handle("hold", func(*fakemongo.Request) fakemongo.Reply {
+			<-release
+			return fakemongo.OK()
+		})
+		var victimC atomic.Pointer[client]
+		var state atomic.Int32
+		setPanicHook(t, "loop-sent", func() { state.Store(int32(victimC.Load().lc.state)) })
+
+		victim := r.client(0)
+		vc := r.only()
+		victimC.Store(vc)
+		holder := r.client(0)
+		r.waitState(vc, lsIdle)
+
+		// The holder's request takes the pool's only connection.
+		holder.id++
+		if _, err := holder.c.Write(wire.AppendMsg(nil, holder.id, 0, 0, mustDoc(t, bson.D{{Key: "hold", Value: 1}, {Key: "$db", Value: "test"}}))); err != nil {
+			t.Fatal(err)
+		}
+		wait.Until(t, "the connection held", 10*time.Second, time.Millisecond, func() bool { return r.inUse() == 1 })
+
+		victim.id++
+		_ = victim.c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := victim.c.Write(wire.AppendMsg(nil, victim.id, 0, 0, mustDoc(t, bson.D{{Key: panicCommand, Value: 1}, {Key: "$db", Value: "test"}}))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wire.ReadMessage(victim.c, nil, wire.DefaultMaxMessageSize); err == nil || isTimeout(err) {
+			t.Fatalf("the panicking client: %v, want its connection closed", err)
+		}
+		if got := loopState(state.Load()); got != lsWaiting {
+			t.Fatalf("the client was in loop state %d at the panic, want lsWaiting (%d)", got, lsWaiting)
+		}
+		r.waitState(vc, lsClosed)
+
+		// The held connection goes to the closed client's queued checkout,
+		// which gives it back: the holder, and a new client, are served.
+		unblock()
+		_ = holder.c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := wire.ReadMessage(holder.c, nil, wire.DefaultMaxMessageSize); err != nil {
+			t.Fatalf("the holder's reply: %v", err)
+		}
+		affOK(t, holder.cmd(ping()))
+		late := r.client(0)
+		affOK(t, late.cmd(ping()))
+		wait.Until(t, "no connection in use", 10*time.Second, time.Millisecond, func() bool { return r.inUse() == 0 })
+		if r.s.Panics() != 1 {
+			t.Fatalf("Panics() = %d, want 1", r.s.Panics())
+		}
+		if n := errClosed.Load(); n != 0 {
+			t.Fatalf("%d connections closed; the queued checkout's, never used, should have gone back", n)
+		}
+		if st := r.route.Topology.Servers()[0].Pool().Stats(); st.Total != 1 {
+			t.Fatalf("pool has %d connections, want the one", st.Total)
+		}
+	})
 }
