@@ -128,7 +128,8 @@ func TestPanicEndsOnlyItsClient(t *testing.T) {
 	eachModel(t, func(t *testing.T, o rigOptions) {
 		points := []string{"relay"}
 		if o.loop {
-			points = []string{"loop-request", "loop-sent", "loop-reply"}
+			// relay: a request the loop hands to the client's goroutine.
+			points = []string{"relay", "loop-request", "loop-sent", "loop-reply"}
 		}
 		for _, at := range points {
 			t.Run(at, func(t *testing.T) { testPanicAt(t, o, at) })
@@ -210,7 +211,13 @@ func testPanicAt(t *testing.T, o rigOptions, at string) {
 	// The victim's command panics: its connection is closed, no reply.
 	victim.id++
 	_ = victim.c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := victim.c.Write(wire.AppendMsg(nil, victim.id, 0, 0, mustDoc(t, bson.D{{Key: panicCommand, Value: 1}, {Key: "$db", Value: "test"}}))); err != nil {
+	onLoop := o.loop && at != "relay"
+	var flags wire.MsgFlags
+	if !onLoop {
+		// exhaustAllowed: a request the loop leaves to the goroutine.
+		flags = wire.FlagExhaustAllowed
+	}
+	if _, err := victim.c.Write(wire.AppendMsg(nil, victim.id, 0, flags, mustDoc(t, bson.D{{Key: panicCommand, Value: 1}, {Key: "$db", Value: "test"}}))); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := wire.ReadMessage(victim.c, nil, wire.DefaultMaxMessageSize); err == nil {
@@ -224,11 +231,11 @@ func testPanicAt(t *testing.T, o rigOptions, at string) {
 		t.Fatalf("the hook did not run at %s", at)
 	}
 	onLoopThread := strings.Contains(*s, "(*epollDriver).run") || strings.Contains(*s, "(*ringDriver).run")
-	if onLoopThread != o.loop {
-		t.Fatalf("panic at %s on a loop thread: %v, want %v; stack:\n%s", at, onLoopThread, o.loop, *s)
+	if onLoopThread != onLoop {
+		t.Fatalf("panic at %s on a loop thread: %v, want %v; stack:\n%s", at, onLoopThread, onLoop, *s)
 	}
 	path := "goroutine"
-	if o.loop {
+	if onLoop {
 		path = "loop"
 		want := map[string]loopState{"loop-request": lsIdle, "loop-sent": lsUpstream, "loop-reply": lsUpstream}[at]
 		if got := loopState(state.Load()); got != want {
@@ -273,9 +280,7 @@ func testPanicAt(t *testing.T, o rigOptions, at string) {
 	if got := errClosed.Load(); got != wantClosed {
 		t.Fatalf("%d upstream connections closed for the panic, want %d", got, wantClosed)
 	}
-	if o.loop {
-		r.waitState(vc, lsClosed)
-	}
+	r.waitState(vc, lsClosed)
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
@@ -361,5 +366,72 @@ func TestPanicWhileWaitingForAConnection(t *testing.T) {
 		if st := r.route.Topology.Servers()[0].Pool().Stats(); st.Total != 1 {
 			t.Fatalf("pool has %d connections, want the one", st.Total)
 		}
+	})
+}
+
+// A panic in the middle of a transaction, on the connection pinned to it,
+// closes that connection (never pooled, never kept pinned: a request may
+// be half sent on it), aborts the transaction upstream on another one,
+// and leaves nothing held, on every I/O model.
+func TestPanicInATransactionClosesItsPin(t *testing.T) {
+	eachModel(t, func(t *testing.T, o rigOptions) {
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+		var errClosed atomic.Int32
+		o.monitor = pool.MonitorFunc(func(e pool.Event) {
+			if e.Type == pool.ConnectionClosed && e.Reason == pool.ReasonError && errors.Is(e.Err, errPanicked) {
+				errClosed.Add(1)
+			}
+		})
+		o.maxPool = 2
+		r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		r.up.Handle("find", func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		r.up.Handle(panicCommand, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		var aborts atomic.Int32
+		r.up.Handle("abortTransaction", func(*fakemongo.Request) fakemongo.Reply {
+			aborts.Add(1)
+			return fakemongo.OK()
+		})
+		setPanicHook(t, "relay", nil)
+		victim := r.client(0)
+		vc := r.only()
+		lsid := bson.Binary{Subtype: 4, Data: bytes.Repeat([]byte{7}, 16)}
+		txn := func(cmd string, first bool) bson.D {
+			d := bson.D{{Key: cmd, Value: "c"}, {Key: "lsid", Value: bson.D{{Key: "id", Value: lsid}}},
+				{Key: "txnNumber", Value: int64(1)}, {Key: "autocommit", Value: false}, {Key: "$db", Value: "test"}}
+			if first {
+				d = append(d, bson.E{Key: "startTransaction", Value: true})
+			}
+			return d
+		}
+		affOK(t, victim.cmd(txn("find", true)))
+		vc.sessMu.Lock()
+		pinned := vc.hasPinLocked()
+		vc.sessMu.Unlock()
+		if !pinned {
+			t.Fatal("no pin after a transaction's first command")
+		}
+		victim.id++
+		_ = victim.c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := victim.c.Write(wire.AppendMsg(nil, victim.id, 0, 0, mustDoc(t, txn(panicCommand, false)))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wire.ReadMessage(victim.c, nil, wire.DefaultMaxMessageSize); err == nil || isTimeout(err) {
+			t.Fatalf("the panicking client: %v, want its connection closed", err)
+		}
+		r.waitState(vc, lsClosed)
+		wait.Until(t, "the transaction aborted", 10*time.Second, time.Millisecond, func() bool { return aborts.Load() == 1 })
+		wait.Until(t, "no connection in use", 10*time.Second, time.Millisecond, func() bool { return r.inUse() == 0 })
+		if held := r.route.Held(); held != 0 {
+			t.Fatalf("route holds %d connections, want 0", held)
+		}
+		if n := errClosed.Load(); n != 1 {
+			t.Fatalf("%d connections closed for the panic, want the pinned one", n)
+		}
+		if r.s.Panics() != 1 {
+			t.Fatalf("Panics() = %d, want 1", r.s.Panics())
+		}
+		other := r.client(0)
+		affOK(t, other.cmd(ping()))
 	})
 }
