@@ -61,8 +61,10 @@ type rigOptions struct {
 	// threads is Options.LoopThreads, 2 when 0; observer is Options.Observer.
 	threads  int
 	observer Observer
-	// log, when set, is the server's logger (discarded otherwise).
-	log *slog.Logger
+	// log, when set, is the server's logger (discarded otherwise); admin
+	// is Options.Admin.
+	log   *slog.Logger
+	admin AdminHandler
 }
 
 func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
@@ -104,7 +106,7 @@ func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
 	if o.log != nil {
 		srvLog = o.log
 	}
-	s, err := New(Options{Routes: []*Route{route}, EventLoop: o.loop, LoopThreads: threads, LoopIO: io, LoopSpin: o.spin, Logger: srvLog, Observer: o.observer})
+	s, err := New(Options{Routes: []*Route{route}, EventLoop: o.loop, LoopThreads: threads, LoopIO: io, LoopSpin: o.spin, Logger: srvLog, Observer: o.observer, Admin: o.admin})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 	"go.uber.org/goleak"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
@@ -433,5 +434,52 @@ func TestPanicInATransactionClosesItsPin(t *testing.T) {
 		}
 		other := r.client(0)
 		affOK(t, other.cmd(ping()))
+	})
+}
+
+// panickyAdmin is an AdminHandler that panics on one command.
+type panickyAdmin struct{}
+
+func (panickyAdmin) HandleAdmin(_ net.Addr, body bsoncore.Document) bsoncore.Document {
+	if name, _ := body.Index(0).KeyErr(); name == "boom" {
+		panic("test panic in an admin command")
+	}
+	return mustDocT(bson.D{{Key: "ok", Value: 1}})
+}
+
+func mustDocT(v bson.D) bsoncore.Document {
+	b, err := bson.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// Admin commands run on the client's goroutine, in every I/O model: a
+// panic in one ends that client only.
+func TestPanicInAnAdminCommand(t *testing.T) {
+	eachModel(t, func(t *testing.T, o rigOptions) {
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+		obs := &panicObserver{}
+		o.observer, o.admin, o.maxPool = obs, panickyAdmin{}, 2
+		r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		victim := r.client(0)
+		other := r.client(0)
+		affOK(t, victim.cmd(bson.D{{Key: "showPools", Value: 1}, {Key: "$db", Value: AdminDatabase}}))
+		victim.id++
+		_ = victim.c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := victim.c.Write(wire.AppendMsg(nil, victim.id, 0, 0, mustDoc(t, bson.D{{Key: "boom", Value: 1}, {Key: "$db", Value: AdminDatabase}}))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wire.ReadMessage(victim.c, nil, wire.DefaultMaxMessageSize); err == nil || isTimeout(err) {
+			t.Fatalf("the panicking client: %v, want its connection closed", err)
+		}
+		if r.s.Panics() != 1 || obs.count("goroutine") != 1 {
+			t.Fatalf("Panics() = %d, goroutine path %d; want 1 and 1", r.s.Panics(), obs.count("goroutine"))
+		}
+		affOK(t, other.cmd(ping()))
+		affOK(t, other.cmd(bson.D{{Key: "showPools", Value: 1}, {Key: "$db", Value: AdminDatabase}}))
+		wait.Until(t, "the victim gone", 10*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 1 })
 	})
 }
