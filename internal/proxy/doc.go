@@ -100,8 +100,9 @@
 // without I/O, where a panic is unlikely; a recovery that cannot take one
 // within lockWait (a second) takes it that the panicking frame left it
 // held, and releases what it can without it rather than block. Panics in
-// the loop threads' own code (not a client's) and in Server.Close are not
-// recovered: no one client is to blame, and a process that goes on with a
+// the loop threads' own code (not a client's), in the idle sweeper's and
+// Server.Close's closes of loop clients (a close, which parses nothing),
+// are not recovered: no one client is to blame, and a process that goes on with a
 // thread or the shutdown in an unknown state is worse than one that stops.
 // The HTTP admin server's handlers have net/http's own recovery.
 package proxy
