@@ -99,10 +99,11 @@
 // sessMu, and ownMu off the loop, are held for a few lines of bookkeeping
 // without I/O, where a panic is unlikely; a recovery that cannot take one
 // within lockWait (a second) takes it that the panicking frame left it
-// held, and releases what it can without it rather than block. Panics in
-// the loop threads' own code (not a client's), in the idle sweeper's and
-// Server.Close's closes of loop clients (a close, which parses nothing),
-// are not recovered: no one client is to blame, and a process that goes on with a
-// thread or the shutdown in an unknown state is worse than one that stops.
-// The HTTP admin server's handlers have net/http's own recovery.
+// held, and releases what it can without it rather than block.
+//
+// Not recovered: panics in the loop threads' own code (no one client's),
+// where a process that went on with a thread in an unknown state would be
+// worse off than one that stops; and in the closes of loop clients by the
+// idle sweeper and Server.Close, which parse nothing. The HTTP admin
+// server's handlers have net/http's own recovery.
 package proxy
