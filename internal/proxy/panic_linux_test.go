@@ -246,7 +246,7 @@ func testPanicAt(t *testing.T, o rigOptions, at string) {
 	if r.s.Panics() != 1 || obs.count(path) != 1 {
 		t.Fatalf("Panics() = %d, observer's %q = %d; want 1 and 1", r.s.Panics(), path, obs.count(path))
 	}
-	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "test panic at "+at) || !strings.Contains(l, "runtime/debug.Stack") {
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "test panic at "+at) || !strings.Contains(l, "proxy.panicPoint") {
 		t.Fatalf("the panic is not logged at error level with its stack:\n%s", l)
 	}
 
