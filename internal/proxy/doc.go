@@ -99,7 +99,8 @@
 // sessMu, and ownMu off the loop, are held for a few lines of bookkeeping
 // without I/O, where a panic is unlikely; a recovery that cannot take one
 // within lockWait (a second) takes it that the panicking frame left it
-// held, and releases what it can without it rather than block.
+// held, and adopts it (lockOrAdopt) rather than block: the loop thread, or
+// a thread that would wait for the lock later, goes on.
 //
 // Not recovered: panics in the loop threads' own code (no one client's),
 // where a process that went on with a thread in an unknown state would be

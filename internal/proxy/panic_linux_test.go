@@ -133,12 +133,30 @@ func TestPanicEndsOnlyItsClient(t *testing.T) {
 			points = []string{"relay", "loop-request", "loop-sent", "loop-reply"}
 		}
 		for _, at := range points {
-			t.Run(at, func(t *testing.T) { testPanicAt(t, o, at) })
+			t.Run(at, func(t *testing.T) { testPanicAt(t, o, at, "") })
 		}
 	})
 }
 
-func testPanicAt(t *testing.T, o rigOptions, at string) {
+// A panic inside a critical section of the client's sessMu (or, on its
+// goroutine, ownMu) leaves the lock held: the recovery adopts it after
+// lockWait rather than block, and the rest is as above; the loop thread
+// goes on.
+func TestPanicLeavingALockHeld(t *testing.T) {
+	eachModel(t, func(t *testing.T, o rigOptions) {
+		cases := [][2]string{{"relay", "sessMu"}, {"relay", "ownMu"}}
+		if o.loop {
+			cases = append(cases, [2]string{"loop-reply", "sessMu"})
+		}
+		for _, tc := range cases {
+			t.Run(tc[0]+"/"+tc[1], func(t *testing.T) { testPanicAt(t, o, tc[0], tc[1]) })
+		}
+	})
+}
+
+// testPanicAt panics at point at, with the victim's lock leave ("sessMu",
+// "ownMu") left held by the panicking frame when set.
+func testPanicAt(t *testing.T, o rigOptions, at, leave string) {
 	ignore := goleak.IgnoreCurrent()
 	// Registered first, so it runs last: after the rig's Close.
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
@@ -160,8 +178,15 @@ func testPanicAt(t *testing.T, o rigOptions, at string) {
 	var victimC atomic.Pointer[client]
 	var state atomic.Int32 // the victim's loop state at the panic
 	stack := setPanicHook(t, at, func() {
+		vc := victimC.Load()
 		// The panicking loop code holds the client's ownMu.
-		state.Store(int32(victimC.Load().lc.state))
+		state.Store(int32(vc.lc.state))
+		switch leave {
+		case "sessMu":
+			vc.sessMu.Lock()
+		case "ownMu":
+			vc.lc.ownMu.Lock()
+		}
 	})
 
 	// Two idle connections: the victim's checkout is served at once while
@@ -248,6 +273,9 @@ func testPanicAt(t *testing.T, o rigOptions, at string) {
 	}
 	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "test panic at "+at) || !strings.Contains(l, "proxy.panicPoint") {
 		t.Fatalf("the panic is not logged at error level with its stack:\n%s", l)
+	}
+	if adopted := strings.Contains(logs.String(), "the recovery takes it over"); adopted != (leave != "") {
+		t.Fatalf("a lock left held %q, taken over: %v", leave, adopted)
 	}
 
 	// The other client goes on, on the same loop thread.

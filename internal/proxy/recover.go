@@ -33,23 +33,25 @@ type PanicObserver interface {
 // since the server started.
 func (s *Server) Panics() uint64 { return s.panics.Load() }
 
-// lockWait bounds the wait of a recovery for a lock of the client's. The
-// locks are held for a few lines without I/O, so a lock not had by then
-// was left locked by the panic itself, whose frame held it: the recovery
-// then releases what it can without it, rather than block forever (and
-// Shutdown with it).
+// lockWait bounds the wait of a recovery for a lock of the client's. Its
+// locks are held for a few lines without I/O, so one still held after
+// that was left held by the panic itself, in a frame of the recovering
+// goroutine: the recovery adopts it (holds it from then on) rather than
+// block forever, and the loop thread or Shutdown with it. A sync.Mutex
+// may be unlocked by another than its locker.
 const lockWait = time.Second
 
-// lockWithin takes mu unless it stays held for d.
-func lockWithin(mu *sync.Mutex, d time.Duration) bool {
-	deadline := time.Now().Add(d)
+// lockOrAdopt takes mu, or adopts it when it stays held for lockWait: the
+// caller holds it either way.
+func (c *client) lockOrAdopt(mu *sync.Mutex, name string) {
+	deadline := time.Now().Add(lockWait)
 	for !mu.TryLock() {
 		if time.Now().After(deadline) {
-			return false
+			c.log.Error("the panic left a lock of the client's held: the recovery takes it over", "lock", name)
+			return
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return true
 }
 
 // testPanicHook, set by tests only, is called at the named points of the
@@ -77,7 +79,7 @@ func (c *client) reportPanic(path string, v any) {
 // recoverGoroutine is deferred at the top of each goroutine that serves a
 // client: serve, run, and the one that writes a reply the loop could not.
 // No lock of the client's is held there, except one a panicking frame
-// left held (lockWait).
+// left held (lockOrAdopt).
 func (c *client) recoverGoroutine() {
 	v := recover()
 	if v == nil {
@@ -114,58 +116,32 @@ func (c *client) afterPanic(release func()) {
 // over in enterLoop recovers its own): the loop's state says which.
 func (c *client) endGoroutine() {
 	lc := &c.lc
-	if !lockWithin(&lc.ownMu, lockWait) {
-		c.log.Error("the panic left the client's loop lock held: only its connection is closed")
-		c.finalizeOnce()
-		return
-	}
+	c.lockOrAdopt(&lc.ownMu, "ownMu")
 	if lc.state != lsGoroutine {
 		c.releaseOwned()
 		lc.ownMu.Unlock()
 		return
 	}
 	lc.ownMu.Unlock()
-	if c.releaseRequest() {
-		c.finish(errPanicked)
-		return
-	}
-	// Without sessMu, the pins and transactions stay as they are (cleanup
-	// would block on it).
-	lc.ownMu.Lock()
-	lc.state = lsClosed
-	c.lingerOnClose()
-	c.loopForget()
-	lc.ownMu.Unlock()
-	c.finalize(errPanicked)
+	c.releaseRequest()
+	c.finish(errPanicked)
 }
 
 // releaseRequest releases what the request the panic interrupted holds,
 // its owner calling: the connection, whose state is unknown (a request
 // may be half sent, a reply half read), is closed, unpinned if pinned;
 // the client is idle. Other pins, between requests, are in a known state
-// and go through the usual clean-up. ok is false when sessMu stayed held
-// (lockWait): the connection is closed all the same, the rest left.
-func (c *client) releaseRequest() (ok bool) {
-	if ok = lockWithin(&c.sessMu, lockWait); ok {
-		c.sessMu.Unlock()
-	} else {
-		c.log.Error("the panic left the client's session lock held: its pins and transactions are left as they are")
-	}
+// and go through the usual clean-up.
+func (c *client) releaseRequest() {
+	c.lockOrAdopt(&c.sessMu, "sessMu")
+	c.sessMu.Unlock()
 	x := &c.x
 	if pc := x.pc; pc != nil {
 		pc.MarkErrored(errPanicked)
-		if ok {
-			x.dropConn()
-		} else {
-			x.pc = nil
-			x.route.checkIn(pc)
-		}
+		x.dropConn()
 	}
-	if ok {
-		c.setPhase(phaseIdle)
-	}
+	c.setPhase(phaseIdle)
 	x.route, x.srv, x.need, x.pinned = nil, nil, nil, false
-	return ok
 }
 
 // registered reports whether the client is still in the server's set,

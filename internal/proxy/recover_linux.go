@@ -49,12 +49,7 @@ func (c *client) releaseOwned() {
 		lc.buf = nil
 	}
 	lc.unsent = false
-	ok := c.releaseRequest()
+	c.releaseRequest()
 	lc.state = lsClosed
-	if ok {
-		c.cleanup() // a loop client has nothing pinned nor open: no I/O
-	}
-	c.lingerOnClose()
-	c.loopForget()
-	c.finalize(errPanicked)
+	c.finishLocked(errPanicked) // a loop client has nothing pinned nor open: no I/O
 }
