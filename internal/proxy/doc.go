@@ -104,7 +104,10 @@
 //
 // Not recovered: panics in the loop threads' own code (no one client's),
 // where a process that went on with a thread in an unknown state would be
-// worse off than one that stops; and in the closes of loop clients by the
-// idle sweeper and Server.Close, which parse nothing. The HTTP admin
-// server's handlers have net/http's own recovery.
+// worse off than one that stops; in the closes of loop clients by the
+// idle sweeper and Server.Close, which parse nothing; and in the checkout
+// callbacks (loopDelivered, checkOutDone's), which run on the pool's
+// caller under its lock and only post the result. The goroutines the loop
+// starts for a client run recovered code: run, loopResume, upstreamReady.
+// The HTTP admin server's handlers have net/http's own recovery.
 package proxy
