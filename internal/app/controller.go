@@ -17,6 +17,7 @@ var _ admin.Controller = (*App)(nil)
 var _ proxy.Observer = (*metrics.Metrics)(nil)
 var _ proxy.TLSObserver = (*metrics.Metrics)(nil)
 var _ proxy.LoginTimeoutObserver = (*metrics.Metrics)(nil)
+var _ proxy.PanicObserver = (*metrics.Metrics)(nil)
 
 // sortedRoutes returns copies of the running routes, taken under the lock
 // (a reload updates their settings), by name with the catch-all last.

@@ -84,6 +84,7 @@ type Metrics struct {
 	tlsRefused      *prometheus.CounterVec   // reason
 	auth            authSeries               // failures by reason, lookups by result
 	loginTimeouts   *prometheus.CounterVec   // reason
+	panics          *prometheus.CounterVec   // path
 
 	// Totals for SHOW STATS; the client ones also back the client metrics.
 	clientsCurrent atomic.Int64
@@ -185,6 +186,14 @@ func New() *Metrics {
 		Help: "Client connections closed by client_login_timeout, by reason: first_message, tls_handshake, not_logged_in, sasl_conversation, partial_message.",
 	}, []string{"reason"})
 
+	m.panics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "panics_total",
+		Help: "Panics recovered while serving a client, by path: goroutine (the client's goroutine), loop (the event loop's code for the client). Each ended its client only; the log has its stack.",
+	}, []string{"path"})
+	// Both series exist from the start, at 0, for alerts on their increase.
+	m.panics.WithLabelValues("goroutine")
+	m.panics.WithLabelValues("loop")
+
 	clientsCurrent := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Subsystem: "client", Name: "connections",
 		Help: "Client connections open now.",
@@ -199,7 +208,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
-		m.tlsRefused, m.loginTimeouts, clientsCurrent, clientsTotal, m.auth.failures, m.auth.lookups,
+		m.tlsRefused, m.loginTimeouts, m.panics, clientsCurrent, clientsTotal, m.auth.failures, m.auth.lookups,
 		poolCollector{m}, serverCollector{&m.serverSrc}, loopCollector{&m.loopSrc},
 	)
 	return m

@@ -50,6 +50,12 @@ func (m *Metrics) ClientLoginTimeout(reason string) {
 	m.loginTimeouts.WithLabelValues(reason).Inc()
 }
 
+// ClientPanicked implements proxy.PanicObserver: a panic while serving a
+// client was recovered; path is "goroutine" or "loop".
+func (m *Metrics) ClientPanicked(path string) {
+	m.panics.WithLabelValues(path).Inc()
+}
+
 // Request implements proxy.Observer: one forwarded request ended. It counts
 // the operation, its bytes and its duration, and the error reply if !ok.
 func (m *Metrics) Request(route, command string, bytesIn, bytesOut int, d time.Duration, ok bool) {

@@ -193,3 +193,23 @@ func TestMetricNamesLint(t *testing.T) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 }
+
+// ClientPanicked counts a recovered panic by path; both series exist, at
+// 0, before any panic.
+func TestClientPanicked(t *testing.T) {
+	m := New()
+	for _, path := range []string{"goroutine", "loop"} {
+		if got := val(t, m, "mongobouncer_panics_total", "path", path); got != 0 {
+			t.Fatalf("%s: %v before any panic, want 0", path, got)
+		}
+	}
+	m.ClientPanicked("loop")
+	m.ClientPanicked("loop")
+	m.ClientPanicked("goroutine")
+	if got := val(t, m, "mongobouncer_panics_total", "path", "loop"); got != 2 {
+		t.Errorf("loop: %v, want 2", got)
+	}
+	if got := val(t, m, "mongobouncer_panics_total", "path", "goroutine"); got != 1 {
+		t.Errorf("goroutine: %v, want 1", got)
+	}
+}

@@ -40,6 +40,7 @@ var allFamilies = map[string]dto.MetricType{
 	"mongobouncer_event_loop_spins_total":            dto.MetricType_COUNTER,
 	"mongobouncer_auth_failures_total":               dto.MetricType_COUNTER,
 	"mongobouncer_auth_lookups_total":                dto.MetricType_COUNTER,
+	"mongobouncer_panics_total":                      dto.MetricType_COUNTER,
 }
 
 // A scrape of Handler parses as Prometheus text and holds every family

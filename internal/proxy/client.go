@@ -187,6 +187,7 @@ var errClientGone = errors.New("client connection closed")
 
 // serve serves a new client on its goroutine.
 func (c *client) serve() {
+	defer c.recoverGoroutine()
 	if err := c.startTLS(); err != nil {
 		c.quiet = true
 		c.finish(err)
@@ -204,6 +205,7 @@ func (c *client) serve() {
 // or breaks the protocol (then the client is finished), or when the client
 // is idle and the event loop took it over.
 func (c *client) run() {
+	defer c.recoverGoroutine()
 	for {
 		msg, err := c.read()
 		if err == nil {

@@ -66,4 +66,48 @@
 // Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu
 // and passAuth.setMu (a pass-through user's secret) are leaves: nothing
 // else is taken while one is held.
+//
+// # Panics
+//
+// A panic while serving one client ends that client only (recover.go,
+// recover_linux.go): it is logged at error level with its stack, counted
+// (Server.Panics, PanicObserver: mongobouncer_panics_total{path}), the
+// upstream connection the interrupted request held is closed (its state
+// is unknown: never pooled, never kept pinned), and the client is
+// finished, which finalizes the server's accounting of it (wg, the client
+// count, the set), so Shutdown does not wait for it. The recovery points:
+//
+//   - path "goroutine": deferred at the top of each goroutine that serves
+//     a client (serve, run, loopWrite's writer, the refusal over
+//     max_client_conn). That covers dispatch, logins and the admin
+//     commands, which run there. No lock of the client's is held at that
+//     point; the recovery takes ownMu to learn who owns the client, and
+//     finishes it as finish does (cleanup, open transactions aborted).
+//   - path "loop": deferred by each function that takes a client's ownMu
+//     on behalf of the loop (epoll clientReady, upstreamReady; io_uring
+//     arm, clientDone, replyDone; loopResume; enterLoop once the loop owns
+//     the client), after its deferred unlock, so the recovery runs under
+//     ownMu and the unlock follows. It ends the client whatever its loop
+//     state: a request out on an upstream connection has it closed (the
+//     loop's registration keeps the client and its reply buffer reachable
+//     until an io_uring receive still in flight completes); a checkout
+//     still queued is given back, unused, when it is delivered
+//     (loopResume); a client already handed to a goroutine has its
+//     connection closed, which ends it there. The loop thread then goes on
+//     with its other clients.
+//
+// sessMu, and ownMu off the loop, are held for a few lines of bookkeeping
+// without I/O, where a panic is unlikely; a recovery that cannot take one
+// within lockWait (a second) takes it that the panicking frame left it
+// held, and adopts it (lockOrAdopt) rather than block: the loop thread, or
+// a thread that would wait for the lock later, goes on.
+//
+// Not recovered: panics in the loop threads' own code (no one client's),
+// where a process that went on with a thread in an unknown state would be
+// worse off than one that stops; in the closes of loop clients by the
+// idle sweeper and Server.Close, which parse nothing; and in the checkout
+// callbacks (loopDelivered, checkOutDone's), which run on the pool's
+// caller under its lock and only post the result. The goroutines the loop
+// starts for a client run recovered code: run, loopResume, upstreamReady.
+// The HTTP admin server's handlers have net/http's own recovery.
 package proxy

@@ -36,7 +36,7 @@ func (c *client) initLoop() {}
 // enterLoop hands an idle client from its goroutine to the loop. When it
 // returns true the loop owns the client and the goroutine must return
 // without touching it.
-func (c *client) enterLoop() bool {
+func (c *client) enterLoop() (entered bool) {
 	lc := &c.lc
 	// A TLS client never: the loop reads and writes the raw socket. Nor
 	// a client in the middle of logging in (loginDue).
@@ -78,6 +78,10 @@ func (c *client) enterLoop() bool {
 	lc.lastActive = monoNow()
 	c.lt.partAt = 0 // a message the goroutine read whole
 	lc.state = lsIdle
+	// The loop owns the client from here: a panic serving it is the loop's
+	// to recover (recover_linux.go), and the goroutine returns all the same.
+	entered = true
+	defer c.recoverOwned()
 	// Bytes may have come before the hand-over, and their edge has passed.
 	c.loopServe(nil)
 	return true
@@ -210,8 +214,10 @@ func (c *client) loopRequest(th loopThread, msg []byte) bool {
 	}
 	// The request is the loop's from here on.
 	x.started()
+	panicPoint("loop-request", req)
 	c.lc.unsent = true
 	c.loopCheckOut(th)
+	panicPoint("loop-sent", req)
 	return true
 }
 
@@ -249,6 +255,15 @@ func (c *client) loopResume(th loopThread, pc *pool.Conn, err error) {
 	lc := &c.lc
 	lc.ownMu.Lock()
 	defer lc.ownMu.Unlock()
+	defer c.recoverOwned()
+	if lc.state == lsClosed {
+		// The client was closed while its checkout waited (a panic,
+		// recover_linux.go): the connection goes back unused.
+		if pc != nil {
+			_ = pc.Pool().CheckIn(pc)
+		}
+		return
+	}
 	if th == nil && c.s.loopsPtr.Load() == nil {
 		// No loop thread would receive the reply.
 		c.loopAbandon(pc)
@@ -401,6 +416,7 @@ func (c *client) replyReceived(th loopThread, n int, err error) {
 // loopReplied relays the whole reply f.Msg.
 func (c *client) loopReplied(th loopThread, f wire.Framed) {
 	x := &c.x
+	panicPoint("loop-reply", &x.req)
 	if _, err := x.onReply(f.Msg, f.Extra); err != nil {
 		c.loopFail(th, err)
 		return
@@ -496,6 +512,7 @@ func (c *client) loopWrite(msg []byte) bool {
 	c.nc = nc
 	lc.state = lsGoroutine
 	go func() {
+		defer c.recoverGoroutine()
 		_, werr := nc.Write(rest.b)
 		putBuffer(rest)
 		// The request ends with its reply written: until then its phase

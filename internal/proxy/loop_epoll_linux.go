@@ -172,6 +172,8 @@ func (d *epollDriver) run(ep int) {
 func (d *epollDriver) clientReady(c *client, hup bool) {
 	lc := &c.lc
 	lc.ownMu.Lock()
+	defer lc.ownMu.Unlock()
+	defer c.recoverOwned()
 	switch lc.state {
 	case lsClosed, lsGoroutine:
 	case lsIdle:
@@ -183,7 +185,6 @@ func (d *epollDriver) clientReady(c *client, hup bool) {
 		ec := lc.sock.(*epollClient)
 		ec.ready, ec.hup = true, ec.hup || hup
 	}
-	lc.ownMu.Unlock()
 }
 
 // upstreamReady runs when an upstream socket may be readable.
@@ -199,11 +200,12 @@ func (d *epollDriver) upstreamReady(eu *epollUp, hup bool) {
 	}
 	lc := &c.lc
 	lc.ownMu.Lock()
+	defer lc.ownMu.Unlock()
+	defer c.recoverOwned()
 	eu.ready.Store(true)
 	if lc.state == lsUpstream && lc.up == lu {
 		d.recvReply(nil, c)
 	}
-	lc.ownMu.Unlock()
 }
 
 func (d *epollDriver) attachClient(c *client, fd int) (loopSock, error) {

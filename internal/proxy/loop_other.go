@@ -40,3 +40,11 @@ func (s *Server) startLoops() (*loops, error) { return nil, nil }
 
 // loops is the event loop, which never starts here.
 type loops struct{}
+
+// releaseOwned ends a client whose goroutine panicked after finish had
+// closed it (recover.go), holding ownMu.
+func (c *client) releaseOwned() {
+	if c.lc.state == lsClosed {
+		c.finalizeOnce()
+	}
+}

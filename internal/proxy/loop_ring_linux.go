@@ -254,6 +254,8 @@ func (th *ringThread) arm(it armItem) {
 	c := it.c
 	lc := &c.lc
 	lc.ownMu.Lock()
+	defer lc.ownMu.Unlock()
+	defer c.recoverOwned()
 	switch {
 	case it.kind == armClient && lc.state == lsIdle && !lc.sock.(*ringClient).armed:
 		c.loopServe(th)
@@ -267,7 +269,6 @@ func (th *ringThread) arm(it armItem) {
 			th.d.shutClosed(rc)
 		}
 	}
-	lc.ownMu.Unlock()
 }
 
 // run is one io_uring loop thread. The first thread also takes the ready
@@ -432,6 +433,8 @@ func (th *ringThread) teardown() {
 func (th *ringThread) clientDone(c *client, res int32) {
 	lc := &c.lc
 	lc.ownMu.Lock()
+	defer lc.ownMu.Unlock()
+	defer c.recoverOwned()
 	rc := lc.sock.(*ringClient)
 	rc.armed = false
 	switch {
@@ -446,7 +449,6 @@ func (th *ringThread) clientDone(c *client, res int32) {
 	default:
 		c.clientReceived(th, int(res), nil)
 	}
-	lc.ownMu.Unlock()
 }
 
 // sendFailed handles the completion of a request's send, which only a
@@ -485,6 +487,8 @@ func (th *ringThread) replyDone(ru *ringUp, res int32) {
 	}
 	lc := &c.lc
 	lc.ownMu.Lock()
+	defer lc.ownMu.Unlock()
+	defer c.recoverOwned()
 	if lc.state == lsUpstream && lc.up == ru.lu {
 		switch {
 		case sendErr != nil:
@@ -497,7 +501,6 @@ func (th *ringThread) replyDone(ru *ringUp, res int32) {
 			c.replyReceived(th, int(res), nil)
 		}
 	}
-	lc.ownMu.Unlock()
 }
 
 func (d *ringDriver) attachClient(c *client, fd int) (loopSock, error) {

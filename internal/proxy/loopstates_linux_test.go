@@ -58,6 +58,13 @@ type rigOptions struct {
 	via func(t testing.TB, upstream string) string
 	// dialer, when set, wraps the pool's dialer.
 	dialer func(pool.Connector) pool.Connector
+	// threads is Options.LoopThreads, 2 when 0; observer is Options.Observer.
+	threads  int
+	observer Observer
+	// log, when set, is the server's logger (discarded otherwise); admin
+	// is Options.Admin.
+	log   *slog.Logger
+	admin AdminHandler
 }
 
 func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
@@ -91,7 +98,15 @@ func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
 	}
 	t.Cleanup(topo.Close)
 	route := &Route{Name: "*", Mode: ModeTransaction, Topology: topo}
-	s, err := New(Options{Routes: []*Route{route}, EventLoop: o.loop, LoopThreads: 2, LoopIO: io, LoopSpin: o.spin, Logger: log})
+	threads := 2
+	if o.threads > 0 {
+		threads = o.threads
+	}
+	srvLog := log
+	if o.log != nil {
+		srvLog = o.log
+	}
+	s, err := New(Options{Routes: []*Route{route}, EventLoop: o.loop, LoopThreads: threads, LoopIO: io, LoopSpin: o.spin, Logger: srvLog, Observer: o.observer, Admin: o.admin})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ func (c *client) relay(msg []byte, compressed bool, compID wire.CompressorID) er
 	if err := c.acquire(); err != nil {
 		return c.replyError(x.reqID, compressed, compID, req, x.fail(err))
 	}
+	panicPoint("relay", req)
 	up := x.pc.Upstream()
 	if x.addRP {
 		// The route's default read preference sent the read to a

@@ -183,6 +183,8 @@ type Server struct {
 	// tlsPlainRefused and tlsHandshakeFailed count TLSRefusals.
 	tlsPlainRefused    atomic.Uint64
 	tlsHandshakeFailed atomic.Uint64
+	// panics counts the panics recovered while serving clients (recover.go).
+	panics atomic.Uint64
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -291,6 +293,7 @@ func (s *Server) accept(nc net.Conn, only string, listener string) {
 		go func() {
 			defer s.wg.Done()
 			defer s.clientCount.Add(-1)
+			defer c.recoverRefused()
 			c.refuse(fmt.Sprintf("mongobouncer: too many client connections (max_client_conn = %d)", limit))
 		}()
 		return
