@@ -59,11 +59,23 @@ func newClientAuth(cfg config.Config, users *auth.Users, routes []config.Effecti
 		cache = auth.NewCache(l, auth.CacheOptions{})
 	}
 	ca := &proxy.ClientAuth{
-		Users: auth.New(users, g.AdminUsers, cache),
+		Users: auth.New(users, adminIDs(g.AdminUsers), cache),
 		X509:  g.AuthType == config.AuthX509,
 	}
 	if l != nil {
 		l.authn = ca.Users
 	}
 	return ca, l
+}
+
+// adminIDs reads admin_users ("user@db", split at the last @ as the
+// auth_file's users are; validation has refused any other form).
+func adminIDs(admins []string) []auth.UserID {
+	out := make([]auth.UserID, 0, len(admins))
+	for _, s := range admins {
+		if id, ok := auth.ParseUserID(s); ok {
+			out = append(out, id)
+		}
+	}
+	return out
 }

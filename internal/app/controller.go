@@ -62,7 +62,7 @@ func (a *App) Pools() []admin.PoolInfo {
 			for _, up := range s.UserPools() {
 				pi := a.poolInfo(r, s)
 				st := up.Stats
-				pi.User, pi.State, pi.Generation = up.User, st.State.String(), st.Generation
+				pi.User, pi.State, pi.Generation = up.User.String(), st.State.String(), st.Generation
 				pi.Total, pi.Available, pi.InUse, pi.Pending, pi.Waiters = st.Total, st.Available, st.InUse, st.Pending, st.Waiters
 				pi.MaxPoolSize, pi.MinPoolSize, pi.Checkouts, pi.CheckoutWait = st.Options.MaxPoolSize, st.Options.MinPoolSize, 0, 0
 				out = append(out, pi)

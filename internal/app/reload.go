@@ -215,7 +215,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	keepRunning(a.log, "admin_listen", &cfg.Global.AdminListen, run.AdminListen)
 	keepRunning(a.log, "auth_type", &cfg.Global.AuthType, run.AuthType)
 	if a.auth != nil {
-		a.auth.Users.Update(users, cfg.Global.AdminUsers)
+		a.auth.Users.Update(users, adminIDs(cfg.Global.AdminUsers))
 		if a.authLookup != nil {
 			a.authLookup.setConfig(cfg, want)
 		}

@@ -67,7 +67,7 @@ type Cache struct {
 	slots chan struct{}
 
 	mu      sync.Mutex
-	entries map[string]*cacheEntry
+	entries map[UserID]*cacheEntry
 }
 
 type cacheEntry struct {
@@ -94,7 +94,7 @@ func NewCache(l Lookup, o CacheOptions) *Cache {
 	if o.MaxLookups <= 0 {
 		o.MaxLookups = DefaultMaxLookups
 	}
-	return &Cache{l: l, opts: o, now: time.Now, entries: map[string]*cacheEntry{},
+	return &Cache{l: l, opts: o, now: time.Now, entries: map[UserID]*cacheEntry{},
 		slots: make(chan struct{}, o.MaxLookups)}
 }
 
@@ -105,7 +105,7 @@ func NewCache(l Lookup, o CacheOptions) *Cache {
 // a new lookup first waits for a slot (see acquire); an error wrapping
 // ErrLookupsBusy says it got none.
 func (c *Cache) Get(ctx context.Context, user, db string) (Creds, error) {
-	key := UserKey(user, db)
+	key := UserID{User: user, DB: db}
 	c.mu.Lock()
 	e := c.entries[key]
 	fresh := e != nil
@@ -141,7 +141,7 @@ func (c *Cache) Get(ctx context.Context, user, db string) (Creds, error) {
 // store records e, making room by dropping expired entries; when the cache
 // is full of fresh ones, e is not remembered (its waiters still get it).
 // Called with mu held.
-func (c *Cache) store(key string, e *cacheEntry) {
+func (c *Cache) store(key UserID, e *cacheEntry) {
 	if _, ok := c.entries[key]; !ok && len(c.entries) >= c.opts.MaxEntries {
 		now := c.now()
 		for k, old := range c.entries {
@@ -182,7 +182,7 @@ func (c *Cache) acquire(ctx context.Context) error {
 
 // run performs one lookup in a slot acquire took, and publishes its
 // answer.
-func (c *Cache) run(key string, e *cacheEntry, user, db string) {
+func (c *Cache) run(key UserID, e *cacheEntry, user, db string) {
 	defer func() { <-c.slots }()
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
@@ -192,7 +192,7 @@ func (c *Cache) run(key string, e *cacheEntry, user, db string) {
 
 // publish records a lookup's answer (cached unless a failure to ask) and
 // wakes its waiters.
-func (c *Cache) publish(key string, e *cacheEntry, creds Creds, err error) {
+func (c *Cache) publish(key UserID, e *cacheEntry, creds Creds, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e.creds, e.err = creds, err
@@ -215,7 +215,7 @@ func (c *Cache) publish(key string, e *cacheEntry, creds Creds, err error) {
 // 18 on a pass-through login) means they changed there: the entry is
 // stale. A lookup in flight is left to finish.
 func (c *Cache) Forget(user, db string) {
-	key := UserKey(user, db)
+	key := UserID{User: user, DB: db}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil {

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -28,13 +29,13 @@ type Authenticator struct {
 // authState is what a reload replaces.
 type authState struct {
 	users  *Users
-	admins map[string]bool
+	admins map[UserID]bool
 }
 
-// New returns an Authenticator for users, with admins ("user@db") allowed
-// the admin commands. cache, when not nil, is asked for users the
+// New returns an Authenticator for users, with admins allowed the admin
+// commands. cache, when not nil, is asked for users the
 // auth_file does not have (auth_user).
-func New(users *Users, admins []string, cache *Cache) *Authenticator {
+func New(users *Users, admins []UserID, cache *Cache) *Authenticator {
 	a := &Authenticator{keys: processKeys, cache: cache}
 	a.Update(users, admins)
 	return a
@@ -43,8 +44,8 @@ func New(users *Users, admins []string, cache *Cache) *Authenticator {
 // Update replaces the users and admins, as a reload does. Conversations
 // already started finish with the credentials they began with; logged-in
 // connections keep their identity.
-func (a *Authenticator) Update(users *Users, admins []string) {
-	st := &authState{users: users, admins: map[string]bool{}}
+func (a *Authenticator) Update(users *Users, admins []UserID) {
+	st := &authState{users: users, admins: map[UserID]bool{}}
 	for _, u := range admins {
 		st.admins[u] = true
 	}
@@ -56,7 +57,7 @@ func (a *Authenticator) Users() *Users { return a.state.Load().users }
 
 // IsAdmin reports whether id may run the admin commands.
 func (a *Authenticator) IsAdmin(id *Identity) bool {
-	return id != nil && a.state.Load().admins[id.Key()]
+	return id != nil && a.state.Load().admins[id.ID()]
 }
 
 // Refresh forgets the auth_user lookup's cached credentials of user@db
@@ -106,7 +107,11 @@ type Conversation struct {
 	password string
 	c1b, s1  string
 	state    convState
-	identity *Identity
+	// proven is who the proof verified; identity is set from it only
+	// when the conversation has succeeded to its end (the empty last
+	// step of the long form included), so that a client whose last step
+	// fails is not logged in.
+	proven, identity *Identity
 }
 
 type convState uint8
@@ -138,7 +143,9 @@ func (a *Authenticator) Start(ctx context.Context, mechanism Mechanism, db strin
 			}
 		}
 		// Unknown, or without this mechanism: fake, to fail at the proof.
-		sc := a.keys.fake(mechanism, UserKey(user, db))
+		// Named unambiguously (the user's length first), so that no two
+		// users share fake credentials.
+		sc := a.keys.fake(mechanism, strconv.Itoa(len(user))+":"+user+db)
 		c.stored = sc
 		return sc, nil
 	}
@@ -172,7 +179,8 @@ func (c *Conversation) Mechanism() Mechanism { return c.mech }
 // Done reports whether the conversation has ended, in success or failure.
 func (c *Conversation) Done() bool { return c.state == convDone }
 
-// Identity returns who logged in once the proof has verified, else nil.
+// Identity returns who logged in once the conversation has succeeded to
+// its end, else nil: in the long form, not before the empty last step.
 func (c *Conversation) Identity() *Identity { return c.identity }
 
 // Step takes the payload of a saslContinue and returns the reply payload
@@ -187,20 +195,22 @@ func (c *Conversation) Step(payload []byte) ([]byte, bool, error) {
 		if err != nil || !c.sc.Valid() {
 			return nil, true, fmt.Errorf("%w: %v", ErrAuthFailed, err)
 		}
-		c.identity = &Identity{User: c.sc.Username(), DB: c.db, Mechanism: c.mech,
+		c.proven = &Identity{User: c.sc.Username(), DB: c.db, Mechanism: c.mech,
 			ClientKey: clientKey(c.mech, c.stored.StoredKey, c.c1b, c.s1, string(payload)),
 			stored:    c.stored, password: c.password}
 		if !c.skipEmpty {
 			c.state = convEmpty
 			return []byte(out), false, nil
 		}
+		c.identity = c.proven
 		return []byte(out), true, nil
 	case convEmpty:
 		c.state = convDone
 		if len(payload) != 0 {
-			c.identity = nil
+			c.proven = nil
 			return nil, true, fmt.Errorf("%w: the last SCRAM step must be empty", ErrAuthFailed)
 		}
+		c.identity = c.proven
 		return nil, true, nil
 	}
 	return nil, true, ErrConversation

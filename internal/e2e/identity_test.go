@@ -1,0 +1,140 @@
+package e2e
+
+// Who a client is: a login is complete only when its conversation has
+// ended in success, and users are (name, database) pairs that no spelling
+// makes collide.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xdg-go/scram"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+)
+
+// TestFailedLastSCRAMStepLeavesTheClientOut: in the long form, a client
+// whose proof verified and whose last step (which must be empty) fails is
+// answered 18 and is not logged in: its next command is refused as any
+// unauthenticated client's.
+func TestFailedLastSCRAMStepLeavesTheClientOut(t *testing.T) {
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		_, addr, _ := authSetup(t, up.URI(), nil)
+		r := dialRaw(t, addr)
+		r.hello()
+		cl, err := scram.SHA256.NewClient("app", authUsers["app"], "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conv := cl.NewConversation()
+		c1, _ := conv.Step("")
+		rep := r.cmd(bson.D{{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "SCRAM-SHA-256"},
+			{Key: "payload", Value: bson.Binary{Data: []byte(c1)}}, {Key: "$db", Value: "admin"}})
+		if okOf(rep) != 1 {
+			t.Fatalf("saslStart: %v", rep)
+		}
+		step := func(payload []byte) bson.Raw {
+			return r.cmd(bson.D{{Key: "saslContinue", Value: 1}, {Key: "conversationId", Value: rep.Lookup("conversationId")},
+				{Key: "payload", Value: bson.Binary{Data: payload}}, {Key: "$db", Value: "admin"}})
+		}
+		_, s1, _ := rep.Lookup("payload").BinaryOK()
+		c2, err := conv.Step(string(s1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep = step([]byte(c2))
+		if done, _ := rep.Lookup("done").BooleanOK(); okOf(rep) != 1 || done {
+			t.Fatalf("proof step: %v", rep)
+		}
+		// The last step must be empty: garbage fails the login.
+		if rep = step([]byte("garbage")); codeOf(rep) != 18 {
+			t.Fatalf("garbage last step: %v", rep)
+		}
+		time.Sleep(20 * time.Millisecond) // idle: the event loop takes the client
+		find := bson.D{{Key: "find", Value: "orders"}, {Key: "$db", Value: "shop"}}
+		if rep = r.cmd(find); codeOf(rep) != 13 || !strings.Contains(rep.Lookup("errmsg").StringValue(), "requires authentication") {
+			t.Fatalf("find after a failed login: %v", rep)
+		}
+		if up.Requests("find") != 0 {
+			t.Fatal("a find reached the upstream after a failed login")
+		}
+		// The same connection can still log in properly.
+		if rep = rawLogin(t, r, "SCRAM-SHA-256", "app", authUsers["app"], false); okOf(rep) != 1 {
+			t.Fatalf("login: %v", rep)
+		}
+		if rep = r.cmd(find); okOf(rep) != 1 {
+			t.Fatalf("find after the login: %v", rep)
+		}
+	})
+}
+
+// TestUsersWhoseNamesCollideStayApart: user "a" on database "b@c" and user
+// "a@b" on database "c" both write "a@b@c". The auth_file line "a@b@c"
+// names the second (its database follows the last @); the first, known
+// upstream only, logs in through an auth_user lookup. Neither logs in with
+// the other's password, and on a pass-through route each one's requests go
+// upstream as itself, over its own pool, with its own secret.
+func TestUsersWhoseNamesCollideStayApart(t *testing.T) {
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true, Users: []fakemongo.User{
+			{Name: "mbauth", Password: "mbauth-pw"},
+			{Name: "a", DB: "b@c", Password: "tenant-1-pw"},
+			{Name: "a@b", DB: "c", Password: "tenant-2-pw"},
+		}})
+		users := filepath.Join(t.TempDir(), "users.txt")
+		if err := os.WriteFile(users, []byte(`"mbauth@admin" "mbauth-pw"`+"\n"+`"a@b@c" "tenant-2-pw"`+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\n", users)
+		_, addr, _ := fileBouncerLogging(t, baseTOML(fmt.Sprintf("mongodb://%s/?directConnection=true", up.Addr()), extra), nil)
+		ctx := ctxT(t, 30*time.Second)
+		as := func(user, db, pw string) *mongo.Client {
+			uri := fmt.Sprintf("mongodb://%s/?serverSelectionTimeoutMS=10000&connectTimeoutMS=5000", addr)
+			c, err := mongo.Connect(options.Client().ApplyURI(uri).SetAuth(options.Credential{
+				AuthMechanism: "SCRAM-SHA-256", AuthSource: db, Username: user, Password: pw}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Disconnect(ctxT(t, 5*time.Second)) })
+			return c
+		}
+		// The proven case: "a" on "b@c" with the password of the line
+		// "a@b@c".
+		// The login to mongobouncer fails (the driver's handshake), not
+		// a command after it.
+		var ce mongo.CommandError
+		if err := as("a", "b@c", "tenant-2-pw").Ping(ctx, nil); !errors.As(err, &ce) || ce.Code != 18 || !strings.Contains(err.Error(), "unable to authenticate") {
+			t.Fatalf(`user "a" on "b@c" with the password of "a@b" on "c": %v, want a failed login`, err)
+		}
+		if err := as("a@b", "c", "tenant-1-pw").Ping(ctx, nil); !errors.As(err, &ce) || ce.Code != 18 || !strings.Contains(err.Error(), "unable to authenticate") {
+			t.Fatalf(`user "a@b" on "c" with the password of "a" on "b@c": %v, want a failed login`, err)
+		}
+		one, two := as("a", "b@c", "tenant-1-pw"), as("a@b", "c", "tenant-2-pw")
+		for i, c := range []*mongo.Client{one, two, one, two} {
+			if _, err := c.Database("shop").Collection("o").InsertOne(ctx, bson.D{{Key: "i", Value: i}}); err != nil {
+				t.Fatalf("insert %d: %v", i, err)
+			}
+		}
+		// Each tenant's pool logged in upstream as that tenant.
+		seen := map[string]bool{}
+		for _, u := range up.AuthenticatedUsers() {
+			seen[u] = true
+		}
+		if !seen["b@c.a"] || !seen["c.a@b"] {
+			t.Fatalf("the upstream saw %v logged in, want both b@c.a and c.a@b", up.AuthenticatedUsers())
+		}
+		// No pool tried a secret that was not its user's.
+		if n := up.AuthFailures(); n != 0 {
+			t.Fatalf("%d failed logins upstream", n)
+		}
+	})
+}
