@@ -192,7 +192,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	a.metrics.SetServerSource(a.serverRoles)
 	a.admin = admin.NewHandler(a, logger)
 	g := cfg.Global
-	users, err := loadAuthUsers(cfg, g.AuthType)
+	users, err := loadAuthUsers(cfg, g.AuthType, logger)
 	if err != nil {
 		a.closeRest()
 		return nil, err

@@ -1,10 +1,14 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -30,11 +34,11 @@ func TestLoadAuthUsers(t *testing.T) {
 	hashed, _ := auth.HashPassword("mb", "admin", "pw")
 
 	write(`"app@admin" "x"` + "\n" + hashed + "\n")
-	if _, err := loadAuthUsers(cfg, config.AuthSCRAM); err == nil || !strings.Contains(err.Error(), "auth_user mb@admin needs a line with its plain password") {
+	if _, err := loadAuthUsers(cfg, config.AuthSCRAM, nil); err == nil || !strings.Contains(err.Error(), "auth_user mb@admin needs a line with its plain password") {
 		t.Fatalf("auth_user with a stored secret only: %v", err)
 	}
 	write(`"app@admin" "x"` + "\n" + `"mb@admin" "pw"` + "\n")
-	users, err := loadAuthUsers(cfg, config.AuthSCRAM)
+	users, err := loadAuthUsers(cfg, config.AuthSCRAM, nil)
 	if err != nil || users.Len() != 2 {
 		t.Fatalf("%v %v", users, err)
 	}
@@ -42,14 +46,14 @@ func TestLoadAuthUsers(t *testing.T) {
 		t.Fatalf("client auth %+v", ca)
 	}
 	write("\"broken\n")
-	if _, err := loadAuthUsers(cfg, config.AuthSCRAM); !errors.Is(err, auth.ErrAuthFile) || !strings.Contains(err.Error(), "users.txt:1:") {
+	if _, err := loadAuthUsers(cfg, config.AuthSCRAM, nil); !errors.Is(err, auth.ErrAuthFile) || !strings.Contains(err.Error(), "users.txt:1:") {
 		t.Fatalf("bad file: %v", err)
 	}
-	if u, err := loadAuthUsers(cfg, config.AuthNone); u != nil || err != nil {
+	if u, err := loadAuthUsers(cfg, config.AuthNone, nil); u != nil || err != nil {
 		t.Fatal("auth_type none reads no file", u, err)
 	}
 	cfg.Global.AuthFile = ""
-	if _, err := loadAuthUsers(cfg, config.AuthSCRAM); !errors.Is(err, auth.ErrAuthFile) {
+	if _, err := loadAuthUsers(cfg, config.AuthSCRAM, nil); !errors.Is(err, auth.ErrAuthFile) {
 		t.Fatalf("scram running, no auth_file: %v", err)
 	}
 	cfg.Global.AuthType = config.AuthNone
@@ -137,5 +141,41 @@ func TestAuthLookupKeepsOneAuthenticator(t *testing.T) {
 	l.setConfig(cfg, routes)
 	if lookup("u1") == second {
 		t.Fatal("the authenticator outlived a reload")
+	}
+}
+
+// TestAuthFileModeWarning: an auth_file that group or others may read is
+// used, with a warning naming the file and its mode; one for its owner
+// alone gets none.
+func TestAuthFileModeWarning(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no mode bits")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "users.txt")
+	cfg := config.Default()
+	cfg.Global.AuthType = config.AuthSCRAM
+	cfg.Global.AuthFile = path
+	for _, c := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o600, false}, {0o400, false}, {0o640, true}, {0o604, true}, {0o620, true}} {
+		if err := os.WriteFile(path, []byte(`"app@admin" "x"`+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		if users, err := loadAuthUsers(cfg, config.AuthSCRAM, log); err != nil || users.Len() != 1 {
+			t.Fatalf("%#o: %v %v", c.mode, users, err)
+		}
+		got := strings.Contains(logs.String(), "level=WARN") && strings.Contains(logs.String(), "auth_file=") &&
+			strings.Contains(logs.String(), fmt.Sprintf("mode=%#o", c.mode))
+		if got != c.warn {
+			t.Errorf("mode %#o: warned %v, want %v: %s", c.mode, got, c.warn, logs.String())
+		}
+		_ = os.Chmod(path, 0o600)
 	}
 }

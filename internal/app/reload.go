@@ -45,7 +45,7 @@ func (a *App) Reload() error {
 	var users *auth.Users
 	if err == nil {
 		// A bad auth_file fails the reload: the users in force stay.
-		users, err = loadAuthUsers(cfg, authType)
+		users, err = loadAuthUsers(cfg, authType, a.log)
 	}
 	if err != nil {
 		a.log.Error("reload failed; keeping the running configuration", "error", err)
