@@ -138,3 +138,42 @@ func TestUsersWhoseNamesCollideStayApart(t *testing.T) {
 		}
 	})
 }
+
+// TestUserNameWithCommaAndEquals: SCRAM writes "," as "=2C" and "=" as
+// "=3D" in the user name (RFC 5802); a user named "a,b=c" logs in with the
+// Go driver, which encodes, against its auth_file line, with either
+// mechanism.
+func TestUserNameWithCommaAndEquals(t *testing.T) {
+	oneIO(t) // the login is on the client's goroutine in every model
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	a, addr, users := authSetup(t, up.URI(), nil)
+	f, err := os.OpenFile(users, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteString(`"a,b=c@admin" "odd-pw"` + "\n")
+	if cerr := f.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-1"} {
+		c := authDriver(t, addr, mech, "a,b=c", "odd-pw")
+		if _, err := c.Database("shop").Collection("o").InsertOne(ctx, bson.D{{Key: "m", Value: mech}}); err != nil {
+			t.Fatalf("%s: %v", mech, err)
+		}
+		var ce mongo.CommandError
+		if err := authDriver(t, addr, mech, "a,b=c", "wrong").Ping(ctx, nil); !errors.As(err, &ce) || ce.Code != 18 {
+			t.Fatalf("%s: a wrong password: %v", mech, err)
+		}
+	}
+	// A malformed escape is refused.
+	r := dialRaw(t, addr)
+	rep := r.cmd(bson.D{{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "SCRAM-SHA-256"},
+		{Key: "payload", Value: bson.Binary{Data: []byte("n,,n=a=2Xb,r=abcdefghijklmnop")}}, {Key: "$db", Value: "admin"}})
+	if codeOf(rep) != 18 {
+		t.Fatalf("a malformed user name escape: %v", rep)
+	}
+}
