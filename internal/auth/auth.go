@@ -44,9 +44,11 @@ const (
 	// MinIterations is the smallest count drivers accept (the auth
 	// specification makes them refuse fewer).
 	MinIterations = 4096
-	// MaxIterations bounds what an auth_file may ask for, so that a typo
-	// cannot make every login cost seconds.
-	MaxIterations = 10_000_000
+	// MaxIterations bounds what an auth_file or an auth_user lookup may
+	// ask for, so that a typo cannot make every login cost a client
+	// seconds: more than six times MongoDB's defaults. Logging in
+	// upstream has the same bound (upstream.MaxIterations).
+	MaxIterations = 100_000
 )
 
 // hashOf returns the hash function of a mechanism, or nil.

@@ -282,3 +282,26 @@ func TestParseFileErrorsNeverQuoteAField(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredIterationBound: a stored form may ask for MaxIterations
+// (100000) at most; past it the line is refused, as a typo that would make
+// every client's login cost seconds.
+func TestStoredIterationBound(t *testing.T) {
+	for _, c := range []struct {
+		iters int
+		ok    bool
+	}{{MinIterations, true}, {MaxIterations, true}, {MaxIterations + 1, false}, {10_000_000, false}} {
+		sc, err := Derive(SCRAMSHA256, "u", "pw", []byte("0123456789abcdef0123456789ab"), MinIterations)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Iters = c.iters // the keys do not matter to the parser
+		_, err = ParseFile([]byte(`"u@admin" "`+FormatStored(SCRAMSHA256, sc)+`"`), "t")
+		if (err == nil) != c.ok {
+			t.Errorf("%d iterations: %v", c.iters, err)
+		}
+		if !c.ok && (err == nil || !strings.Contains(err.Error(), "iteration count")) {
+			t.Errorf("%d iterations: %v, want the iteration count named", c.iters, err)
+		}
+	}
+}
