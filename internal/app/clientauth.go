@@ -61,7 +61,7 @@ func newClientAuth(cfg config.Config, users *auth.Users, routes []config.Effecti
 	if g.AuthUser != "" && g.AuthType == config.AuthSCRAM {
 		l = &authLookup{resolver: r, log: log}
 		l.setConfig(cfg, routes)
-		cache = auth.NewCache(l, auth.CacheOptions{})
+		cache = auth.NewCache(l, auth.CacheOptions{MaxLookups: g.AuthMaxLookups})
 	}
 	ca := &proxy.ClientAuth{
 		Users: auth.New(users, adminIDs(g.AdminUsers), cache),

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,5 +178,69 @@ func TestAuthFileModeWarning(t *testing.T) {
 			t.Errorf("mode %#o: warned %v, want %v: %s", c.mode, got, c.warn, logs.String())
 		}
 		_ = os.Chmod(path, 0o600)
+	}
+}
+
+// TestAuthLookupsAtOnceAsShipped: with the shipped configuration, built as
+// the application builds it, exactly 16 auth_user lookups run upstream at
+// once; the 17th user's waits for one of them to end. (A test of the
+// cache alone passes its own small limit; this one holds the default.)
+func TestAuthLookupsAtOnceAsShipped(t *testing.T) {
+	const shipped = 16
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true, Users: []fakemongo.User{{Name: "mbauth", Password: "mbauth-pw"}}})
+	// Every usersInfo stays upstream long enough to count them.
+	up.SetFailPoint(fakemongo.FailPoint{Mode: fakemongo.FailAlwaysOn, FailCommands: []string{"usersInfo"},
+		BlockConnection: true, BlockTime: 3 * time.Second})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(`"mbauth@admin" "mbauth-pw"`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	toml := fmt.Sprintf("[mongobouncer]\nauth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\n"+
+		"[databases.\"*\"]\nconnection_string = \"mongodb://%s/?directConnection=true\"\n", filepath.Join(dir, "users.txt"), up.Addr())
+	cfg, err := config.Parse([]byte(toml), filepath.Join(dir, "mb.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, err := cfg.Routes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := loadAuthUsers(cfg, config.AuthSCRAM, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := newClientAuth(cfg, users, routes, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ask := func(i int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ca.Users.Mechanisms(ctx, fmt.Sprintf("user%d", i), "admin")
+		}()
+	}
+	for i := range shipped + 1 {
+		ask(i)
+	}
+	waitFor := func(n int64, within time.Duration) bool {
+		for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if up.Requests("usersInfo") >= n {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitFor(shipped, 2500*time.Millisecond) {
+		t.Fatalf("%d lookups reached the upstream, want %d", up.Requests("usersInfo"), shipped)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := up.Requests("usersInfo"); n != shipped {
+		t.Fatalf("%d lookups at once upstream, want %d (the shipped auth_max_lookups)", n, shipped)
+	}
+	// The 17th runs once one of the 16 ends.
+	if !waitFor(shipped+1, 5*time.Second) {
+		t.Fatalf("the 17th lookup never ran: %d", up.Requests("usersInfo"))
 	}
 }

@@ -217,6 +217,8 @@ func (a *App) Config() map[string]any {
 		"auth_type":                string(g.AuthType),
 		"auth_file":                cfg.AuthFilePath(),
 		"auth_user":                g.AuthUser,
+		"auth_user_service_routes": g.AuthUserServiceRoutes,
+		"auth_max_lookups":         g.AuthMaxLookups,
 		"admin_users":              append([]string{}, g.AdminUsers...),
 		"tls_mode":                 string(g.TLSMode),
 		"tls_cert_file":            g.TLSCertFile,

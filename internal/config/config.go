@@ -63,6 +63,14 @@ const (
 // server more often only adds load.
 const MinHeartbeatInterval = 500 * time.Millisecond
 
+// DefaultAuthMaxLookups is auth_max_lookups' default (auth's
+// DefaultMaxLookups), and MaxAuthMaxLookups its bound: each lookup running
+// holds an upstream connection.
+const (
+	DefaultAuthMaxLookups = 16
+	MaxAuthMaxLookups     = 1024
+)
+
 // MaxEventLoopThreads bounds event_loop_threads: each thread has its own
 // epoll set and its own P, so more threads than CPUs only add switching.
 const MaxEventLoopThreads = 256
@@ -325,6 +333,14 @@ type Global struct {
 	// as to look up users missing from the auth_file; its password must be
 	// in the auth_file. "" looks nobody up.
 	AuthUser string
+	// AuthUserServiceRoutes (auth_user_service_routes) allows auth_user
+	// with routes that log in upstream as a service user, where every
+	// user the lookup finds acts with the service user's rights; without
+	// it validation refuses the combination.
+	AuthUserServiceRoutes bool
+	// AuthMaxLookups (auth_max_lookups) bounds the auth_user lookups
+	// running at once, each an upstream connection and login.
+	AuthMaxLookups int
 	// AdminUsers ("user@db", admin_users) may run the admin commands once
 	// clients log in.
 	AdminUsers []string
@@ -429,6 +445,7 @@ func Default() Config {
 		EventLoopIO:            EventLoopIOAuto,
 		EventLoopSpin:          150 * time.Microsecond,
 		AuthType:               AuthNone,
+		AuthMaxLookups:         DefaultAuthMaxLookups,
 		TLSMode:                TLSModeDisable,
 		TLSHandshakeTimeout:    10 * time.Second,
 		UserPoolIdleTimeout:    10 * time.Minute,
