@@ -94,7 +94,7 @@ func TestUsersWhoseNamesCollideStayApart(t *testing.T) {
 		if err := os.WriteFile(users, []byte(`"mbauth@admin" "mbauth-pw"`+"\n"+`"a@b@c" "tenant-2-pw"`+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\n", users)
+		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\nadmin_users = [\"a@b@c\"]\n", users)
 		_, addr, _ := fileBouncerLogging(t, baseTOML(fmt.Sprintf("mongodb://%s/?directConnection=true", up.Addr()), extra), nil)
 		ctx := ctxT(t, 30*time.Second)
 		as := func(user, db, pw string) *mongo.Client {
@@ -118,11 +118,30 @@ func TestUsersWhoseNamesCollideStayApart(t *testing.T) {
 		if err := as("a@b", "c", "tenant-1-pw").Ping(ctx, nil); !errors.As(err, &ce) || ce.Code != 18 || !strings.Contains(err.Error(), "unable to authenticate") {
 			t.Fatalf(`user "a@b" on "c" with the password of "a" on "b@c": %v, want a failed login`, err)
 		}
-		one, two := as("a", "b@c", "tenant-1-pw"), as("a@b", "c", "tenant-2-pw")
-		for i, c := range []*mongo.Client{one, two, one, two} {
-			if _, err := c.Database("shop").Collection("o").InsertOne(ctx, bson.D{{Key: "i", Value: i}}); err != nil {
-				t.Fatalf("insert %d: %v", i, err)
+		// Both log in before either sends a command upstream: with one
+		// secret for both, the second login's would be the one both
+		// pools log in with.
+		raw1, raw2 := dialRaw(t, addr), dialRaw(t, addr)
+		if rep := rawLoginDB(t, raw1, "a", "b@c", "tenant-1-pw"); okOf(rep) != 1 {
+			t.Fatalf("tenant 1: %v", rep)
+		}
+		if rep := rawLoginDB(t, raw2, "a@b", "c", "tenant-2-pw"); okOf(rep) != 1 {
+			t.Fatalf("tenant 2: %v", rep)
+		}
+		for i, r := range []*rawClient{raw1, raw2, raw1, raw2} {
+			if rep := r.cmd(bson.D{{Key: "insert", Value: "o"}, {Key: "documents", Value: bson.A{bson.D{{Key: "i", Value: i}}}},
+				{Key: "$db", Value: "shop"}}); okOf(rep) != 1 {
+				t.Fatalf("insert %d: %v", i, rep)
 			}
+		}
+		one, two := as("a", "b@c", "tenant-1-pw"), as("a@b", "c", "tenant-2-pw")
+		// admin_users' "a@b@c" is "a@b" on "c": "a" on "b@c" is no admin.
+		showClients := bson.D{{Key: "showClients", Value: 1}}
+		if _, err := one.Database("mongobouncer").RunCommand(ctx, showClients).Raw(); !errors.As(err, &ce) || ce.Code != 13 {
+			t.Fatalf(`user "a" on "b@c" ran an admin command as "a@b" on "c": %v`, err)
+		}
+		if _, err := two.Database("mongobouncer").RunCommand(ctx, showClients).Raw(); err != nil {
+			t.Fatalf("the admin: %v", err)
 		}
 		// Each tenant's pool logged in upstream as that tenant.
 		seen := map[string]bool{}
@@ -176,4 +195,31 @@ func TestUserNameWithCommaAndEquals(t *testing.T) {
 	if codeOf(rep) != 18 {
 		t.Fatalf("a malformed user name escape: %v", rep)
 	}
+}
+
+// rawLoginDB logs a raw connection in with SCRAM-SHA-256 as user on
+// authentication database db, the long way, and returns the last reply.
+func rawLoginDB(t *testing.T, r *rawClient, user, db, password string) bson.Raw {
+	t.Helper()
+	cl, err := scram.SHA256.NewClient(user, password, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := cl.NewConversation()
+	c1, _ := conv.Step("")
+	rep := r.cmd(bson.D{{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "SCRAM-SHA-256"},
+		{Key: "payload", Value: bson.Binary{Data: []byte(c1)}}, {Key: "$db", Value: db}})
+	for okOf(rep) == 1 {
+		if done, _ := rep.Lookup("done").BooleanOK(); done {
+			return rep
+		}
+		_, in, _ := rep.Lookup("payload").BinaryOK()
+		out, err := conv.Step(string(in))
+		if err != nil {
+			t.Fatalf("client step: %v", err)
+		}
+		rep = r.cmd(bson.D{{Key: "saslContinue", Value: 1}, {Key: "conversationId", Value: rep.Lookup("conversationId")},
+			{Key: "payload", Value: bson.Binary{Data: []byte(out)}}, {Key: "$db", Value: db}})
+	}
+	return rep
 }
