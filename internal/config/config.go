@@ -479,8 +479,10 @@ func (c Config) AuthFilePath() string {
 	return filepath.Join(filepath.Dir(c.Path), f)
 }
 
-// SplitUser splits "user@db" at its last @ (user names may hold one); ok
-// is false when either part is empty.
+// SplitUser splits "user@db" at its last @ (user names may hold one, and a
+// database named here cannot), the rule of the auth_file's users
+// (auth.ParseUserID); ok is false when either part is empty. The two parts
+// are the user; the string is not: "a@b@c" is never user "a" on "b@c".
 func SplitUser(s string) (user, db string, ok bool) {
 	i := strings.LastIndexByte(s, '@')
 	if i <= 0 || i == len(s)-1 {
