@@ -188,9 +188,10 @@ func TestAuthFileModeWarning(t *testing.T) {
 func TestAuthLookupsAtOnceAsShipped(t *testing.T) {
 	const shipped = 16
 	up := fakemongo.Start(t, fakemongo.Options{InMemory: true, Users: []fakemongo.User{{Name: "mbauth", Password: "mbauth-pw"}}})
-	// Every usersInfo stays upstream long enough to count them.
+	// Every usersInfo stays upstream long enough to count them, and ends
+	// before the 17th's wait for a slot (the 5 s lookup timeout) does.
 	up.SetFailPoint(fakemongo.FailPoint{Mode: fakemongo.FailAlwaysOn, FailCommands: []string{"usersInfo"},
-		BlockConnection: true, BlockTime: 3 * time.Second})
+		BlockConnection: true, BlockTime: 4 * time.Second})
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(`"mbauth@admin" "mbauth-pw"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -232,7 +233,7 @@ func TestAuthLookupsAtOnceAsShipped(t *testing.T) {
 		}
 		return false
 	}
-	if !waitFor(shipped, 2500*time.Millisecond) {
+	if !waitFor(shipped, 3500*time.Millisecond) {
 		t.Fatalf("%d lookups reached the upstream, want %d", up.Requests("usersInfo"), shipped)
 	}
 	time.Sleep(200 * time.Millisecond)
