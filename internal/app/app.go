@@ -193,7 +193,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	a.admin = admin.NewHandler(a, logger)
 	g := cfg.Global
 	seedAuthKeys(cfg)
-	users, err := loadAuthUsers(cfg, g.AuthType)
+	users, err := loadAuthUsers(cfg, g.AuthType, logger)
 	if err != nil {
 		a.closeRest()
 		return nil, err

@@ -163,7 +163,7 @@ func (l *authLookup) Lookup(ctx context.Context, user, db string) (auth.Creds, e
 	if last == nil {
 		last = errors.New("no hosts")
 	}
-	return auth.Creds{}, fmt.Errorf("auth_user lookup of %s on route %q: %w", auth.UserKey(user, db), er.Name, last)
+	return auth.Creds{}, fmt.Errorf("auth_user lookup of %s on route %q: %w", auth.UserID{User: user, DB: db}, er.Name, last)
 }
 
 // usersInfoCommand is {usersInfo: {user, db}, showCredentials: true,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/config"
@@ -16,8 +17,10 @@ import (
 
 // loadAuthUsers reads cfg's auth_file for auth type t (the running one on
 // reload), and checks that auth_user's password is in it. It returns nil
-// users for auth_type none, and for x509 without an auth_file.
-func loadAuthUsers(cfg config.Config, t config.AuthType) (*auth.Users, error) {
+// users for auth_type none, and for x509 without an auth_file. A file that
+// group or others may read is used, with a warning on log (at start and on
+// every reload, as ssh warns of a key file).
+func loadAuthUsers(cfg config.Config, t config.AuthType, log *slog.Logger) (*auth.Users, error) {
 	if t == "" || t == config.AuthNone {
 		return nil, nil
 	}
@@ -32,6 +35,7 @@ func loadAuthUsers(cfg config.Config, t config.AuthType) (*auth.Users, error) {
 	if err != nil {
 		return nil, err
 	}
+	warnAuthFileMode(log, path)
 	if u := cfg.Global.AuthUser; u != "" {
 		user, db, _ := config.SplitUser(u)
 		creds, ok := users.Lookup(user, db)
@@ -75,7 +79,7 @@ func newClientAuth(cfg config.Config, users *auth.Users, routes []config.Effecti
 		cache = auth.NewCache(l, auth.CacheOptions{PositiveTTL: g.AuthCacheTTL, MaxLookupsPerPeer: g.AuthLookupsPerPeer, MaxLookups: g.AuthMaxLookups})
 	}
 	ca := &proxy.ClientAuth{
-		Users: auth.New(users, g.AdminUsers, cache),
+		Users: auth.New(users, adminIDs(g.AdminUsers), cache),
 		X509:  g.AuthType == config.AuthX509,
 	}
 	ca.Users.SetLogger(log)
@@ -94,5 +98,34 @@ func setCacheConfig(a *auth.Authenticator, g config.Global) {
 	if c := a.Cache(); c != nil {
 		c.SetTTL(g.AuthCacheTTL)
 		c.SetLimits(g.AuthLookupsPerPeer)
+	}
+}
+
+// adminIDs reads admin_users ("user@db", split at the last @ as the
+// auth_file's users are; validation has refused any other form).
+func adminIDs(admins []string) []auth.UserID {
+	out := make([]auth.UserID, 0, len(admins))
+	for _, s := range admins {
+		if id, ok := auth.ParseUserID(s); ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// warnAuthFileMode warns when the auth_file at path is open to group or
+// others: it holds passwords, or secrets that log in upstream as their
+// users (pass-through). Windows has no such mode bits.
+func warnAuthFileMode(log *slog.Logger, path string) {
+	if runtime.GOOS == "windows" || log == nil {
+		return
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return // LoadFile has just read it; gone since, the next reload says so
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		log.Warn("the auth_file may be read or written by users other than its owner; it holds secrets: chmod 600 it",
+			"auth_file", path, "mode", fmt.Sprintf("%#o", perm))
 	}
 }

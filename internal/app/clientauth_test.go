@@ -1,11 +1,16 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,11 +35,11 @@ func TestLoadAuthUsers(t *testing.T) {
 	hashed, _ := auth.HashPassword("mb", "admin", "pw")
 
 	write(`"app@admin" "x"` + "\n" + hashed + "\n")
-	if _, err := loadAuthUsers(cfg, config.AuthSCRAM); err == nil || !strings.Contains(err.Error(), "auth_user mb@admin needs a line with its plain password") {
+	if _, err := loadAuthUsers(cfg, config.AuthSCRAM, nil); err == nil || !strings.Contains(err.Error(), "auth_user mb@admin needs a line with its plain password") {
 		t.Fatalf("auth_user with a stored secret only: %v", err)
 	}
 	write(`"app@admin" "x"` + "\n" + `"mb@admin" "pw"` + "\n")
-	users, err := loadAuthUsers(cfg, config.AuthSCRAM)
+	users, err := loadAuthUsers(cfg, config.AuthSCRAM, nil)
 	if err != nil || users.Len() != 2 {
 		t.Fatalf("%v %v", users, err)
 	}
@@ -42,14 +47,14 @@ func TestLoadAuthUsers(t *testing.T) {
 		t.Fatalf("client auth %+v", ca)
 	}
 	write("\"broken\n")
-	if _, err := loadAuthUsers(cfg, config.AuthSCRAM); !errors.Is(err, auth.ErrAuthFile) || !strings.Contains(err.Error(), "users.txt:1:") {
+	if _, err := loadAuthUsers(cfg, config.AuthSCRAM, nil); !errors.Is(err, auth.ErrAuthFile) || !strings.Contains(err.Error(), "users.txt:1:") {
 		t.Fatalf("bad file: %v", err)
 	}
-	if u, err := loadAuthUsers(cfg, config.AuthNone); u != nil || err != nil {
+	if u, err := loadAuthUsers(cfg, config.AuthNone, nil); u != nil || err != nil {
 		t.Fatal("auth_type none reads no file", u, err)
 	}
 	cfg.Global.AuthFile = ""
-	if _, err := loadAuthUsers(cfg, config.AuthSCRAM); !errors.Is(err, auth.ErrAuthFile) {
+	if _, err := loadAuthUsers(cfg, config.AuthSCRAM, nil); !errors.Is(err, auth.ErrAuthFile) {
 		t.Fatalf("scram running, no auth_file: %v", err)
 	}
 	cfg.Global.AuthType = config.AuthNone
@@ -137,5 +142,109 @@ func TestAuthLookupKeepsOneAuthenticator(t *testing.T) {
 	l.setConfig(cfg, routes)
 	if lookup("u1") == second {
 		t.Fatal("the authenticator outlived a reload")
+	}
+}
+
+// TestAuthFileModeWarning: an auth_file that group or others may read is
+// used, with a warning naming the file and its mode; one for its owner
+// alone gets none.
+func TestAuthFileModeWarning(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no mode bits")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "users.txt")
+	cfg := config.Default()
+	cfg.Global.AuthType = config.AuthSCRAM
+	cfg.Global.AuthFile = path
+	for _, c := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o600, false}, {0o400, false}, {0o640, true}, {0o604, true}, {0o620, true}} {
+		if err := os.WriteFile(path, []byte(`"app@admin" "x"`+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		if users, err := loadAuthUsers(cfg, config.AuthSCRAM, log); err != nil || users.Len() != 1 {
+			t.Fatalf("%#o: %v %v", c.mode, users, err)
+		}
+		got := strings.Contains(logs.String(), "level=WARN") && strings.Contains(logs.String(), "auth_file=") &&
+			strings.Contains(logs.String(), fmt.Sprintf("mode=%#o", c.mode))
+		if got != c.warn {
+			t.Errorf("mode %#o: warned %v, want %v: %s", c.mode, got, c.warn, logs.String())
+		}
+		_ = os.Chmod(path, 0o600)
+	}
+}
+
+// TestAuthLookupsAtOnceAsShipped: with the shipped configuration, built as
+// the application builds it, exactly 16 auth_user lookups run upstream at
+// once; the 17th user's waits for one of them to end. (A test of the
+// cache alone passes its own small limit; this one holds the default.)
+func TestAuthLookupsAtOnceAsShipped(t *testing.T) {
+	const shipped = 16
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true, Users: []fakemongo.User{{Name: "mbauth", Password: "mbauth-pw"}}})
+	// Every usersInfo stays upstream long enough to count them, and ends
+	// before the 17th's wait for a slot (the 5 s lookup timeout) does.
+	up.SetFailPoint(fakemongo.FailPoint{Mode: fakemongo.FailAlwaysOn, FailCommands: []string{"usersInfo"},
+		BlockConnection: true, BlockTime: 4 * time.Second})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(`"mbauth@admin" "mbauth-pw"`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	toml := fmt.Sprintf("[mongobouncer]\nauth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\n"+
+		"[databases.\"*\"]\nconnection_string = \"mongodb://%s/?directConnection=true\"\n", filepath.Join(dir, "users.txt"), up.Addr())
+	cfg, err := config.Parse([]byte(toml), filepath.Join(dir, "mb.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, err := cfg.Routes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := loadAuthUsers(cfg, config.AuthSCRAM, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := newClientAuth(cfg, users, routes, nil, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ask := func(i int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A saslStart's first step, from an address of its own (one
+			// address may run only auth_lookups_per_peer at once).
+			pctx := auth.WithPeer(ctx, auth.Peer{Remote: fmt.Sprintf("192.0.2.%d:5000", i+1), Local: "127.0.0.1:27017"})
+			_, _, _ = ca.Users.Start(pctx, auth.SCRAMSHA256, "admin", []byte(fmt.Sprintf("n,,n=user%d,r=fyko+d2lbbFgONRv9qkxdawL", i)), false)
+		}()
+	}
+	for i := range shipped + 1 {
+		ask(i)
+	}
+	waitFor := func(n int64, within time.Duration) bool {
+		for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if up.Requests("usersInfo") >= n {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitFor(shipped, 3500*time.Millisecond) {
+		t.Fatalf("%d lookups reached the upstream, want %d", up.Requests("usersInfo"), shipped)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := up.Requests("usersInfo"); n != shipped {
+		t.Fatalf("%d lookups at once upstream, want %d (the shipped auth_max_lookups)", n, shipped)
+	}
+	// The 17th runs once one of the 16 ends.
+	if !waitFor(shipped+1, 5*time.Second) {
+		t.Fatalf("the 17th lookup never ran: %d", up.Requests("usersInfo"))
 	}
 }

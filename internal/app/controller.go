@@ -64,7 +64,7 @@ func (a *App) Pools() []admin.PoolInfo {
 			for _, up := range s.UserPools() {
 				pi := a.poolInfo(r, s)
 				st := up.Stats
-				pi.User, pi.State, pi.Generation = up.User, st.State.String(), st.Generation
+				pi.User, pi.State, pi.Generation = up.User.String(), st.State.String(), st.Generation
 				pi.Total, pi.Available, pi.InUse, pi.Pending, pi.Waiters = st.Total, st.Available, st.InUse, st.Pending, st.Waiters
 				pi.MaxPoolSize, pi.MinPoolSize, pi.Checkouts, pi.CheckoutWait = st.Options.MaxPoolSize, st.Options.MinPoolSize, 0, 0
 				out = append(out, pi)
@@ -219,10 +219,11 @@ func (a *App) Config() map[string]any {
 		"auth_type":                string(g.AuthType),
 		"auth_file":                cfg.AuthFilePath(),
 		"auth_user":                g.AuthUser,
+		"auth_user_service_routes": g.AuthUserServiceRoutes,
+		"auth_max_lookups":         g.AuthMaxLookups,
 		"admin_users":              append([]string{}, g.AdminUsers...),
 		"auth_cache_ttl":           g.AuthCacheTTL.String(),
 		"auth_lookups_per_peer":    g.AuthLookupsPerPeer,
-		"auth_max_lookups":         g.AuthMaxLookups,
 		"tls_mode":                 string(g.TLSMode),
 		"tls_cert_file":            g.TLSCertFile,
 		"tls_key_file":             g.TLSKeyFile,

@@ -45,7 +45,7 @@ func (a *App) Reload() error {
 	var users *auth.Users
 	if err == nil {
 		// A bad auth_file fails the reload: the users in force stay.
-		users, err = loadAuthUsers(cfg, authType)
+		users, err = loadAuthUsers(cfg, authType, a.log)
 	}
 	if err != nil {
 		a.log.Error("reload failed; keeping the running configuration", "error", err)
@@ -220,7 +220,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	keepRunning(a.log, "auth_type", &cfg.Global.AuthType, run.AuthType)
 	keepRunning(a.log, "auth_max_lookups", &cfg.Global.AuthMaxLookups, run.AuthMaxLookups)
 	if a.auth != nil {
-		a.auth.Users.Update(users, cfg.Global.AdminUsers)
+		a.auth.Users.Update(users, adminIDs(cfg.Global.AdminUsers))
 		if a.authLookup != nil {
 			a.authLookup.setConfig(cfg, want)
 			setCacheConfig(a.auth.Users, cfg.Global)

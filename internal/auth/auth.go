@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/xdg-go/scram"
 )
@@ -46,9 +47,11 @@ const (
 	// MinIterations is the smallest count drivers accept (the auth
 	// specification makes them refuse fewer).
 	MinIterations = 4096
-	// MaxIterations bounds what an auth_file may ask for, so that a typo
-	// cannot make every login cost seconds.
-	MaxIterations = 10_000_000
+	// MaxIterations bounds what an auth_file or an auth_user lookup may
+	// ask for, so that a typo cannot make every login cost a client
+	// seconds: more than six times MongoDB's defaults. Logging in
+	// upstream has the same bound (upstream.MaxIterations).
+	MaxIterations = 100_000
 )
 
 // hashOf returns the hash function of a mechanism, or nil.
@@ -83,10 +86,32 @@ var (
 	ErrAuthFile = errors.New("invalid auth_file")
 )
 
-// UserKey names a user as the auth_file does: "user@db". The database is
-// the authentication database (the driver's authSource, admin by
-// default).
-func UserKey(user, db string) string { return user + "@" + db }
+// UserID is who a user is: a name on its authentication database (the
+// driver's authSource, admin by default). Every map of users is keyed by
+// it, never by a "user@db" string: "@" is legal in user and database
+// names both, so user "a" on database "b@c" and user "a@b" on database
+// "c" write the same string and are two users.
+type UserID struct {
+	User, DB string
+}
+
+// String writes "user@db", for display only (logs, admin output): it is
+// ambiguous when either part holds an @, so it is never a key.
+func (u UserID) String() string { return u.User + "@" + u.DB }
+
+// ParseUserID reads the "user@db" of the auth_file, admin_users and
+// auth_user: the database is what follows the last @, so a user name may
+// hold @ (an e-mail address) and a database named in these places cannot.
+// ok is false when either part is empty. A user whose authentication
+// database holds an @ cannot be named there; it can log in only as a
+// user found by an auth_user lookup.
+func ParseUserID(s string) (id UserID, ok bool) {
+	i := strings.LastIndexByte(s, '@')
+	if i <= 0 || i == len(s)-1 {
+		return UserID{}, false
+	}
+	return UserID{User: s[:i], DB: s[i+1:]}, true
+}
 
 // Creds are one user's stored credentials, at most one per mechanism. The
 // zero Creds has none.
@@ -237,11 +262,11 @@ func (id *Identity) PassThrough() (PassThrough, bool) {
 	return PassThrough{Mechanism: id.Mechanism, Password: id.password, ClientKey: id.ClientKey, Stored: id.stored}, true
 }
 
-// Key returns "user@db".
-func (id Identity) Key() string { return UserKey(id.User, id.DB) }
+// ID returns who logged in: the key of every per-user map.
+func (id Identity) ID() UserID { return UserID{User: id.User, DB: id.DB} }
 
 // String names the user and mechanism only, never the ClientKey.
-func (id Identity) String() string { return id.Key() + " (" + string(id.Mechanism) + ")" }
+func (id Identity) String() string { return id.ID().String() + " (" + string(id.Mechanism) + ")" }
 
 // GoString is String, for %#v.
 func (id Identity) GoString() string { return id.String() }

@@ -6,7 +6,8 @@ package auth
 //
 // Fields are in double quotes; a double quote inside a field is written
 // twice (""). The user is split from its authentication database at the
-// last @ (user names may hold one, as e-mail addresses do). The secret is
+// last @ (ParseUserID: user names may hold one, as e-mail addresses do, and
+// a database named here cannot). The secret is
 // either a plain password, or one or more stored forms separated by
 // spaces:
 //
@@ -37,7 +38,9 @@ const (
 )
 
 // FileError is one problem in an auth_file, with its line. It never
-// quotes a secret.
+// quotes a field of the line: a line with its fields swapped, or a
+// password typed where the user goes, would print the password in the
+// reload error and the log. The line number says where to look.
 type FileError struct {
 	File string
 	Line int // 0 when the problem is the whole file
@@ -55,10 +58,10 @@ func (e *FileError) Error() string {
 // Unwrap makes errors.Is(err, ErrAuthFile) true.
 func (e *FileError) Unwrap() error { return ErrAuthFile }
 
-// Users are the users of one auth_file, by "user@db". A Users is never
+// Users are the users of one auth_file, by UserID. A Users is never
 // changed once built, so it is shared freely.
 type Users struct {
-	m map[string]Creds
+	m map[UserID]Creds
 }
 
 // Lookup returns the credentials of user on db.
@@ -66,7 +69,7 @@ func (u *Users) Lookup(user, db string) (Creds, bool) {
 	if u == nil {
 		return Creds{}, false
 	}
-	c, ok := u.m[UserKey(user, db)]
+	c, ok := u.m[UserID{User: user, DB: db}]
 	return c, ok
 }
 
@@ -105,8 +108,8 @@ func ParseFile(data []byte, name string) (*Users, error) {
 	if len(data) > MaxFileSize {
 		return nil, &FileError{File: name, Msg: fmt.Sprintf("larger than %d bytes: is this the auth_file?", MaxFileSize)}
 	}
-	u := &Users{m: map[string]Creds{}}
-	seen := map[string]map[Mechanism]int{} // user -> mechanism -> line
+	u := &Users{m: map[UserID]Creds{}}
+	seen := map[UserID]map[Mechanism]int{} // user -> mechanism -> line
 	for n := 1; len(data) > 0; n++ {
 		line := data
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
@@ -124,7 +127,7 @@ func ParseFile(data []byte, name string) (*Users, error) {
 		if s == "" || s[0] == '#' || s[0] == ';' {
 			continue
 		}
-		who, rest, err := quoted(s)
+		field, rest, err := quoted(s)
 		if err != nil {
 			return nil, fail("the user: %v; write \"user@db\" \"secret\"", err)
 		}
@@ -139,17 +142,18 @@ func ParseFile(data []byte, name string) (*Users, error) {
 		if rest = strings.TrimSpace(rest); rest != "" && rest[0] != '#' {
 			return nil, fail("unexpected text after the secret: one user per line, a comment starts with #")
 		}
-		at := strings.LastIndexByte(who, '@')
-		if at <= 0 || at == len(who)-1 {
-			return nil, fail("the user %q must be user@db (db is the authentication database, admin by default)", who)
+		who, ok := ParseUserID(field)
+		if !ok {
+			// Not quoted: a line with its fields swapped has the password
+			// here.
+			return nil, fail("the first field must be \"user@db\" (db is the authentication database, admin by default); are the fields swapped?")
 		}
-		user := who[:at]
 		if secret == "" {
-			return nil, fail("empty secret for %s", who)
+			return nil, fail("empty secret")
 		}
-		found, err := credsOf(user, secret)
+		found, err := credsOf(who.User, secret)
 		if err != nil {
-			return nil, fail("%s: %v", who, err)
+			return nil, fail("the secret: %v", err)
 		}
 		c := u.m[who]
 		if seen[who] == nil {
@@ -157,7 +161,7 @@ func ParseFile(data []byte, name string) (*Users, error) {
 		}
 		for _, m := range found.Mechanisms() {
 			if prev, dup := seen[who][m]; dup {
-				return nil, fail("%s has %s already (line %d): give each mechanism once", who, m, prev)
+				return nil, fail("this user has %s already (line %d): give each mechanism once", m, prev)
 			}
 			seen[who][m] = n
 			sc, _ := found.For(m)

@@ -58,14 +58,14 @@ func TestParseFileErrorsNameTheLine(t *testing.T) {
 		{"\n\nuser@db secret", "users.txt:3: the user: must be in double quotes"},
 		{`"u@db"`, "users.txt:1: no secret"},
 		{`"u@db" "x`, "users.txt:1: the secret: the closing double quote is missing"},
-		{`"udb" "x"`, `users.txt:1: the user "udb" must be user@db`},
-		{`"u@" "x"`, `must be user@db`},
+		{`"udb" "x"`, `users.txt:1: the first field must be "user@db"`},
+		{`"u@" "x"`, `must be "user@db"`},
 		{`"u@db" "x" extra`, "unexpected text after the secret"},
 		{`"u@db" ""`, "empty secret"},
-		{`"u@db" "SCRAM-SHA-256$12:zz$aa:bb"`, "users.txt:1: u@db: SCRAM-SHA-256 secret: the salt is not base64"},
+		{`"u@db" "SCRAM-SHA-256$12:zz$aa:bb"`, "users.txt:1: the secret: SCRAM-SHA-256 secret: the salt is not base64"},
 		{`"u@db" "SCRAM-SHA-1$100:YWJj$YWJj:YWJj"`, "keys must be 20 bytes"},
-		{`"u@db" "SCRAM-SHA-512$1:a$b:c"`, "users.txt:1: u@db: a stored secret starts with"},
-		{"\"u@db\" \"pw\"\n" + line, "users.txt:2: u@db has SCRAM-SHA-1 already (line 1)"},
+		{`"u@db" "SCRAM-SHA-512$1:a$b:c"`, "users.txt:1: the secret: a stored secret starts with"},
+		{"\"u@db\" \"pw\"\n" + line, "users.txt:2: this user has SCRAM-SHA-1 already (line 1)"},
 		{"\"u@db\" \"\u00ad\u0627x1\"", "SASLprep"},
 		{strings.Repeat("x", MaxLineLen+1), "users.txt:1: line longer than"},
 	}
@@ -256,5 +256,52 @@ func TestCacheBoundsLookupsAtOnce(t *testing.T) {
 	wg.Wait()
 	if peak.Load() != 2 {
 		t.Fatalf("%d lookups ran at once, want 2", peak.Load())
+	}
+}
+
+// TestParseFileErrorsNeverQuoteAField: a line with its fields swapped (or
+// a password typed where the user goes) puts the password in the first
+// field; no error may print it, whatever goes wrong with the line. The
+// errors end up in the reload reply and the log.
+func TestParseFileErrorsNeverQuoteAField(t *testing.T) {
+	const pw = "Zq9-distinctive-pw"
+	for _, file := range []string{
+		`"` + pw + `" "alice@admin"`,                         // swapped, no @ in the password
+		`"` + pw + `@x" "SCRAM-SHA-256$bad"`,                 // swapped, an @ in the password
+		`"` + pw + `@x" ""`,                                  // a password and nothing else
+		`"` + pw + `@x" "pw"` + "\n" + `"` + pw + `@x" "pw"`, // twice
+		`"` + pw + `"`,                                       // no second field
+		`"` + pw + `" "x" trailing`,                          // text after
+	} {
+		_, err := ParseFile([]byte(file), "users.txt")
+		if err == nil {
+			t.Fatalf("%q parsed", file)
+		}
+		if strings.Contains(err.Error(), "distinctive") {
+			t.Errorf("the error quotes a field: %v", err)
+		}
+	}
+}
+
+// TestStoredIterationBound: a stored form may ask for MaxIterations
+// (100000) at most; past it the line is refused, as a typo that would make
+// every client's login cost seconds.
+func TestStoredIterationBound(t *testing.T) {
+	for _, c := range []struct {
+		iters int
+		ok    bool
+	}{{MinIterations, true}, {MaxIterations, true}, {MaxIterations + 1, false}, {10_000_000, false}} {
+		sc, err := Derive(SCRAMSHA256, "u", "pw", []byte("0123456789abcdef0123456789ab"), MinIterations)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Iters = c.iters // the keys do not matter to the parser
+		_, err = ParseFile([]byte(`"u@admin" "`+FormatStored(SCRAMSHA256, sc)+`"`), "t")
+		if (err == nil) != c.ok {
+			t.Errorf("%d iterations: %v", c.iters, err)
+		}
+		if !c.ok && (err == nil || !strings.Contains(err.Error(), "iteration count")) {
+			t.Errorf("%d iterations: %v, want the iteration count named", c.iters, err)
+		}
 	}
 }

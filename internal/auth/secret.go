@@ -129,7 +129,7 @@ func HashPassword(user, db, password string) (string, error) {
 		}
 		forms = append(forms, FormatStored(m, sc))
 	}
-	return quoteField(UserKey(user, db)) + " " + quoteField(strings.Join(forms, " ")), nil
+	return quoteField(UserID{User: user, DB: db}.String()) + " " + quoteField(strings.Join(forms, " ")), nil
 }
 
 // quoteField writes an auth_file field: in double quotes, a quote inside

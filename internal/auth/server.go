@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -35,13 +36,13 @@ type Authenticator struct {
 // authState is what a reload replaces.
 type authState struct {
 	users  *Users
-	admins map[string]bool
+	admins map[UserID]bool
 }
 
-// New returns an Authenticator for users, with admins ("user@db") allowed
-// the admin commands. cache, when not nil, is asked for users the
+// New returns an Authenticator for users, with admins allowed the admin
+// commands. cache, when not nil, is asked for users the
 // auth_file does not have (auth_user).
-func New(users *Users, admins []string, cache *Cache) *Authenticator {
+func New(users *Users, admins []UserID, cache *Cache) *Authenticator {
 	a := &Authenticator{keys: processKeys, cache: cache, shapes: newShapes()}
 	if cache != nil {
 		cache.onFound = a.shapes.found
@@ -87,8 +88,8 @@ func (a *Authenticator) Cache() *Cache { return a.cache }
 // Update replaces the users and admins, as a reload does. Conversations
 // already started finish with the credentials they began with; logged-in
 // connections keep their identity.
-func (a *Authenticator) Update(users *Users, admins []string) {
-	st := &authState{users: users, admins: map[string]bool{}}
+func (a *Authenticator) Update(users *Users, admins []UserID) {
+	st := &authState{users: users, admins: map[UserID]bool{}}
 	for _, u := range admins {
 		st.admins[u] = true
 	}
@@ -101,7 +102,7 @@ func (a *Authenticator) Users() *Users { return a.state.Load().users }
 
 // IsAdmin reports whether id may run the admin commands.
 func (a *Authenticator) IsAdmin(id *Identity) bool {
-	return id != nil && a.state.Load().admins[id.Key()]
+	return id != nil && a.state.Load().admins[id.ID()]
 }
 
 // Refresh forgets the auth_user lookup's cached credentials of user@db
@@ -146,7 +147,7 @@ func (a *Authenticator) resolve(ctx context.Context, peer Peer, known bool, user
 	case !e.creds.restrict.allows(peer, known):
 		if notBefore.IsZero() { // once per attempt: not again at a failed proof's second look
 			a.logger().Warn("client login refused by the user's authenticationRestrictions",
-				"user", UserKey(user, db), "remote", peer.Remote, "local", peer.Local)
+				"user", UserID{User: user, DB: db}, "remote", peer.Remote, "local", peer.Local)
 		}
 		return Creds{}, FailRestricted
 	}
@@ -187,7 +188,6 @@ type Conversation struct {
 	c1, c1b  string
 	s1       string
 	state    convState
-	identity *Identity
 	// user is the name the client-first message gave; start when the
 	// attempt began, peer (if known) where the client is; reason why the
 	// login is to fail ("" for a known user: a wrong proof); retried
@@ -198,6 +198,11 @@ type Conversation struct {
 	known   bool
 	reason  string
 	retried bool
+	// proven is who the proof verified; identity is set from it only
+	// when the conversation has succeeded to its end (the empty last
+	// step of the long form included), so that a client whose last step
+	// fails is not logged in.
+	proven, identity *Identity
 }
 
 type convState uint8
@@ -234,7 +239,9 @@ func (a *Authenticator) Start(ctx context.Context, mechanism Mechanism, db strin
 		}
 		// Unknown, or without this mechanism: fake, to fail at the proof.
 		c.reason = reason
-		sc := a.keys.fake(mechanism, UserKey(user, db), a.shapes.common(mechanism))
+		// Named unambiguously (the user's length first), so that no two
+		// users share fake credentials.
+		sc := a.keys.fake(mechanism, strconv.Itoa(len(user))+":"+user+db, a.shapes.common(mechanism))
 		c.stored = sc
 		return sc, nil
 	}
@@ -270,7 +277,8 @@ func (c *Conversation) Mechanism() Mechanism { return c.mech }
 // Done reports whether the conversation has ended, in success or failure.
 func (c *Conversation) Done() bool { return c.state == convDone }
 
-// Identity returns who logged in once the proof has verified, else nil.
+// Identity returns who logged in once the conversation has succeeded to
+// its end, else nil: in the long form, not before the empty last step.
 func (c *Conversation) Identity() *Identity { return c.identity }
 
 // Step takes the payload of a saslContinue and returns the reply payload
@@ -289,20 +297,22 @@ func (c *Conversation) Step(payload []byte) ([]byte, bool, error) {
 				return nil, true, fmt.Errorf("%w: %v", ErrAuthFailed, err)
 			}
 		}
-		c.identity = &Identity{User: c.sc.Username(), DB: c.db, Mechanism: c.mech,
+		c.proven = &Identity{User: c.sc.Username(), DB: c.db, Mechanism: c.mech,
 			ClientKey: clientKey(c.mech, c.stored.StoredKey, c.c1b, c.s1, string(payload)),
 			stored:    c.stored, password: c.password}
 		if !c.skipEmpty {
 			c.state = convEmpty
 			return []byte(out), false, nil
 		}
+		c.identity = c.proven
 		return []byte(out), true, nil
 	case convEmpty:
 		c.state = convDone
 		if len(payload) != 0 {
-			c.identity = nil
+			c.proven = nil
 			return nil, true, fmt.Errorf("%w: the last SCRAM step must be empty", ErrAuthFailed)
 		}
+		c.identity = c.proven
 		return nil, true, nil
 	}
 	return nil, true, ErrConversation

@@ -180,18 +180,18 @@ func TestLoginPlainAndStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := New(users, []string{"alice@admin"}, nil)
+	a := New(users, []UserID{{User: "alice", DB: "admin"}}, nil)
 	for _, m := range Mechanisms {
 		for _, skip := range []bool{true, false} {
 			id, err := login(t, a, m, "alice", "admin", "pässwörd", skip)
-			if err != nil || id == nil || id.Key() != "alice@admin" {
+			if err != nil || id == nil || id.ID() != (UserID{User: "alice", DB: "admin"}) {
 				t.Fatalf("%s skip=%v: %v %v", m, skip, id, err)
 			}
 			if !a.IsAdmin(id) {
 				t.Fatal("alice is an admin")
 			}
 			id, err = login(t, a, m, "bob", "app", "s3cret", skip)
-			if err != nil || id.Key() != "bob@app" || a.IsAdmin(id) {
+			if err != nil || id.ID() != (UserID{User: "bob", DB: "app"}) || a.IsAdmin(id) {
 				t.Fatalf("%s bob: %v %v", m, id, err)
 			}
 		}
@@ -235,7 +235,7 @@ func TestLoginSASLprep(t *testing.T) {
 			t.Fatal(err)
 		}
 		id, err := login(t, New(users, nil, nil), c.mech, "u", "admin", c.client, true)
-		if c.ok && (err != nil || id == nil || id.Key() != "u@admin") {
+		if c.ok && (err != nil || id == nil || id.ID() != (UserID{User: "u", DB: "admin"})) {
 			t.Errorf("%s, stored %q, client %q: %v %v", c.mech, c.stored, c.client, id, err)
 		}
 		if !c.ok && !IsAuthFailed(err) {
@@ -324,5 +324,71 @@ func TestPassThroughCarriesPlainPassword(t *testing.T) {
 	}
 	if _, ok := (&Identity{User: "CN=x", DB: "$external", Mechanism: "MONGODB-X509"}).PassThrough(); ok {
 		t.Fatal("an X.509 identity has a pass-through secret")
+	}
+}
+
+// TestUserIDsNeverCollide: "@" is legal in user and database names, so
+// user "a" on "b@c" and user "a@b" on "c" write the same "a@b@c". The
+// auth_file line names the second (its database follows the last @); the
+// first is someone else, who neither logs in with that line's password nor
+// is an admin because admin_users names the second.
+func TestUserIDsNeverCollide(t *testing.T) {
+	users, err := ParseFile([]byte(`"a@b@c" "pw"`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := users.Lookup("a@b", "c"); !ok {
+		t.Fatal(`the line "a@b@c" is not user "a@b" on "c"`)
+	}
+	if _, ok := users.Lookup("a", "b@c"); ok {
+		t.Fatal(`user "a" on "b@c" found under the line "a@b@c"`)
+	}
+	admin, ok := ParseUserID("a@b@c")
+	if !ok || admin != (UserID{User: "a@b", DB: "c"}) {
+		t.Fatalf("ParseUserID = %+v %v", admin, ok)
+	}
+	a := New(users, []UserID{admin}, nil)
+	for _, m := range Mechanisms {
+		if id, err := login(t, a, m, "a", "b@c", "pw", true); err == nil {
+			t.Fatalf(`%s: user "a" on "b@c" logged in as %v with the password of "a@b" on "c"`, m, id)
+		}
+		id, err := login(t, a, m, "a@b", "c", "pw", false)
+		if err != nil || !a.IsAdmin(id) {
+			t.Fatalf("%s: the admin: %v %v", m, id, err)
+		}
+	}
+	if a.IsAdmin(&Identity{User: "a", DB: "b@c"}) {
+		t.Fatal(`user "a" on "b@c" is an admin because "a@b" on "c" is`)
+	}
+}
+
+// TestFailedLastStepIsNoLogin: in the long form the proof verifies one
+// step before the end; a last step that is not empty fails the login, and
+// the conversation names nobody, before that step or after.
+func TestFailedLastStepIsNoLogin(t *testing.T) {
+	users, err := ParseFile([]byte(`"u@admin" "pw"`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(users, nil, nil)
+	cl, _ := scram.SHA256.NewClient("u", "pw", "")
+	cc := cl.NewConversation()
+	c1, _ := cc.Step("")
+	conv, s1, err := a.Start(context.Background(), SCRAMSHA256, "admin", []byte(c1), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := cc.Step(string(s1))
+	if _, done, err := conv.Step([]byte(c2)); err != nil || done {
+		t.Fatalf("proof step: done=%v %v", done, err)
+	}
+	if conv.Identity() != nil {
+		t.Fatal("logged in before the last step")
+	}
+	if _, done, err := conv.Step([]byte("garbage")); !done || !IsAuthFailed(err) {
+		t.Fatalf("garbage last step: done=%v %v", done, err)
+	}
+	if conv.Identity() != nil {
+		t.Fatal("logged in after a failed last step")
 	}
 }

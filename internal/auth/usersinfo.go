@@ -50,22 +50,22 @@ func CredsFromUsersInfo(reply bsoncore.Document, user, db string) (Creds, error)
 			}
 			sc, err := storedFromDoc(cd)
 			if err != nil {
-				return Creds{}, fmt.Errorf("usersInfo %s %s: %v", UserKey(user, db), m, err)
+				return Creds{}, fmt.Errorf("usersInfo %s %s: %v", UserID{User: user, DB: db}, m, err)
 			}
 			stored[m] = sc
 		}
 		if len(stored) == 0 {
-			return Creds{}, fmt.Errorf("usersInfo: %s has no SCRAM credentials", UserKey(user, db))
+			return Creds{}, fmt.Errorf("usersInfo: %s has no SCRAM credentials", UserID{User: user, DB: db})
 		}
 		rs, err := restrictionsFromDoc(doc.Lookup("authenticationRestrictions"))
 		if err != nil {
-			return Creds{}, fmt.Errorf("usersInfo %s authenticationRestrictions: %v", UserKey(user, db), err)
+			return Creds{}, fmt.Errorf("usersInfo %s authenticationRestrictions: %v", UserID{User: user, DB: db}, err)
 		}
 		c, err := NewCreds(stored)
 		c.restrict = rs
 		return c, err
 	}
-	return Creds{}, fmt.Errorf("%w: %s", ErrNotFound, UserKey(user, db))
+	return Creds{}, fmt.Errorf("%w: %s", ErrNotFound, UserID{User: user, DB: db})
 }
 
 // storedFromDoc reads {iterationCount, salt, storedKey, serverKey}.

@@ -47,7 +47,7 @@ func TestCredsFromUsersInfo(t *testing.T) {
 	}), CacheOptions{})
 	a := New(&Users{}, nil, cache)
 	for _, m := range Mechanisms {
-		if id, err := login(t, a, m, "dyn", "sales", "pw", true); err != nil || id.Key() != "dyn@sales" {
+		if id, err := login(t, a, m, "dyn", "sales", "pw", true); err != nil || id.ID() != (UserID{User: "dyn", DB: "sales"}) {
 			t.Fatal(m, id, err)
 		}
 		if _, err := login(t, a, m, "dyn", "sales", "nope", true); !IsAuthFailed(err) {

@@ -63,6 +63,14 @@ const (
 // server more often only adds load.
 const MinHeartbeatInterval = 500 * time.Millisecond
 
+// DefaultAuthMaxLookups is auth_max_lookups' default (auth's
+// DefaultMaxLookups), and MaxAuthMaxLookups its bound: each lookup running
+// holds an upstream connection.
+const (
+	DefaultAuthMaxLookups = 16
+	MaxAuthMaxLookups     = 1024
+)
+
 // MaxEventLoopThreads bounds event_loop_threads: each thread has its own
 // epoll set and its own P, so more threads than CPUs only add switching.
 const MaxEventLoopThreads = 256
@@ -325,6 +333,14 @@ type Global struct {
 	// as to look up users missing from the auth_file; its password must be
 	// in the auth_file. "" looks nobody up.
 	AuthUser string
+	// AuthUserServiceRoutes (auth_user_service_routes) allows auth_user
+	// with routes that log in upstream as a service user, where every
+	// user the lookup finds acts with the service user's rights; without
+	// it validation refuses the combination.
+	AuthUserServiceRoutes bool
+	// AuthMaxLookups (auth_max_lookups) bounds the auth_user lookups
+	// running at once, each an upstream connection and login.
+	AuthMaxLookups int
 	// AdminUsers ("user@db", admin_users) may run the admin commands once
 	// clients log in.
 	AdminUsers []string
@@ -337,9 +353,6 @@ type Global struct {
 	// AuthLookupsPerPeer bounds the auth_user lookups one client address
 	// starts at once (auth_lookups_per_peer). Reloadable.
 	AuthLookupsPerPeer int
-	// AuthMaxLookups bounds the auth_user lookups running at once, for
-	// all clients (auth_max_lookups). A reload does not change it.
-	AuthMaxLookups int
 	// TLSMode says whether clients connect with TLS (tls_mode).
 	TLSMode TLSMode
 	// TLSCertFile and TLSKeyFile are the PEM certificate (chain) and
@@ -447,12 +460,12 @@ func Default() Config {
 		EventLoopIO:            EventLoopIOAuto,
 		EventLoopSpin:          150 * time.Microsecond,
 		AuthType:               AuthNone,
+		AuthMaxLookups:         DefaultAuthMaxLookups,
 		TLSMode:                TLSModeDisable,
 		TLSHandshakeTimeout:    10 * time.Second,
 		UserPoolIdleTimeout:    10 * time.Minute,
 		AuthCacheTTL:           30 * time.Second,
 		AuthLookupsPerPeer:     4,
-		AuthMaxLookups:         16,
 		ClientLoginTimeout:     60 * time.Second,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
@@ -484,8 +497,10 @@ func (c Config) AuthFilePath() string {
 	return filepath.Join(filepath.Dir(c.Path), f)
 }
 
-// SplitUser splits "user@db" at its last @ (user names may hold one); ok
-// is false when either part is empty.
+// SplitUser splits "user@db" at its last @ (user names may hold one, and a
+// database named here cannot), the rule of the auth_file's users
+// (auth.ParseUserID); ok is false when either part is empty. The two parts
+// are the user; the string is not: "a@b@c" is never user "a" on "b@c".
 func SplitUser(s string) (user, db string, ok bool) {
 	i := strings.LastIndexByte(s, '@')
 	if i <= 0 || i == len(s)-1 {

@@ -24,11 +24,11 @@ func TestDefault(t *testing.T) {
 		LogLevel: LogLevelInfo, LogFormat: LogFormatText, ShutdownTimeout: 30 * time.Second,
 		UpstreamCommandTimeout: 5 * time.Second,
 		EventLoop:              true, EventLoopIO: EventLoopIOAuto, EventLoopSpin: 150 * time.Microsecond, AuthType: AuthNone,
-		TLSMode: TLSModeDisable, TLSHandshakeTimeout: 10 * time.Second,
+		AuthMaxLookups: 16,
+		TLSMode:        TLSModeDisable, TLSHandshakeTimeout: 10 * time.Second,
 		UserPoolIdleTimeout: 10 * time.Minute,
 		AuthCacheTTL:        30 * time.Second,
 		AuthLookupsPerPeer:  4,
-		AuthMaxLookups:      16,
 		ClientLoginTimeout:  60 * time.Second,
 		Pool: Pool{
 			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MinPoolSize: 0, MaxIdleTime: 0,

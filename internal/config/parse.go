@@ -65,10 +65,11 @@ type rawGlobal struct {
 	AuthType               any `toml:"auth_type"`
 	AuthFile               any `toml:"auth_file"`
 	AuthUser               any `toml:"auth_user"`
+	AuthUserServiceRoutes  any `toml:"auth_user_service_routes"`
+	AuthMaxLookups         any `toml:"auth_max_lookups"`
 	AdminUsers             any `toml:"admin_users"`
 	AuthCacheTTL           any `toml:"auth_cache_ttl"`
 	AuthLookupsPerPeer     any `toml:"auth_lookups_per_peer"`
-	AuthMaxLookups         any `toml:"auth_max_lookups"`
 	TLSMode                any `toml:"tls_mode"`
 	TLSCertFile            any `toml:"tls_cert_file"`
 	TLSKeyFile             any `toml:"tls_key_file"`
@@ -102,7 +103,7 @@ var (
 		"max_user_connections",
 	}
 	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
-		"auth_type", "auth_file", "auth_user", "admin_users", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups",
+		"auth_type", "auth_file", "auth_user", "admin_users", "auth_user_service_routes", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups",
 		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout",
 		"client_login_timeout"}
 	globalKeys   = append(slices.Clone(globalOnlyKeys), poolKeys...)
@@ -446,10 +447,11 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	}
 	d.str(at("auth_file"), r.AuthFile, &g.AuthFile)
 	d.str(at("auth_user"), r.AuthUser, &g.AuthUser)
+	d.boolean(at("auth_user_service_routes"), r.AuthUserServiceRoutes, &g.AuthUserServiceRoutes)
+	d.integer(at("auth_max_lookups"), r.AuthMaxLookups, &g.AuthMaxLookups)
 	d.strings(at("admin_users"), r.AdminUsers, &g.AdminUsers)
 	d.duration(at("auth_cache_ttl"), r.AuthCacheTTL, &g.AuthCacheTTL)
 	d.integer(at("auth_lookups_per_peer"), r.AuthLookupsPerPeer, &g.AuthLookupsPerPeer)
-	d.integer(at("auth_max_lookups"), r.AuthMaxLookups, &g.AuthMaxLookups)
 	if d.str(at("tls_mode"), r.TLSMode, &s) {
 		g.TLSMode = TLSMode(s)
 	}

@@ -171,6 +171,9 @@ func (v *validator) auth() {
 			v.add(at("auth_user"), ErrInvalidValue, `auth_user looks users up for auth_type = "scram" only: set auth_type = "scram" or remove auth_user`)
 		}
 	}
+	if g.AuthMaxLookups < 1 || g.AuthMaxLookups > MaxAuthMaxLookups {
+		v.add(at("auth_max_lookups"), ErrInvalidValue, fmt.Sprintf("auth_max_lookups = %d: must be 1 to %d (default %d)", g.AuthMaxLookups, MaxAuthMaxLookups, DefaultAuthMaxLookups))
+	}
 	for _, u := range g.AdminUsers {
 		if _, _, ok := SplitUser(u); !ok {
 			v.add(at("admin_users"), ErrInvalidValue, fmt.Sprintf("admin_users: %s is not user@db", quote(u)))
@@ -181,9 +184,6 @@ func (v *validator) auth() {
 	}
 	if g.AuthLookupsPerPeer < 1 || g.AuthLookupsPerPeer > 1024 {
 		v.add(at("auth_lookups_per_peer"), ErrInvalidValue, fmt.Sprintf("auth_lookups_per_peer = %d: must be between 1 and 1024", g.AuthLookupsPerPeer))
-	}
-	if g.AuthMaxLookups < 1 || g.AuthMaxLookups > 1024 {
-		v.add(at("auth_max_lookups"), ErrInvalidValue, fmt.Sprintf("auth_max_lookups = %d: must be between 1 and 1024 (each lookup running holds an upstream connection)", g.AuthMaxLookups))
 	}
 	if g.UserPoolIdleTimeout < 0 {
 		v.add(at("user_pool_idle_timeout"), ErrInvalidValue, fmt.Sprintf(`user_pool_idle_timeout = %s: must not be negative ("0s" keeps user pools)`, quote(g.UserPoolIdleTimeout.String())))
@@ -197,6 +197,7 @@ func (v *validator) auth() {
 // its connection string: pass-through logs in as the client's SCRAM user,
 // so it needs SCRAM logins and no service user of its own.
 func (v *validator) passThrough(name string, r Route, cs ConnString) {
+	v.authUserServiceRoute(name, r, cs)
 	if r.PassThrough == nil || !*r.PassThrough {
 		return
 	}
@@ -207,6 +208,25 @@ func (v *validator) passThrough(name string, r Route, cs ConnString) {
 	case cs.HasCredentials():
 		v.add(at, ErrInvalidValue, `pass_through = true, but the connection_string has credentials (a service user): remove them to log in as each client's user, or remove pass_through to log in as the service user`)
 	}
+}
+
+// authUserServiceRoute refuses auth_user with a route that logs in
+// upstream as its service user, unless auth_user_service_routes opts in:
+// auth_user makes every user of every database upstream a mongobouncer
+// user, and on such a route each of them acts with the service user's
+// rights, not its own.
+func (v *validator) authUserServiceRoute(name string, r Route, cs ConnString) {
+	g := &v.c.Global
+	if g.AuthUser == "" || g.AuthType != AuthSCRAM || g.AuthUserServiceRoutes ||
+		!cs.HasCredentials() || passThrough(g.AuthType, cs, r.PassThrough) {
+		return
+	}
+	v.add([]string{tableDatabases, name, "connection_string"}, ErrInvalidValue, fmt.Sprintf(
+		"%s logs in upstream as a service user (its connection_string has credentials), and auth_user lets every user "+
+			"the upstream has log in to mongobouncer: on this route each of them would act with the service user's rights, "+
+			"not its own. Remove the credentials (pass-through: each client acts as itself upstream), or, if every upstream "+
+			"user may act as the service user, set auth_user_service_routes = true in [mongobouncer]",
+		tableName([]string{tableDatabases, name})))
 }
 
 // clientTLS checks the tls_* keys: a mode that serves TLS needs a

@@ -30,7 +30,7 @@ func authUserSetup(t *testing.T) (*fakemongo.Server, string) {
 	if err := os.WriteFile(users, []byte(`"mbauth@admin" "mbauth-pw"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\n", users)
+	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\nauth_user_service_routes = true\n", users)
 	uri := fmt.Sprintf("mongodb://svc:svc-pw@%s/?directConnection=true", up.Addr())
 	_, addr, _ := fileBouncerLogging(t, baseTOML(uri, extra), nil)
 	return up, addr
@@ -86,7 +86,7 @@ func TestAuthUserLookupWrongAuthUserPassword(t *testing.T) {
 	if err := os.WriteFile(users, []byte(`"mbauth@admin" "not-the-password"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\n", users)
+	extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\nauth_user_service_routes = true\n", users)
 	uri := fmt.Sprintf("mongodb://svc:svc-pw@%s/?directConnection=true", up.Addr())
 	_, addr, _ := fileBouncerLogging(t, baseTOML(uri, extra), nil)
 	ctx := ctxT(t, 30*time.Second)
@@ -113,7 +113,7 @@ func TestAuthUserLookupFerretDB(t *testing.T) {
 		if err := os.WriteFile(users, []byte(`"mbauth@app" "mbauth-pw"`+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@app\"\n", users)
+		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@app\"\nauth_user_service_routes = true\n", users)
 		uri := fmt.Sprintf("mongodb://mbauth:mbauth-pw@%s/?authSource=app&directConnection=true", s.Addr())
 		_, addr, _ := fileBouncerLogging(t, baseTOML(uri, extra), nil)
 		ctx := ctxT(t, 60*time.Second)

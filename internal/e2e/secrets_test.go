@@ -77,7 +77,7 @@ func TestSecretsNeverShown(t *testing.T) {
 			"&tlsCertificateKeyFilePassword=" + url.QueryEscape(keyPW) + "&directConnection=true"
 		good := "mongodb://svc:" + url.QueryEscape(svcPW) + "@" + up.Addr() + "/?" + tlsq
 		bad := "mongodb://svc:" + url.QueryEscape(badPW) + "@" + up.Addr() + "/?" + tlsq
-		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\nadmin_users = [\"ops@admin\"]\n", users)
+		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\nauth_user_service_routes = true\nadmin_users = [\"ops@admin\"]\n", users)
 		// pt has no credentials: SCRAM pass-through, as each client's user.
 		pt := "mongodb://" + up.Addr() + "/?" + tlsq
 		toml := baseTOML(good, extra) + fmt.Sprintf("[databases.badroute]\nconnection_string = %q\n[databases.pt]\nconnection_string = %q\n", bad, pt)

@@ -77,7 +77,7 @@ func (c *client) authDenied(req *request) bsoncore.Document {
 	}
 	if string(req.db) == AdminDatabase && !a.Users.IsAdmin(c.ident) {
 		return errorReply(13, "Unauthorized",
-			fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", c.ident.Key()))
+			fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", c.ident.ID()))
 	}
 	return nil
 }
@@ -134,11 +134,11 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 		c.log.Info("client authentication failed", "db", db, "mechanism", mech, "reason", "malformed client-first message")
 		return authFailed()
 	}
-	if c.ident != nil && (c.ident.User != conv.User() || c.ident.DB != db) {
-		c.log.Info("client authentication refused: one user per connection", "user", c.ident.Key(), "other", auth.UserKey(conv.User(), db))
+	if other := (auth.UserID{User: conv.User(), DB: db}); c.ident != nil && c.ident.ID() != other {
+		c.log.Info("client authentication refused: one user per connection", "user", c.ident.ID().String(), "other", other.String())
 		return errorReply(18, "AuthenticationFailed",
 			fmt.Sprintf("mongobouncer: this connection is logged in as %s already; a connection has one user: open another connection to log in as %s",
-				c.ident.Key(), auth.UserKey(conv.User(), db)))
+				c.ident.ID(), other))
 	}
 	c.conv = conv
 	return saslReply(false, out)
@@ -174,7 +174,7 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 		c.conv = nil
 	}
 	if err != nil {
-		c.log.Info("client authentication failed", "user", auth.UserKey(conv.User(), conv.DB()), "mechanism", string(conv.Mechanism()))
+		c.log.Info("client authentication failed", "user", auth.UserID{User: conv.User(), DB: conv.DB()}.String(), "mechanism", string(conv.Mechanism()))
 		if errors.Is(err, auth.ErrConversation) {
 			return errorReply(17, "ProtocolError", "mongobouncer: the SASL conversation has ended: begin with saslStart")
 		}
@@ -235,10 +235,11 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 // loggedIn records a client's first login: in its log lines and for SHOW
 // CLIENTS.
 func (c *client) loggedIn(id *auth.Identity) {
-	c.log = c.log.With("user", id.Key())
+	c.log = c.log.With("user", id.ID().String())
 	c.log.Info("client logged in", "mechanism", string(id.Mechanism))
+	c.passKey = id.ID()
 	c.sessMu.Lock()
-	c.user = id.Key()
+	c.user = id.ID().String()
 	c.sessMu.Unlock()
 }
 

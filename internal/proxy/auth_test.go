@@ -14,7 +14,7 @@ func authClient(t *testing.T) *client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{opts: Options{Auth: &ClientAuth{Users: auth.New(users, []string{"ops@admin"}, nil)}}}
+	s := &Server{opts: Options{Auth: &ClientAuth{Users: auth.New(users, []auth.UserID{{User: "ops", DB: "admin"}}, nil)}}}
 	return &client{s: s}
 }
 

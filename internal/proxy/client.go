@@ -105,6 +105,10 @@ type client struct {
 	// its login conversation in progress.
 	ident *auth.Identity
 	conv  *auth.Conversation
+	// passKey is ident's auth.UserID, boxed once at the login: the key
+	// of the pass-through secrets (Server.pass), which a request looks up
+	// without allocating. Owner only.
+	passKey any
 	// mechsAsked is set by a hello that asked saslSupportedMechs before
 	// the client logged in: a login follows (loginDue).
 	mechsAsked bool

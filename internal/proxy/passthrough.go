@@ -31,9 +31,10 @@ import (
 // client whose login left no secret to log in upstream with (X.509).
 var errNoPassThroughSecret = errors.New("the client's login gives no secret to log in upstream with (SCRAM pass-through needs a SCRAM login)")
 
-// passUsers holds the pass-through authenticators, by "user@db".
+// passUsers holds the pass-through authenticators, by auth.UserID (never
+// by "user@db", which two users can share).
 type passUsers struct {
-	m sync.Map // string → *passAuth
+	m sync.Map // auth.UserID → *passAuth
 }
 
 // passAuth is the upstream Authenticator of one user's pools: it logs in
@@ -106,10 +107,10 @@ func (s *Server) noteLogin(id *auth.Identity) {
 	if !ok {
 		return
 	}
-	v, _ := s.pass.m.LoadOrStore(id.Key(), &passAuth{})
+	v, _ := s.pass.m.LoadOrStore(id.ID(), &passAuth{})
 	changed, err := v.(*passAuth).set(id, pt)
 	if err != nil {
-		s.log.Warn("pass-through: cannot log in upstream with this login's secret", "user", id.Key(), "error", err)
+		s.log.Warn("pass-through: cannot log in upstream with this login's secret", "user", id.ID().String(), "error", err)
 		return
 	}
 	if changed {
@@ -118,7 +119,7 @@ func (s *Server) noteLogin(id *auth.Identity) {
 		for _, r := range s.table.Load().all {
 			if r.PassThrough {
 				for _, srv := range r.Topology.Servers() {
-					srv.RetryUserPool(id.Key())
+					srv.RetryUserPool(id.ID())
 				}
 			}
 		}
@@ -156,11 +157,11 @@ func (c *client) poolFor(route *Route, srv *topology.Server) (*pool.Pool, error)
 		// so nothing it runs after its login uses it.
 		return srv.Pool(), nil
 	}
-	// c.user is id.Key(), made once at the login: the owner (the only
-	// writer) reads it without the lock, and the request allocates nothing.
-	v, ok := c.s.pass.m.Load(c.user)
+	// c.passKey is id.ID(), boxed once at the login, so that the request
+	// allocates nothing.
+	v, ok := c.s.pass.m.Load(c.passKey)
 	if !ok || v.(*passAuth).cur.Load() == nil {
-		return nil, fmt.Errorf("route %q, user %s: %w", route.Name, id.Key(), errNoPassThroughSecret)
+		return nil, fmt.Errorf("route %q, user %s: %w", route.Name, id.ID(), errNoPassThroughSecret)
 	}
-	return srv.UserPool(c.user, v.(*passAuth))
+	return srv.UserPool(id.ID(), v.(*passAuth))
 }

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
@@ -33,7 +34,7 @@ var ErrNoUserPools = errors.New("topology: user pools are not enabled (no UserDi
 
 // userPool is one user's pool on one server.
 type userPool struct {
-	user string
+	user auth.UserID
 	pool *pool.Pool
 	// used is when UserPool last handed the pool out (Unix nanoseconds),
 	// for the idle sweep.
@@ -46,17 +47,18 @@ type userPool struct {
 // userPools is a server's set of user pools.
 type userPools struct {
 	mu sync.Mutex // usersMu: guards m
-	m  map[string]*userPool
+	m  map[auth.UserID]*userPool
 }
 
-// UserPool returns the server's pool for user (a key such as "name@db"),
+// UserPool returns the server's pool for user (a name and its database:
+// never a "name@db" string, which two users can share),
 // creating it on first use with a connector from Options.UserDialer that
 // logs in with a. The pool is ready when the server's main pool is. Its
 // size is capped by Options.MaxUserConnections; it closes once unused for
 // Options.UserPoolIdleTimeout. a is used only when the pool is created:
 // callers that want to change the secret give an Authenticator that reads
 // it when a connection logs in.
-func (s *Server) UserPool(user string, a upstream.Authenticator) (*pool.Pool, error) {
+func (s *Server) UserPool(user auth.UserID, a upstream.Authenticator) (*pool.Pool, error) {
 	now := time.Now().UnixNano()
 	s.users.mu.Lock()
 	if up := s.users.m[user]; up != nil {
@@ -108,7 +110,7 @@ func (s *Server) UserPool(user string, a upstream.Authenticator) (*pool.Pool, er
 		_ = p.Ready() // a new pool is not closed
 	}
 	if s.users.m == nil {
-		s.users.m = make(map[string]*userPool)
+		s.users.m = make(map[auth.UserID]*userPool)
 	}
 	s.users.m[user] = up
 	t.ensureSweeperLocked()
@@ -118,7 +120,7 @@ func (s *Server) UserPool(user string, a upstream.Authenticator) (*pool.Pool, er
 // RetryUserPool readies user's pool if a refused login paused it while
 // the server is usable: the user's secret has changed (a new login), so
 // the next try need not wait for the server's next check.
-func (s *Server) RetryUserPool(user string) {
+func (s *Server) RetryUserPool(user auth.UserID) {
 	t := s.topo
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -131,7 +133,7 @@ func (s *Server) RetryUserPool(user string) {
 
 // UserPoolStats is one user pool's snapshot, for the admin commands.
 type UserPoolStats struct {
-	User  string
+	User  auth.UserID
 	Stats pool.Stats
 }
 
@@ -147,7 +149,12 @@ func (s *Server) UserPools() []UserPoolStats {
 	for _, up := range ups {
 		out = append(out, UserPoolStats{User: up.user, Stats: up.pool.Stats()})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].User < out[j].User })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].User.User != out[j].User.User {
+			return out[i].User.User < out[j].User.User
+		}
+		return out[i].User.DB < out[j].User.DB
+	})
 	return out
 }
 
@@ -258,7 +265,7 @@ func (s *Server) handleUserError(up *userPool, err error, c *pool.Conn) {
 		up.pool.ClearWithError(err, false)
 		if up.warnedGen.Swap(st.Generation+1) != st.Generation+1 {
 			t.log.Warn("pass-through login to the upstream failed; this user's pool is paused until the server's next successful check",
-				slog.String("topology", t.name), slog.String("address", s.addr), slog.String("user", up.user),
+				slog.String("topology", t.name), slog.String("address", s.addr), slog.String("user", up.user.String()),
 				slog.String("mechanism", authErr.Mechanism), slog.Any("error", err))
 		}
 		return
@@ -329,6 +336,6 @@ func (t *Topology) sweepUserPools(now time.Time) {
 	for _, up := range idle {
 		up.pool.Close()
 		t.log.Debug("closed an idle user pool", slog.String("topology", t.name),
-			slog.String("address", up.pool.Address()), slog.String("user", up.user))
+			slog.String("address", up.pool.Address()), slog.String("user", up.user.String()))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
@@ -46,9 +47,14 @@ func loggedIn(fake *fakemongo.Server) []string {
 	return out
 }
 
+// mustUserPool returns the pool of user ("name@db").
 func mustUserPool(t *testing.T, s *Server, user string, a upstream.Authenticator) *pool.Pool {
 	t.Helper()
-	p, err := s.UserPool(user, a)
+	id, ok := auth.ParseUserID(user)
+	if !ok {
+		t.Fatalf("user %q", user)
+	}
+	p, err := s.UserPool(id, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +89,7 @@ func TestUserPoolsLogInAsTheirUserAndFollowTheServer(t *testing.T) {
 	if got := loggedIn(fake); !slices.Equal(got, []string{"admin.alice", "admin.bob"}) {
 		t.Fatalf("the upstream sees %v logged in", got)
 	}
-	if st := s.UserPools(); len(st) != 2 || st[0].User != "alice@admin" || st[1].User != "bob@admin" {
+	if st := s.UserPools(); len(st) != 2 || st[0].User.String() != "alice@admin" || st[1].User.String() != "bob@admin" {
 		t.Fatalf("UserPools = %+v", st)
 	}
 	// Selection's load counts the user pools' connections.
@@ -116,7 +122,7 @@ func TestUserPoolsLogInAsTheirUserAndFollowTheServer(t *testing.T) {
 	if alice.Stats().State != pool.StateClosed || bob.Stats().State != pool.StateClosed {
 		t.Fatal("Close left user pools open")
 	}
-	if _, err := s.UserPool("carol@admin", scramAs(t, "carol", "x")); !errors.As(err, new(*pool.PoolClosedError)) {
+	if _, err := s.UserPool(auth.UserID{User: "carol", DB: "admin"}, scramAs(t, "carol", "x")); !errors.As(err, new(*pool.PoolClosedError)) {
 		t.Fatalf("UserPool on a closed topology = %v", err)
 	}
 }
@@ -256,10 +262,52 @@ func TestUserPoolLimitAndIdleClose(t *testing.T) {
 	}
 }
 
+// TestUserPoolsOfUsersWhoseNamesCollide: user "a" on database "b@c" and
+// user "a@b" on database "c" both write "a@b@c"; they are two users, with
+// a pool each, each logged in as its own user.
+func TestUserPoolsOfUsersWhoseNamesCollide(t *testing.T) {
+	fake, err := fakemongo.Listen("127.0.0.1:0", fakemongo.Options{Users: []fakemongo.User{
+		{Name: "a", DB: "b@c", Password: "pw-1"}, {Name: "a@b", DB: "c", Password: "pw-2"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	topo := newTopology(t, userOptions(&recorder{}, fake.Addr()))
+	s := mustSelect(t, topo)
+	as := func(user, db, pw string) upstream.Authenticator {
+		a, err := upstream.NewAuthenticator(upstream.Credential{Username: user, Password: pw, Source: db})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	one, err := s.UserPool(auth.UserID{User: "a", DB: "b@c"}, as("a", "b@c", "pw-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := s.UserPool(auth.UserID{User: "a@b", DB: "c"}, as("a@b", "c", "pw-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one == two || len(s.UserPools()) != 2 {
+		t.Fatalf("one pool for two users (%d pools)", len(s.UserPools()))
+	}
+	for _, p := range []*pool.Pool{one, two} {
+		c, err := p.CheckOut(ctxTimeout(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = p.CheckIn(c) }()
+	}
+	if got := loggedIn(fake); !slices.Equal(got, []string{"b@c.a", "c.a@b"}) {
+		t.Fatalf("the upstream sees %v logged in", got)
+	}
+}
+
 func TestUserPoolNeedsUserDialer(t *testing.T) {
 	fake := fakemongo.Start(t, fakemongo.Options{})
 	topo := newTopology(t, testOptions(&recorder{}, fake.Addr()))
-	if _, err := mustSelect(t, topo).UserPool("u@admin", nil); !errors.Is(err, ErrNoUserPools) {
+	if _, err := mustSelect(t, topo).UserPool(auth.UserID{User: "u", DB: "admin"}, nil); !errors.Is(err, ErrNoUserPools) {
 		t.Fatalf("UserPool without UserDialer = %v", err)
 	}
 }
@@ -274,12 +322,13 @@ func BenchmarkUserPoolLookup(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := s.UserPool("alice@admin", a); err != nil {
+	alice := auth.UserID{User: "alice", DB: "admin"}
+	if _, err := s.UserPool(alice, a); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.UserPool("alice@admin", a); err != nil {
+		if _, err := s.UserPool(alice, a); err != nil {
 			b.Fatal(err)
 		}
 	}

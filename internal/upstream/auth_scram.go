@@ -31,11 +31,14 @@ import (
 // two, three in the long form.
 const maxSASLSteps = 4
 
-// maxIterations bounds the PBKDF2 iteration count a server may ask for
+// MaxIterations bounds the PBKDF2 iteration count a server may ask for
 // (mongod's defaults are 10000 and 15000): the derivation cannot be
-// interrupted, so a server asking for billions would hold a CPU for
-// minutes after the connect timeout.
-const maxIterations = 1 << 20
+// interrupted, so each 100k iterations hold a CPU for tens of
+// milliseconds per connection a pool opens, past the connect timeout. It
+// is the bound mongobouncer's own users have (auth.MaxIterations): more
+// than six times the defaults, far from seconds per login. A server
+// asking for more is refused before any key is derived.
+const MaxIterations = 100_000
 
 // maxCachedKeyFactors bounds the (salt, iterations) pairs whose derived
 // keys each mechanism keeps. One user has one pair per mechanism on every
@@ -253,8 +256,8 @@ func (a *scramAuth) newConv(mech string) (*scramConv, error) {
 	}
 	conv := &scramConv{cred: &a.cred, mech: mech, conv: c.NewConversation()}
 	conv.checkKeyFactors = func(kf scram.KeyFactors) *AuthError {
-		if kf.Iters > maxIterations {
-			return conv.fail(fmt.Sprintf("the server asks for %d iterations, more than %d", kf.Iters, maxIterations))
+		if kf.Iters > MaxIterations {
+			return conv.fail(fmt.Sprintf("the server asks for %d iterations, more than %d", kf.Iters, MaxIterations))
 		}
 		a.noteKeyFactors(mech, kf)
 		return nil

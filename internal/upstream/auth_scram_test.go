@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xdg-go/scram"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -366,6 +368,32 @@ func TestSASLprepPasswordLogsIn(t *testing.T) {
 		}
 		if u := loggedInAs(t, conn); u != "admin.prep" {
 			t.Errorf("%s %q: logged in as %q", c.mech, c.password, u)
+		}
+	}
+}
+
+// TestSCRAMRefusesIterationsPastTheBound: a server asking for more than
+// MaxIterations is refused at its first message, before the client
+// derives anything (10M iterations of PBKDF2 take seconds; the refusal
+// microseconds), and its error says why.
+func TestSCRAMRefusesIterationsPastTheBound(t *testing.T) {
+	x := readSpecExchange(t, MechanismSCRAMSHA256)
+	for _, n := range []int{MaxIterations + 1, 200_000, 10_000_000} {
+		a, err := newSCRAM(Credential{Mechanism: MechanismSCRAMSHA256, Username: x.user, Password: x.password, Source: "admin"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.nonce = func() string { return x.nonce }
+		conv, _ := a.newConv(MechanismSCRAMSHA256)
+		conv.start(false)
+		start := time.Now()
+		_, done, err := conv.next(saslReply(1, regexp.MustCompile(`i=\d+`).ReplaceAllString(x.msgs[1], fmt.Sprintf("i=%d", n)), false))
+		var ae *AuthError
+		if done || !errors.As(err, &ae) || !strings.Contains(err.Error(), "iterations") {
+			t.Fatalf("i=%d: done=%v %v, want a refusal naming the iterations", n, done, err)
+		}
+		if d := time.Since(start); d > 50*time.Millisecond {
+			t.Fatalf("i=%d: refused after %v: keys were derived first", n, d)
 		}
 	}
 }
