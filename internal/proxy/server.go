@@ -30,6 +30,10 @@ type Options struct {
 	// MaxMessageSize bounds any message read from a client; 0 means 48,000,000.
 	// The upstream's smaller maxMessageSizeBytes wins once known.
 	MaxMessageSize int
+	// MaxPreLoginMessageSize bounds, with Auth, a message (and a compressed
+	// message's declared size) from a client that has not logged in; 0
+	// means DefaultMaxPreLoginMessageSize (max_prelogin_message_size).
+	MaxPreLoginMessageSize int
 	// ClientIdleTimeout closes clients idle that long; 0 means never.
 	ClientIdleTimeout time.Duration
 	// HandshakeWait bounds how long a client's hello waits for every
