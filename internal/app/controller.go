@@ -225,6 +225,7 @@ func (a *App) Config() map[string]any {
 		"tls_handshake_timeout":    g.TLSHandshakeTimeout.String(),
 		"user_pool_idle_timeout":   g.UserPoolIdleTimeout.String(),
 	}
+	out["max_prelogin_message_size"] = g.MaxPreLoginMessageSize
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {
 		e := r.eff

@@ -194,6 +194,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	}
 	g := cfg.Global
 	a.server.SetClientLimits(maxClients(g.MaxClientConn), g.ClientIdleTimeout)
+	a.server.SetPreLoginMessageSize(g.MaxPreLoginMessageSize)
 	if err := a.server.SetTLS(ctls); err != nil {
 		a.log.Warn("reload: client TLS not applied", "error", err) // cannot happen: clientTLS gives a config
 	}

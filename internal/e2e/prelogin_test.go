@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -155,6 +156,47 @@ func TestPreLoginMessageBounds(t *testing.T) {
 			t.Fatalf("upstream holds %d documents, want 2", len(docs))
 		}
 	})
+}
+
+// max_prelogin_message_size is the configured bound, shown by SHOW
+// CONFIG, and a reload changes it for connected clients.
+func TestPreLoginMessageSizeConfigured(t *testing.T) {
+	oneIO(t) // messages over the loop's inline buffer are the goroutine's in every model
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	users := writeUsers(t, map[string]string{"app@admin": authUsers["app"]})
+	toml := func(n int) string {
+		return baseTOML(up.URI(), fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nmax_prelogin_message_size = %d\n", users, n)) +
+			"pass_through = false\n"
+	}
+	a, addr, path := fileBouncer(t, toml(16384))
+	if got := a.Config()["max_prelogin_message_size"]; got != 16384 {
+		t.Fatalf("SHOW CONFIG max_prelogin_message_size = %v", got)
+	}
+	ping := func(id int32) []byte {
+		return wire.AppendMsg(nil, id, 0, 0, docOf(t, bson.D{{Key: "ping", Value: 1},
+			{Key: "pad", Value: strings.Repeat("p", 20_000)}, {Key: "$db", Value: "shop"}}))
+	}
+	r := dialRaw(t, addr)
+	r.hello()
+	r.sendRaw(ping(5))
+	rep, err := malRecv(r.c, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	malCheckError(t, rep.body, 17, "max_prelogin_message_size (16384 bytes)")
+
+	if err := os.WriteFile(path, []byte(toml(32768)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	r = dialRaw(t, addr)
+	r.hello()
+	r.sendRaw(ping(6))
+	if rep := r.recv(); rep.header.ResponseTo != 6 || okOf(rep.body) != 1 {
+		t.Fatalf("a 20 KB ping before login under a limit reloaded to 32768: %v", rep.body)
+	}
 }
 
 // A user name over 1 KiB fails the login like any failure, and the log

@@ -77,14 +77,14 @@ func (c *client) preLogin() bool { return c.s.opts.Auth != nil && c.ident == nil
 // of that size is allocated.
 func (c *client) readLimit() int {
 	if c.preLogin() {
-		return min(c.maxMsg, c.s.preLoginMax())
+		return min(c.maxMsg, c.s.preLoginLimit())
 	}
 	return c.maxMsg
 }
 
-// preLoginMax is max_prelogin_message_size.
-func (s *Server) preLoginMax() int {
-	if m := s.opts.MaxPreLoginMessageSize; m > 0 {
+// preLoginLimit is max_prelogin_message_size now.
+func (s *Server) preLoginLimit() int {
+	if m := int(s.preLoginMax.Load()); m > 0 {
 		return m
 	}
 	return DefaultMaxPreLoginMessageSize
@@ -93,7 +93,7 @@ func (s *Server) preLoginMax() int {
 // sizeError is the protocol error for a message of n bytes over limit
 // (readLimit), or under the header's size.
 func (c *client) sizeError(n, limit int) error {
-	if n >= wire.HeaderLen && c.preLogin() && limit == c.s.preLoginMax() {
+	if n >= wire.HeaderLen && c.preLogin() && limit == c.s.preLoginLimit() {
 		return fmt.Errorf("a message of %d bytes before login is over max_prelogin_message_size (%d bytes): log in first: %w",
 			n, limit, wire.ErrMessageTooLarge)
 	}

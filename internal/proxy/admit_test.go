@@ -156,7 +156,7 @@ func TestPreLoginLimitsAndCompressors(t *testing.T) {
 	if got := c.readLimit(); got != DefaultMaxPreLoginMessageSize {
 		t.Fatalf("limit before login %d, want %d", got, DefaultMaxPreLoginMessageSize)
 	}
-	c.s.opts.MaxPreLoginMessageSize = 20_000
+	c.s.SetPreLoginMessageSize(20_000)
 	if got := c.readLimit(); got != 20_000 {
 		t.Fatalf("limit before login %d, want the configured 20000", got)
 	}

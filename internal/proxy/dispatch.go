@@ -40,7 +40,7 @@ func (c *client) handle(msg []byte) error {
 		limit := c.readLimit()
 		inner, err := wire.Decompress(c.aux.b[:0], msg, limit)
 		if err != nil {
-			if errors.Is(err, wire.ErrMessageTooLarge) && c.preLogin() && limit == c.s.preLoginMax() {
+			if errors.Is(err, wire.ErrMessageTooLarge) && c.preLogin() && limit == c.s.preLoginLimit() {
 				err = fmt.Errorf("before login, at most max_prelogin_message_size (%d bytes): %w", limit, err)
 			}
 			return c.protocolError(h.RequestID, err)

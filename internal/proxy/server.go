@@ -127,6 +127,9 @@ type Server struct {
 	// MaxClientConn and ClientIdleTimeout (SetClientLimits).
 	maxClients  atomic.Int64
 	idleTimeout atomic.Int64
+	// preLoginMax is max_prelogin_message_size, live
+	// (SetPreLoginMessageSize); 0 means DefaultMaxPreLoginMessageSize.
+	preLoginMax atomic.Int64
 
 	nextClientID atomic.Int64
 	clientCount  atomic.Int64
@@ -191,6 +194,7 @@ func New(opts Options) (*Server, error) {
 		stopping:  make(chan struct{}),
 	}
 	s.maxClients.Store(int64(opts.MaxClientConn))
+	s.preLoginMax.Store(int64(opts.MaxPreLoginMessageSize))
 	s.idleTimeout.Store(int64(opts.ClientIdleTimeout))
 	t, err := newRouting(opts.Routes, opts.MaxCursors, opts.MaxTransactions)
 	if err != nil {
@@ -536,6 +540,11 @@ func (s *Server) Clients() []ClientInfo {
 	slices.SortFunc(out, func(a, b ClientInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
+
+// SetPreLoginMessageSize changes max_prelogin_message_size live
+// (configuration reload); 0 means DefaultMaxPreLoginMessageSize. It
+// applies from each client's next message.
+func (s *Server) SetPreLoginMessageSize(n int) { s.preLoginMax.Store(int64(n)) }
 
 // SetClientLimits changes max_client_conn and client_idle_timeout live
 // (configuration reload). Connected clients over a lowered limit stay.
