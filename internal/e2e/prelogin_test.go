@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/x509/pkix"
 	"fmt"
 	"os"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/app"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/certs"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -256,4 +258,25 @@ func preLoginBouncer(t *testing.T, up, mode string, pool int) (*app.App, string)
 	toml = strings.Replace(toml, "max_pool_size = 5", fmt.Sprintf("max_pool_size = %d", pool), 1)
 	a, addr, _ := fileBouncer(t, toml+"pass_through = false\n")
 	return a, addr
+}
+
+// A certificate whose subject is over 1 KiB logs nobody in with
+// MONGODB-X509, as a SCRAM user name over 1 KiB.
+func TestPreLoginLongX509Subject(t *testing.T) {
+	oneIO(t) // TLS clients stay on their goroutine in every model
+	up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+	f := newTLSFiles(t, t.TempDir(), "a")
+	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), f.tlsTOML("require", true)+"auth_type = \"x509\"\n"))
+	waitUsable(t, a, 1)
+	long := f.issuer.Client(t, pkix.Name{CommonName: strings.Repeat("x", 1100), Organization: []string{"Example"}})
+	longPEM := certs.Write(t, f.dir, "long-client.pem", long.CertPEM(), long.KeyPEM(t))
+	_, err := tryDriver(t, addr, "&tls=true&tlsCAFile="+f.ca+"&tlsCertificateKeyFile="+longPEM+"&authMechanism=MONGODB-X509")
+	if err == nil || !strings.Contains(err.Error(), "AuthenticationFailed") {
+		t.Fatalf("X.509 login with a subject over 1 KiB: %v, want AuthenticationFailed", err)
+	}
+	// A short one still logs in.
+	c := driver(t, addr, "&tls=true&tlsCAFile="+f.ca+"&tlsCertificateKeyFile="+f.clientPEM+"&authMechanism=MONGODB-X509")
+	if err := c.Ping(ctxT(t, 10*time.Second), nil); err != nil {
+		t.Fatalf("X.509 login: %v", err)
+	}
 }
