@@ -101,13 +101,13 @@ func TestPreLoginMessageBounds(t *testing.T) {
 		}
 
 		// Compressed with the compressor the hello agreed on, declaring
-		// 40 MiB in a few KB.
+		// 16 MiB in a few KB.
 		z := dialRaw(t, addr)
 		h := z.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "compression", Value: bson.A{"zstd"}}, {Key: "$db", Value: "admin"}})
 		if comp, _ := h.Lookup("compression").ArrayOK(); len(comp) == 0 {
 			t.Fatalf("zstd not agreed: %v", h)
 		}
-		bomb, err := wire.Compress(nil, bigPing(42, 40<<20), wire.CompressorZstd)
+		bomb, err := wire.Compress(nil, bigPing(42, 16<<20), wire.CompressorZstd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestPreLoginMessageBounds(t *testing.T) {
 		z.sendRaw(bomb)
 		rep, err = malRecv(z.c, 5*time.Second)
 		if err != nil {
-			t.Fatalf("compressed 40 MiB before login: want an error reply, got %v", err)
+			t.Fatalf("compressed 16 MiB before login: want an error reply, got %v", err)
 		}
 		malCheckError(t, rep.body, 17, "max_prelogin_message_size")
 		if !z.closed(5 * time.Second) {
