@@ -219,6 +219,8 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		Admin:             a.admin,
 		Auth:              a.auth,
 		TLS:               ctls,
+
+		MaxPreLoginMessageSize: g.MaxPreLoginMessageSize,
 	})
 	if err != nil {
 		a.closeRest()

@@ -232,6 +232,7 @@ func (a *App) Config() map[string]any {
 		"user_pool_idle_timeout":   g.UserPoolIdleTimeout.String(),
 		"client_login_timeout":     g.ClientLoginTimeout.String(),
 	}
+	out["max_prelogin_message_size"] = g.MaxPreLoginMessageSize
 	routes := map[string]any{}
 	for _, r := range a.sortedRoutes() {
 		e := r.eff

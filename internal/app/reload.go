@@ -198,6 +198,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	if g.ClientLoginTimeout != a.cfg.Global.ClientLoginTimeout {
 		changes = append(changes, "client_login_timeout "+g.ClientLoginTimeout.String())
 	}
+	a.server.SetPreLoginMessageSize(g.MaxPreLoginMessageSize)
 	if err := a.server.SetTLS(ctls); err != nil {
 		a.log.Warn("reload: client TLS not applied", "error", err) // cannot happen: clientTLS gives a config
 	}

@@ -293,6 +293,10 @@ type Global struct {
 	// MaxClientConn caps the client connections across all listeners; 0
 	// means no limit.
 	MaxClientConn int
+	// MaxPreLoginMessageSize bounds, with client authentication, each
+	// message of a client that has not logged in, and the size a
+	// compressed one declares (max_prelogin_message_size).
+	MaxPreLoginMessageSize int
 	// LogLevel is the lowest level logged.
 	LogLevel LogLevel
 	// LogFormat selects text or JSON logs.
@@ -452,6 +456,7 @@ func Default() Config {
 		Listen:                 "127.0.0.1:27017",
 		AdminListen:            "",
 		MaxClientConn:          10000,
+		MaxPreLoginMessageSize: 64 * 1024,
 		LogLevel:               LogLevelInfo,
 		LogFormat:              LogFormatText,
 		ShutdownTimeout:        30 * time.Second,

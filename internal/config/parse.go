@@ -54,6 +54,7 @@ type rawGlobal struct {
 	Listen                 any `toml:"listen"`
 	AdminListen            any `toml:"admin_listen"`
 	MaxClientConn          any `toml:"max_client_conn"`
+	MaxPreLoginMessageSize any `toml:"max_prelogin_message_size"`
 	LogLevel               any `toml:"log_level"`
 	LogFormat              any `toml:"log_format"`
 	ShutdownTimeout        any `toml:"shutdown_timeout"`
@@ -102,7 +103,7 @@ var (
 		"read_preference", "read_preference_tags", "max_staleness", "local_threshold",
 		"max_user_connections",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "max_prelogin_message_size", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
 		"auth_type", "auth_file", "auth_user", "admin_users", "auth_user_service_routes", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups",
 		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout",
 		"client_login_timeout"}
@@ -427,6 +428,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.str(at("listen"), r.Listen, &g.Listen)
 	d.str(at("admin_listen"), r.AdminListen, &g.AdminListen)
 	d.integer(at("max_client_conn"), r.MaxClientConn, &g.MaxClientConn)
+	d.integer(at("max_prelogin_message_size"), r.MaxPreLoginMessageSize, &g.MaxPreLoginMessageSize)
 	var s string
 	if d.str(at("log_level"), r.LogLevel, &s) {
 		g.LogLevel = LogLevel(s)

@@ -128,6 +128,9 @@ func (v *validator) global() {
 	if g.MaxClientConn < 0 {
 		v.add(at("max_client_conn"), ErrInvalidValue, fmt.Sprintf("max_client_conn = %d: must be 0 (no limit) or more", g.MaxClientConn))
 	}
+	if g.MaxPreLoginMessageSize < MinMaxMessageSize || g.MaxPreLoginMessageSize > MaxMaxMessageSize {
+		v.add(at("max_prelogin_message_size"), ErrInvalidValue, fmt.Sprintf("max_prelogin_message_size = %d: must be from %d to %d bytes", g.MaxPreLoginMessageSize, MinMaxMessageSize, MaxMaxMessageSize))
+	}
 	if !g.LogLevel.Valid() {
 		v.add(at("log_level"), ErrInvalidValue, enumMsg("log_level", string(g.LogLevel), "debug", "info", "warn", "error"))
 	}

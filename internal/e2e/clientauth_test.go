@@ -203,8 +203,8 @@ func TestUnauthenticatedCommandsRefusedConnectionStays(t *testing.T) {
 		if rep := r.cmd(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "shop"}}); okOf(rep) != 1 {
 			t.Fatalf("ping before login: %v", rep)
 		}
-		if up.Requests("find") != 0 {
-			t.Fatal("an unauthenticated find reached the upstream")
+		if up.Requests("find") != 0 || up.Requests("ping") != 0 {
+			t.Fatalf("unauthenticated commands reached the upstream: %d finds, %d pings", up.Requests("find"), up.Requests("ping"))
 		}
 		if rep := r.cmd(bson.D{{Key: "saslContinue", Value: 1}, {Key: "conversationId", Value: 1},
 			{Key: "payload", Value: bson.Binary{}}, {Key: "$db", Value: "admin"}}); codeOf(rep) != 17 {
@@ -248,9 +248,9 @@ func TestUnauthenticatedCommandsRefusedConnectionStays(t *testing.T) {
 
 // TestUnauthenticatedCommandsPassThrough is the test above on a
 // pass-through route (the default with auth_type = "scram"): a health
-// check's ping and buildInfo before any login are answered, over the
-// server's own pool, and pin nothing: after the login, in session mode
-// too, the client's commands run upstream as its user.
+// check's ping and buildInfo before any login are answered by mongobouncer
+// and reach nothing upstream: after the login, in session mode too, the
+// client's commands run upstream as its user.
 func TestUnauthenticatedCommandsPassThrough(t *testing.T) {
 	eachIO(t, func(t *testing.T) {
 		for _, mode := range []string{"statement", "session"} {
@@ -268,7 +268,7 @@ func TestUnauthenticatedCommandsPassThrough(t *testing.T) {
 						t.Fatalf("ping before login: %v", rep)
 					}
 					rep := r.cmd(bson.D{{Key: "buildInfo", Value: 1}, {Key: "$db", Value: "admin"}})
-					if okOf(rep) != 1 || rep.Lookup("gitVersion").StringValue() != "fakemongo" {
+					if okOf(rep) != 1 || rep.Lookup("version").StringValue() == "" {
 						t.Fatalf("buildInfo before login: %v", rep)
 					}
 				}
@@ -276,8 +276,9 @@ func TestUnauthenticatedCommandsPassThrough(t *testing.T) {
 				if rep := r.cmd(find); codeOf(rep) != 13 || !strings.Contains(rep.Lookup("errmsg").StringValue(), "requires authentication") {
 					t.Fatalf("unauthenticated find: %v", rep)
 				}
-				if up.Requests("ping") != 3 || up.Requests("find") != 0 {
-					t.Fatalf("upstream saw %d pings (want 3) and %d finds (want 0)", up.Requests("ping"), up.Requests("find"))
+				if up.Requests("ping") != 0 || up.Requests("buildInfo") != 0 || up.Requests("find") != 0 {
+					t.Fatalf("upstream saw %d pings, %d buildInfos and %d finds of a client that has not logged in",
+						up.Requests("ping"), up.Requests("buildInfo"), up.Requests("find"))
 				}
 				if rep := rawLogin(t, r, "SCRAM-SHA-256", "alice", "alice-pw", true); okOf(rep) != 1 {
 					t.Fatalf("login: %v", rep)

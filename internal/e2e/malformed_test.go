@@ -62,6 +62,9 @@ type malCase struct {
 	code int32
 	// errmsg must occur in the reply's errmsg.
 	errmsg string
+	// agree is the compressor a hello agrees on before msg is sent ("" for
+	// no hello): mongobouncer inflates nothing else.
+	agree string
 }
 
 // Message builders. Each returns fresh bytes so cases can mutate them.
@@ -243,33 +246,39 @@ func malCatalogue(t testing.TB, zeros8MB []byte) []malCase {
 		}, want: malReplyClose, code: 17, errmsg: "unknown compressor"},
 		{name: "OP_COMPRESSED decompression bomb", msg: func(id int32) []byte {
 			return malFrame(id, wire.OpCompressed, malU32(int32(wire.OpMsg)), malU32(1<<30), []byte{byte(wire.CompressorZlib)}, zeros8MB)
-		}, want: malReplyClose, code: 17, errmsg: "exceeds limit"},
+		}, want: malReplyClose, code: 17, errmsg: "exceeds limit", agree: "zlib"},
 		{name: "OP_COMPRESSED bomb behind a small declared size", msg: func(id int32) []byte {
 			return malFrame(id, wire.OpCompressed, malU32(int32(wire.OpMsg)), malU32(1000), []byte{byte(wire.CompressorZlib)}, zeros8MB)
-		}, want: malReplyClose, code: 17, errmsg: "size"},
+		}, want: malReplyClose, code: 17, errmsg: "size", agree: "zlib"},
 		{name: "OP_COMPRESSED declared size too large", msg: func(id int32) []byte {
 			return compressedPing(id, wire.CompressorZlib, func(b []byte) {
 				binary.LittleEndian.PutUint32(b[20:], binary.LittleEndian.Uint32(b[20:])+100)
 			})
-		}, want: malReplyClose, code: 17, errmsg: "size"},
+		}, want: malReplyClose, code: 17, errmsg: "size", agree: "zlib"},
 		{name: "OP_COMPRESSED negative declared size", msg: func(id int32) []byte {
-			return compressedPing(id, wire.CompressorNoop, setSize(-5))
-		}, want: malReplyClose, code: 17, errmsg: "negative uncompressedSize"},
+			return compressedPing(id, wire.CompressorZlib, setSize(-5))
+		}, want: malReplyClose, code: 17, errmsg: "negative uncompressedSize", agree: "zlib"},
 		{name: "OP_COMPRESSED corrupt snappy data", msg: func(id int32) []byte {
 			return malFrame(id, wire.OpCompressed, malU32(int32(wire.OpMsg)), malU32(40), []byte{byte(wire.CompressorSnappy)},
 				[]byte{0x28, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-		}, want: malReplyClose, code: 17, errmsg: "decompress"},
+		}, want: malReplyClose, code: 17, errmsg: "decompress", agree: "snappy"},
 		{name: "OP_COMPRESSED nested", msg: func(id int32) []byte {
-			return compressedPing(id, wire.CompressorNoop, func(b []byte) {
+			return compressedPing(id, wire.CompressorSnappy, func(b []byte) {
 				binary.LittleEndian.PutUint32(b[16:], uint32(wire.OpCompressed))
 			})
-		}, want: malReplyClose, code: 17, errmsg: "nested"},
+		}, want: malReplyClose, code: 17, errmsg: "nested", agree: "snappy"},
 		{name: "OP_COMPRESSED wrapping OP_INSERT", msg: func(id int32) []byte {
 			return malCompress(t, malLegacyInsert(id), wire.CompressorSnappy, nil)
-		}, want: malReplyClose, code: 17, errmsg: "opcode 2002"},
+		}, want: malReplyClose, code: 17, errmsg: "opcode 2002", agree: "snappy"},
 		{name: "OP_COMPRESSED wrapping a bad OP_MSG", msg: func(id int32) []byte {
 			return malCompress(t, malOpMsg(id, 0, malKind0(noTerm())), wire.CompressorZlib, nil)
-		}, want: malReplyClose, code: 22, errmsg: "invalid BSON"},
+		}, want: malReplyClose, code: 22, errmsg: "invalid BSON", agree: "zlib"},
+		{name: "OP_COMPRESSED with a compressor no hello agreed on", msg: func(id int32) []byte {
+			return compressedPing(id, wire.CompressorZstd, nil)
+		}, want: malReplyClose, code: 17, errmsg: "did not agree on (agreed: none)"},
+		{name: "OP_COMPRESSED with another compressor than the agreed one", msg: func(id int32) []byte {
+			return compressedPing(id, wire.CompressorZstd, nil)
+		}, want: malReplyClose, code: 17, errmsg: "did not agree on (agreed: zlib)", agree: "zlib"},
 
 		// Legacy OP_QUERY.
 		{name: "OP_QUERY command asking for exhaust", msg: func(id int32) []byte {
@@ -386,6 +395,12 @@ func malPingCmd() bson.D { return bson.D{{Key: "ping", Value: 1}, {Key: "$db", V
 // malRun sends one case on a fresh connection and checks the outcome.
 func malRun(t *testing.T, addr string, id int32, tc malCase) {
 	r := dialRaw(t, addr)
+	if tc.agree != "" {
+		rep := r.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "compression", Value: bson.A{tc.agree}}, {Key: "$db", Value: "admin"}})
+		if comp, _ := rep.Lookup("compression").ArrayOK(); len(comp) == 0 {
+			t.Fatalf("%s not agreed: %v", tc.agree, rep)
+		}
+	}
 	r.sendRaw(tc.msg(id))
 	if tc.halfClose {
 		if err := r.c.(*net.TCPConn).CloseWrite(); err != nil {

@@ -2,10 +2,11 @@ package proxy
 
 // Client authentication: the login commands (saslStart, saslContinue, a
 // hello's speculativeAuthenticate and saslSupportedMechs, authenticate for
-// MONGODB-X509) and authDenied, the one decision of what a client that has
-// or has not logged in may run. Both I/O models ask authDenied: dispatch
-// before anything is forwarded or answered, and the event loop in loopMay,
-// so an unauthenticated request never reaches the loop's forwarding.
+// MONGODB-X509). What a client that has or has not logged in may run is
+// admit's decision (admit.go), which both I/O models ask before anything
+// is forwarded or answered. A user name a client sends is bounded
+// (maxUserName) where it is first read, and log lines carry at most
+// logNameLen bytes of it.
 //
 // A client connection has one identity: once logged in, logging in again
 // as the same user is allowed (drivers re-authenticate), as another user is
@@ -14,6 +15,7 @@ package proxy
 // block there, bounded by authTimeout.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -53,35 +55,6 @@ const authFailedMsg = "mongobouncer: Authentication failed."
 // authFailed is the reply to every failed login.
 func authFailed() bsoncore.Document { return errorReply(18, "AuthenticationFailed", authFailedMsg) }
 
-// authDenied says whether the client may run req: nil when it may, else
-// the error reply. Without client authentication everything is allowed
-// (admin commands keep their own loopback rule in internal/admin).
-func (c *client) authDenied(req *request) bsoncore.Document {
-	a := c.s.opts.Auth
-	if a == nil {
-		return nil
-	}
-	if c.ident == nil {
-		switch req.info.kind {
-		case kindHello, kindAuth:
-			return nil
-		}
-		switch req.info.name {
-		case "ping", "buildInfo", "buildinfo":
-			if string(req.db) != AdminDatabase {
-				return nil
-			}
-		}
-		return errorReply(13, "Unauthorized",
-			fmt.Sprintf("mongobouncer: command %s requires authentication: log in first (saslStart)", req.name()))
-	}
-	if string(req.db) == AdminDatabase && !a.Users.IsAdmin(c.ident) {
-		return errorReply(13, "Unauthorized",
-			fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", c.ident.ID()))
-	}
-	return nil
-}
-
 // Identity returns who the client logged in as, or nil. The pass-through
 // work reads Identity().ClientKey to log in upstream as the same user.
 func (c *client) Identity() *auth.Identity { return c.ident }
@@ -119,11 +92,17 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 	mech, _ := body.Lookup("mechanism").StringValueOK()
 	if a.X509 || (mech != string(auth.SCRAMSHA1) && mech != string(auth.SCRAMSHA256)) {
 		return errorReply(334, "MechanismUnavailable",
-			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", mech, c.mechanismsText()))
+			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.mechanismsText()))
 	}
 	payload, ok := binaryOrString(body.Lookup("payload"))
 	if !ok {
 		return errorReply(14, "TypeMismatch", "mongobouncer: saslStart needs a payload (binary)")
+	}
+	if n := scramUserLen(payload); n > maxUserName {
+		// Refused before Start looks the name up (auth_user asks upstream).
+		c.log.Info("client authentication failed", "db", logName(db), "mechanism", mech,
+			"reason", fmt.Sprintf("user name of %d bytes, over %d", n, maxUserName))
+		return authFailed()
 	}
 	skip, _ := body.Lookup("options", "skipEmptyExchange").BooleanOK()
 	ctx, cancel := context.WithTimeout(c.authContext(), authTimeout)
@@ -131,11 +110,11 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 	c.conv = nil
 	conv, out, err := a.Users.Start(ctx, auth.Mechanism(mech), db, payload, skip)
 	if err != nil {
-		c.log.Info("client authentication failed", "db", db, "mechanism", mech, "reason", "malformed client-first message")
+		c.log.Info("client authentication failed", "db", logName(db), "mechanism", mech, "reason", "malformed client-first message")
 		return authFailed()
 	}
 	if other := (auth.UserID{User: conv.User(), DB: db}); c.ident != nil && c.ident.ID() != other {
-		c.log.Info("client authentication refused: one user per connection", "user", c.ident.ID().String(), "other", other.String())
+		c.log.Info("client authentication refused: one user per connection", "user", logName(c.ident.ID().String()), "other", logName(other.String()))
 		return errorReply(18, "AuthenticationFailed",
 			fmt.Sprintf("mongobouncer: this connection is logged in as %s already; a connection has one user: open another connection to log in as %s",
 				c.ident.ID(), other))
@@ -174,7 +153,7 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 		c.conv = nil
 	}
 	if err != nil {
-		c.log.Info("client authentication failed", "user", auth.UserID{User: conv.User(), DB: conv.DB()}.String(), "mechanism", string(conv.Mechanism()))
+		c.log.Info("client authentication failed", "user", logName(auth.UserID{User: conv.User(), DB: conv.DB()}.String()), "mechanism", string(conv.Mechanism()))
 		if errors.Is(err, auth.ErrConversation) {
 			return errorReply(17, "ProtocolError", "mongobouncer: the SASL conversation has ended: begin with saslStart")
 		}
@@ -196,7 +175,7 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 	mech, _ := body.Lookup("mechanism").StringValueOK()
 	if mech != mechX509 || !c.s.opts.Auth.X509 {
 		return errorReply(334, "MechanismUnavailable",
-			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", mech, c.mechanismsText()))
+			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.mechanismsText()))
 	}
 	if db != externalDB {
 		return errorReply(2, "BadValue", "mongobouncer: MONGODB-X509 logs in on the $external database")
@@ -204,6 +183,11 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 	subject, ok := c.peerSubject()
 	if !ok {
 		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "no verified client certificate")
+		return authFailed()
+	}
+	if len(subject) > maxUserName {
+		c.log.Info("client authentication failed", "mechanism", mechX509, "subject", logName(subject),
+			"reason", fmt.Sprintf("certificate subject over %d bytes", maxUserName))
 		return authFailed()
 	}
 	if subject == "" {
@@ -235,7 +219,7 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 // loggedIn records a client's first login: in its log lines and for SHOW
 // CLIENTS.
 func (c *client) loggedIn(id *auth.Identity) {
-	c.log = c.log.With("user", id.ID().String())
+	c.log = c.log.With("user", logName(id.ID().String()))
 	c.log.Info("client logged in", "mechanism", string(id.Mechanism))
 	c.passKey = id.ID()
 	c.sessMu.Lock()
@@ -254,6 +238,29 @@ func (c *client) mechanismsText() string {
 		return mechX509
 	}
 	return "SCRAM-SHA-256 or SCRAM-SHA-1"
+}
+
+// scramUserLen returns the length of the user name in a SCRAM
+// client-first message ("<gs2 flag>,[a=authzid],n=<name>,r=<nonce>...",
+// RFC 5802), unescaped ("=2C" is ",", "=3D" is "="), or 0 when it has
+// none where the name belongs: Start then refuses the message.
+func scramUserLen(payload []byte) int {
+	rest := payload
+	for range 2 { // past the GS2 header's two fields
+		i := bytes.IndexByte(rest, ',')
+		if i < 0 {
+			return 0
+		}
+		rest = rest[i+1:]
+	}
+	if !bytes.HasPrefix(rest, []byte("n=")) {
+		return 0
+	}
+	name := rest[2:]
+	if i := bytes.IndexByte(name, ','); i >= 0 {
+		name = name[:i]
+	}
+	return len(name) - 2*bytes.Count(name, []byte("=2C")) - 2*bytes.Count(name, []byte("=3D"))
 }
 
 // saslReply is a SASL step's reply.
@@ -293,7 +300,9 @@ func (c *client) helloAuth(body, reply bsoncore.Document) bsoncore.Document {
 	if v, err := body.LookupErr("saslSupportedMechs"); err == nil {
 		c.mechsAsked = c.ident == nil
 		if s, ok := v.StringValueOK(); ok {
-			if db, user, ok := strings.Cut(s, "."); ok && !a.X509 {
+			// A name over maxUserName is nobody's: it is not looked up,
+			// and the reply has no saslSupportedMechs.
+			if db, user, ok := strings.Cut(s, "."); ok && !a.X509 && len(user) <= maxUserName {
 				ctx, cancel := context.WithTimeout(context.Background(), authTimeout)
 				mechs := a.Users.Mechanisms(ctx, user, db)
 				cancel()

@@ -28,47 +28,6 @@ func reqOf(t *testing.T, cmd bson.D) *request {
 	return &r
 }
 
-// The decision table of authDenied, which both I/O models ask.
-func TestAuthDenied(t *testing.T) {
-	c := authClient(t)
-	cmd := func(name, db string) *request {
-		return reqOf(t, bson.D{{Key: name, Value: 1}, {Key: "$db", Value: db}})
-	}
-	allowed := []*request{cmd("hello", "admin"), cmd("isMaster", "admin"), cmd("saslStart", "admin"),
-		cmd("saslContinue", "admin"), cmd("ping", "shop"), cmd("buildInfo", "admin"), cmd("buildinfo", "x")}
-	denied := []*request{cmd("find", "shop"), cmd("insert", "shop"), cmd("getMore", "shop"), cmd("endSessions", "admin"),
-		cmd("showClients", AdminDatabase), cmd("ping", AdminDatabase), cmd("listDatabases", "admin")}
-	for _, r := range allowed {
-		if d := c.authDenied(r); d != nil {
-			t.Errorf("%s before login: %v", r.name(), bson.Raw(d))
-		}
-	}
-	for _, r := range denied {
-		if d := c.authDenied(r); d == nil || codeOf(d) != 13 {
-			t.Errorf("%s before login allowed", r.name())
-		}
-	}
-	c.ident = &auth.Identity{User: "app", DB: "admin"}
-	for _, r := range denied[:4] {
-		if d := c.authDenied(r); d != nil {
-			t.Errorf("%s after login: %v", r.name(), bson.Raw(d))
-		}
-	}
-	if d := c.authDenied(cmd("showClients", AdminDatabase)); d == nil || codeOf(d) != 13 {
-		t.Error("admin command by a user not in admin_users")
-	}
-	c.ident = &auth.Identity{User: "ops", DB: "admin"}
-	if d := c.authDenied(cmd("showClients", AdminDatabase)); d != nil {
-		t.Errorf("admin command by an admin: %v", bson.Raw(d))
-	}
-	c.s.opts.Auth, c.ident = nil, nil
-	for _, r := range denied {
-		if c.authDenied(r) != nil {
-			t.Errorf("%s refused without client authentication", r.name())
-		}
-	}
-}
-
 // helloAuth inserts its fields into a valid reply that keeps ok last.
 func TestHelloAuthFields(t *testing.T) {
 	c := authClient(t)

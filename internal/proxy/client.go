@@ -10,7 +10,6 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -99,7 +98,9 @@ type client struct {
 	aux      *buffer // decompressed request
 	out      *buffer // replies we build, and compressed copies
 	msg      wire.Msg
-	comp     [4]string // compressors agreed with the client (first wins)
+	// comp has bit id set for each compressor a hello of the client agreed
+	// on: the ones it may send OP_COMPRESSED with (checkCompressed).
+	comp uint8
 
 	// ident is who the client logged in as, nil before (auth.go); conv is
 	// its login conversation in progress.
@@ -301,9 +302,8 @@ func (c *client) read() ([]byte, error) {
 		return nil, c.protocolError(int32(binary.LittleEndian.Uint32(hdr[4:])), err)
 	}
 	n := int(h.MessageLength)
-	if n < wire.HeaderLen || n > c.maxMsg {
-		return nil, c.protocolError(h.RequestID, fmt.Errorf("message length %d is outside [%d, %d]: %w",
-			n, wire.HeaderLen, c.maxMsg, wire.ErrMessageTooLarge))
+	if limit := c.readLimit(); n < wire.HeaderLen || n > limit {
+		return nil, c.protocolError(h.RequestID, c.sizeError(n, limit))
 	}
 	avail := c.rhi - c.rlo
 	if n <= avail {

@@ -120,7 +120,7 @@ func (r *request) inspect(body bsoncore.Document) {
 		return
 	}
 	rest := body[4 : len(body)-1]
-	first := true
+	first, dbSeen := true, false
 	for len(rest) > 0 {
 		el, next, ok := bsoncore.ReadElement(rest)
 		if !ok {
@@ -146,7 +146,12 @@ func (r *request) inspect(body bsoncore.Document) {
 		switch key[0] {
 		case '$':
 			if bytes.Equal(key, []byte("$db")) {
-				r.db, _ = stringBytes(el.Value())
+				// The first $db names the database, as mongod reads it: a
+				// later one must not route the command elsewhere.
+				if !dbSeen {
+					dbSeen = true
+					r.db, _ = stringBytes(el.Value())
+				}
 			} else if bytes.Equal(key, []byte("$readPreference")) {
 				if v := el.Value(); v.Type == bsoncore.TypeEmbeddedDocument {
 					r.rp = v.Data

@@ -29,11 +29,20 @@ func (c *client) handle(msg []byte) error {
 		if len(msg) > wire.HeaderLen+8 {
 			compID = wire.CompressorID(msg[wire.HeaderLen+8])
 		}
+		// Nothing is inflated with a compressor the client's hello did
+		// not agree on, nor to more than the client may send now.
+		if err := c.checkCompressed(msg); err != nil {
+			return c.protocolError(h.RequestID, err)
+		}
 		// A pooled buffer; Decompress grows it to the declared size, which
 		// it has checked against the limit first.
 		c.aux = getBuffer(0)
-		inner, err := wire.Decompress(c.aux.b[:0], msg, c.maxMsg)
+		limit := c.readLimit()
+		inner, err := wire.Decompress(c.aux.b[:0], msg, limit)
 		if err != nil {
+			if errors.Is(err, wire.ErrMessageTooLarge) && c.preLogin() && limit == c.s.preLoginLimit() {
+				err = fmt.Errorf("before login, at most max_prelogin_message_size (%d bytes): %w", limit, err)
+			}
 			return c.protocolError(h.RequestID, err)
 		}
 		c.aux.b = inner[:0]
@@ -176,6 +185,9 @@ func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Docum
 	for _, want := range hr.compression {
 		if c.s.offers(want) {
 			compressor = want
+			// The client may compress with it from now on (checkCompressed).
+			id, _ := wire.CompressorByName(want)
+			c.comp |= 1 << id
 			break
 		}
 	}
@@ -193,7 +205,7 @@ func (s *Server) offers(name string) bool {
 	return false
 }
 
-// handleMsg serves one OP_MSG request.
+// handleMsg serves one OP_MSG request, as admit decides.
 func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
 	if err := wire.ParseMsgInto(msg, &c.msg); err != nil {
 		return c.protocolError(h.RequestID, err)
@@ -202,61 +214,37 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 	req.inspect(c.msg.Body)
 	req.exhaust = c.msg.Flags&wire.FlagExhaustAllowed != 0
 	req.more = c.msg.Flags&wire.FlagMoreToCome != 0
-	switch req.info.kind {
-	case kindHello:
-		hello := c.answerHello(c.msg.Body, req.name())
-		if req.more {
-			return nil // moreToCome: the client reads no reply
-		}
-		return c.reply(h.RequestID, compressed, compID, req.name(), hello)
-	case kindAuth:
-		return c.handleAuth(h.RequestID, compressed, compID, req)
-	}
-	if doc := c.authDenied(req); doc != nil {
-		return c.replyError(h.RequestID, compressed, compID, req, doc)
-	}
-	if len(req.db) == 0 {
-		return c.replyError(h.RequestID, compressed, compID, req,
-			errorReply(40571, "Location40571", "mongobouncer: OP_MSG requests require a $db argument"))
-	}
-	if string(req.db) == AdminDatabase {
-		if c.s.opts.Admin == nil {
-			return c.replyError(h.RequestID, compressed, compID, req,
-				errorReply(13, "Unauthorized", "mongobouncer: admin commands are not enabled"))
-		}
-		return c.replyError(h.RequestID, compressed, compID, req, c.s.opts.Admin.HandleAdmin(c.nc.RemoteAddr(), c.msg.Body))
-	}
-	if c.s.draining.Load() {
-		// Only the commands of an open transaction may still run (on any
-		// client connection: drivers pin the server, not the connection):
-		// everything else goes to another mongobouncer.
-		key, inTxn := req.key()
-		if !inTxn || !c.isOpen(key) && c.s.txnRoute(key) == nil {
-			return c.replyError(h.RequestID, compressed, compID, req,
-				errorReply(91, "ShutdownInProgress", "mongobouncer: shutting down"))
-		}
-	}
 	route := c.s.routeOf(c.only, req)
-	if route == nil {
-		if req.info.kind == kindEndSessions {
-			// Sessions expire on their own; with no route for admin there is
-			// nowhere to send this, and the driver needs no more than ok.
-			if req.more {
-				return nil
-			}
-			return c.reply(h.RequestID, compressed, compID, req.name(), okReply)
-		}
-		return c.replyError(h.RequestID, compressed, compID, req,
-			errorReply(70, "ShardNotFound", fmt.Sprintf("mongobouncer: no route for database %q (add [databases.%s] or a \"*\" route)", req.db, req.db)))
+	v := c.admit(len(msg), c.msg.Flags, req, route)
+	switch v.kind {
+	case admitRefuse:
+		return c.replyError(h.RequestID, compressed, compID, req, v.reply)
+	case admitAnswer:
+		return c.answer(h.RequestID, compressed, compID, req)
 	}
 	c.useRoute(route)
-	if m := int(route.maxMsg.Load()); m > 0 && len(msg) > m {
-		// Read under the listener's limit, over the route's: the message
-		// was read whole, so the client can go on.
-		return c.replyError(h.RequestID, compressed, compID, req,
-			errorReply(10334, "BSONObjectTooLarge", fmt.Sprintf("mongobouncer: a message of %d bytes is over route %q's max_message_size of %d bytes", len(msg), route.Name, m)))
-	}
 	return c.forward(route, msg, h, compressed, compID)
+}
+
+// answer serves a request mongobouncer answers itself (admitAnswer).
+func (c *client) answer(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
+	var doc bsoncore.Document
+	switch {
+	case req.info.kind == kindHello:
+		doc = c.answerHello(c.msg.Body, req.name())
+	case req.info.kind == kindAuth:
+		return c.handleAuth(responseTo, compressed, compID, req)
+	case c.preLogin():
+		doc = c.preLoginAnswer(req)
+	case string(req.db) == AdminDatabase:
+		return c.replyError(responseTo, compressed, compID, req, c.s.opts.Admin.HandleAdmin(c.nc.RemoteAddr(), c.msg.Body))
+	default: // endSessions with no route
+		doc = okReply
+	}
+	if req.more {
+		return nil // moreToCome: the client reads no reply
+	}
+	return c.reply(responseTo, compressed, compID, req.name(), doc)
 }
 
 var okReply = func() bsoncore.Document {

@@ -8,6 +8,9 @@
 //   - server.go: listeners, the client set, advertised limits, shutdown.
 //   - client.go: a client's life and the reads of its messages.
 //   - dispatch.go: what each message gets (handshake, admin, errors, forward).
+//   - admit.go: admit, the one verdict on each request for both I/O models
+//     (refuse, answer, forward, or leave it to the loop), and the bounds on
+//     a client that has not logged in.
 //   - exchange.go: the request state machine, every decision of a forwarded
 //     request, written once.
 //   - relay.go: its goroutine driver (blocking I/O).
@@ -17,8 +20,7 @@
 //     loop_place_linux.go places io_uring clients on the threads, and
 //     loop_spin_linux.go has a thread wait awake for a lone fast reply.
 //   - session.go: pins, transactions across client connections, clean-up.
-//   - auth.go: client logins (SCRAM, x509) and authDenied, the one
-//     decision of what a client may run before and after logging in.
+//   - auth.go: client logins (SCRAM, x509).
 //   - route.go, affinity.go, command.go, handshake.go, errors.go: routes,
 //     cursor and transaction affinity, command and reply inspection, the
 //     hello reply, synthetic error replies.

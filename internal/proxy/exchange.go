@@ -91,31 +91,6 @@ func (s *Server) routeOf(only string, req *request) *Route {
 	return s.routeFor(req.db)
 }
 
-// loopMay reports whether the event loop may serve a request on route
-// itself: a plain command outside a transaction and an exhaust stream, to
-// a route in statement or transaction mode, with no affinity to follow.
-// Everything else goes to the client's goroutine, and so does what target
-// finds it cannot serve without blocking.
-func (c *client) loopMay(flags wire.MsgFlags, req *request, route *Route) bool {
-	if flags&(wire.FlagExhaustAllowed|wire.FlagMoreToCome) != 0 {
-		return false
-	}
-	switch req.info.kind {
-	case kindOther, kindGetMore, kindKillCursors:
-	default:
-		return false
-	}
-	if c.s.opts.Auth != nil && c.authDenied(req) != nil {
-		return false // the goroutine answers the refusal (dispatch.go)
-	}
-	if _, inTxn := req.key(); inTxn || req.startTxn || len(req.db) == 0 ||
-		string(req.db) == AdminDatabase || c.s.draining.Load() {
-		return false
-	}
-	return route != nil && !route.noLoop.Load() && route.PoolMode() != ModeSession &&
-		(!route.multi() || req.info.kind == kindOther)
-}
-
 // begin starts forwarding the parsed request (x.req) of msgLen bytes to
 // route: prepare, then started.
 func (x *exchange) begin(route *Route, msgLen int, reqID int32) {
@@ -333,11 +308,6 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	x.pc = pc
 	mode := route.PoolMode()
 	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && c.hasOpen(route))))
-	if route.PassThrough && c.ident == nil {
-		// A ping before the login, on the server's own pool (poolFor):
-		// the client's requests after its login go as its user.
-		pinNow = false
-	}
 	if pinNow && (x.need == nil || !route.multi() || c.pinServer(route) == nil || c.pinServer(route) == srv) {
 		c.sessMu.Lock()
 		c.setPinLocked(route, srv, pc)
@@ -521,6 +491,15 @@ func (x *exchange) fail(err error) bsoncore.Document {
 	if x.req.more {
 		// The client reads no reply, so no error code is reported either.
 		return nil
+	}
+	if c.preLogin() {
+		// admit forwards nothing of a client that has not logged in; were
+		// anything to fail for one, what the upstream said (the route's
+		// service user, its hosts) stays in the log.
+		if c.s.log != nil {
+			c.s.log.Warn("upstream error for a client that has not logged in", "route", x.route.Name, "client", c.id, "error", err)
+		}
+		return errorReply(codeHostUnreachable, "HostUnreachable", "mongobouncer: no upstream is available before login")
 	}
 	return c.s.upstreamError(x.route, err, &x.req, x.inTxn)
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // limitsRoute is a route named name over the single upstream at addr.
-func limitsRoute(t *testing.T, name, addr string) *Route {
+func limitsRoute(t testing.TB, name, addr string) *Route {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	topo, err := topology.New("limits-"+name, topology.Options{

@@ -150,7 +150,7 @@ func (c *client) loopServe(th loopThread) {
 // serveOne is one round of loopServe.
 func (c *client) serveOne(th loopThread) {
 	if avail := c.rhi - c.rlo; avail > 0 {
-		n, err := wire.MessageLength(c.rbuf[c.rlo:c.rhi], c.maxMsg)
+		n, err := wire.MessageLength(c.rbuf[c.rlo:c.rhi], c.readLimit())
 		if err != nil || n > len(c.rbuf) {
 			// Malformed, or larger than the inline buffer: the goroutine
 			// answers the error, or reads the rest.
@@ -204,7 +204,9 @@ func (c *client) loopRequest(th loopThread, msg []byte) bool {
 	req := &x.req
 	req.inspect(c.msg.Body)
 	route := c.s.routeOf(c.only, req)
-	if !c.loopMay(c.msg.Flags, req, route) {
+	if c.admit(len(msg), c.msg.Flags, req, route).kind != admitLoop {
+		// Refusals and answers are the goroutine's, which asks admit
+		// again.
 		return false
 	}
 	x.prepare(route, len(msg), int32(binary.LittleEndian.Uint32(msg[4:])))

@@ -8,7 +8,7 @@ package proxy
 // The loop serves the common request without any goroutine: a plain
 // OP_MSG command, outside a transaction and an exhaust stream, on a route
 // in statement or transaction mode whose server is selectable
-// (client.loopMay). Every other message goes to the client's goroutine,
+// (admitLoop, admit.go). Every other message goes to the client's goroutine,
 // which hands the client back to the loop when it is idle again with
 // nothing pinned.
 //

@@ -140,22 +140,17 @@ func (c *client) passThroughFailed(err error) {
 
 // poolFor returns the pool the client's request checks out from on srv:
 // the server's own pool, or on a pass-through route the pool of the
-// client's user (the server's own for the commands of a client that has
-// not logged in).
+// client's user.
 func (c *client) poolFor(route *Route, srv *topology.Server) (*pool.Pool, error) {
 	if !route.PassThrough {
 		return srv.Pool(), nil
 	}
 	id := c.ident
 	if id == nil {
-		// Before a login authDenied lets through only ping and buildInfo
-		// (hello and the login commands are answered here), which a mongod
-		// or mongos answers without a login too: a health check pings
-		// without credentials. They go over the server's own pool, which on
-		// a pass-through route logs in as nobody, as on a route without
-		// pass-through; checkedOut pins no such connection to the client,
-		// so nothing it runs after its login uses it.
-		return srv.Pool(), nil
+		// admit forwards nothing of a client that has not logged in (its
+		// ping and buildInfo are answered by mongobouncer): kept as a
+		// guard, never a connection without a user.
+		return nil, fmt.Errorf("route %q: the client has not logged in: %w", route.Name, errNoPassThroughSecret)
 	}
 	// c.passKey is id.ID(), boxed once at the login, so that the request
 	// allocates nothing.

@@ -30,6 +30,10 @@ type Options struct {
 	// MaxMessageSize bounds any message read from a client; 0 means 48,000,000.
 	// The upstream's smaller maxMessageSizeBytes wins once known.
 	MaxMessageSize int
+	// MaxPreLoginMessageSize bounds, with Auth, a message (and a compressed
+	// message's declared size) from a client that has not logged in; 0
+	// means DefaultMaxPreLoginMessageSize (max_prelogin_message_size).
+	MaxPreLoginMessageSize int
 	// ClientIdleTimeout closes clients idle that long; 0 means never.
 	ClientIdleTimeout time.Duration
 	// ClientLoginTimeout closes a client that has sent no whole message
@@ -136,6 +140,9 @@ type Server struct {
 	// shortens the timeout, so that it need not sleep out the old one's
 	// interval.
 	sweepKick chan struct{}
+	// preLoginMax is max_prelogin_message_size, live
+	// (SetPreLoginMessageSize); 0 means DefaultMaxPreLoginMessageSize.
+	preLoginMax atomic.Int64
 
 	nextClientID atomic.Int64
 	clientCount  atomic.Int64
@@ -203,6 +210,7 @@ func New(opts Options) (*Server, error) {
 		sweepKick: make(chan struct{}, 1),
 	}
 	s.maxClients.Store(int64(opts.MaxClientConn))
+	s.preLoginMax.Store(int64(opts.MaxPreLoginMessageSize))
 	s.idleTimeout.Store(int64(opts.ClientIdleTimeout))
 	s.SetLoginTimeout(opts.ClientLoginTimeout)
 	t, err := newRouting(opts.Routes, opts.MaxCursors, opts.MaxTransactions)
@@ -550,6 +558,11 @@ func (s *Server) Clients() []ClientInfo {
 	slices.SortFunc(out, func(a, b ClientInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
+
+// SetPreLoginMessageSize changes max_prelogin_message_size live
+// (configuration reload); 0 means DefaultMaxPreLoginMessageSize. It
+// applies from each client's next message.
+func (s *Server) SetPreLoginMessageSize(n int) { s.preLoginMax.Store(int64(n)) }
 
 // SetClientLimits changes max_client_conn and client_idle_timeout live
 // (configuration reload). Connected clients over a lowered limit stay.
