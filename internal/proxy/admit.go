@@ -147,6 +147,11 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 	if a := c.s.opts.Auth; a != nil {
 		if c.ident == nil {
 			if isPreLoginAnswered(req) {
+				if c.s.draining.Load() {
+					// As for a logged-in client: a load balancer's health
+					// check (a ping without a login) must see the drain.
+					return refuse(errorReply(91, "ShutdownInProgress", "mongobouncer: shutting down"))
+				}
 				return admission{kind: admitAnswer}
 			}
 			return refuse(errorReply(13, "Unauthorized",

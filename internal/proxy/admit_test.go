@@ -257,3 +257,17 @@ func okOf(d bsoncore.Document) float64 {
 	v, _ := d.Lookup("ok").AsFloat64OK()
 	return v
 }
+
+// While draining, a ping from a client that has not logged in gets
+// ShutdownInProgress (91), as a logged-in client's does: load balancers'
+// health checks send such pings, and must see the drain.
+func TestAdmitPreLoginPingWhileDraining(t *testing.T) {
+	route := limitsRoute(t, "shop", "127.0.0.1:1")
+	c := authClient(t)
+	ping := reqOf(t, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "shop"}})
+	c.s.draining.Store(true)
+	defer c.s.draining.Store(false)
+	if v := c.admit(100, 0, ping, route); v.kind != admitRefuse || codeOf(v.reply) != 91 {
+		t.Errorf("ping before login while draining: verdict %d %v, want refused with 91 (ShutdownInProgress)", v.kind, bson.Raw(v.reply))
+	}
+}
