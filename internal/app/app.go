@@ -18,12 +18,14 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/admin"
+	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
 	"github.com/mongobouncer/mongobouncer/internal/srv"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
+	"github.com/mongobouncer/mongobouncer/internal/upstream"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
 )
 
@@ -140,6 +142,10 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		return nil, err
 	}
 	logConfigWarnings(logger, cfg)
+	// Process-wide, and before anything reads a credential or logs in
+	// upstream: the auth_file, auth_user lookups, the routes' pools.
+	auth.SetMaxIterations(cfg.Global.MaxSCRAMIterations)
+	upstream.SetMaxIterations(cfg.Global.MaxSCRAMIterations)
 	if cfg.Global.EventLoop && cfg.Global.EventLoopIO == config.EventLoopIOUring && !uring.Supported() {
 		return nil, ErrNoIOUring
 	}

@@ -248,3 +248,39 @@ func TestAuthLookupsAtOnceAsShipped(t *testing.T) {
 		t.Fatalf("the 17th lookup never ran: %d", up.Requests("usersInfo"))
 	}
 }
+
+// TestMaxSCRAMIterationsConfigured: max_scram_iterations bounds the
+// auth_file's stored iteration counts and what an upstream may ask for;
+// the default (100000) refuses a stored form of 200000 rounds, a
+// configuration that raises it accepts it.
+func TestMaxSCRAMIterationsConfigured(t *testing.T) {
+	defer auth.SetMaxIterations(auth.DefaultMaxIterations)
+	defer upstream.SetMaxIterations(upstream.DefaultMaxIterations)
+	sc, err := auth.Derive(auth.SCRAMSHA256, "u", "pw", []byte("0123456789abcdef"), 200_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users.txt")
+	line := fmt.Sprintf("%q %q\n", "u@admin", auth.FormatStored(auth.SCRAMSHA256, sc))
+	if err := os.WriteFile(users, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key  string
+		load bool
+	}{{"", false}, {"max_scram_iterations = 200000\n", true}} {
+		toml := fmt.Sprintf("[mongobouncer]\nlisten = \"127.0.0.1:0\"\nauth_type = \"scram\"\nauth_file = %q\n%s[databases.\"*\"]\nconnection_string = \"mongodb://127.0.0.1:1/\"\n", users, c.key)
+		cfg, err := config.Parse([]byte(toml), filepath.Join(dir, "mb.toml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(cfg, nil)
+		if a != nil {
+			a.Close(context.Background())
+		}
+		if got := err == nil; got != c.load {
+			t.Errorf("%q: started %v (%v), want %v", c.key, got, err, c.load)
+		}
+	}
+}

@@ -224,6 +224,7 @@ func (a *App) Config() map[string]any {
 		"admin_users":              append([]string{}, g.AdminUsers...),
 		"auth_cache_ttl":           g.AuthCacheTTL.String(),
 		"auth_lookups_per_peer":    g.AuthLookupsPerPeer,
+		"max_scram_iterations":     g.MaxSCRAMIterations,
 		"tls_mode":                 string(g.TLSMode),
 		"tls_cert_file":            g.TLSCertFile,
 		"tls_key_file":             g.TLSKeyFile,

@@ -220,6 +220,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	keepRunning(a.log, "admin_listen", &cfg.Global.AdminListen, run.AdminListen)
 	keepRunning(a.log, "auth_type", &cfg.Global.AuthType, run.AuthType)
 	keepRunning(a.log, "auth_max_lookups", &cfg.Global.AuthMaxLookups, run.AuthMaxLookups)
+	keepRunning(a.log, "max_scram_iterations", &cfg.Global.MaxSCRAMIterations, run.MaxSCRAMIterations)
 	if a.auth != nil {
 		a.auth.Users.Update(users, adminIDs(cfg.Global.AdminUsers))
 		if a.authLookup != nil {

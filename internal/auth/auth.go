@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/xdg-go/scram"
 )
@@ -47,12 +48,31 @@ const (
 	// MinIterations is the smallest count drivers accept (the auth
 	// specification makes them refuse fewer).
 	MinIterations = 4096
-	// MaxIterations bounds what an auth_file or an auth_user lookup may
-	// ask for, so that a typo cannot make every login cost a client
-	// seconds: more than six times MongoDB's defaults. Logging in
-	// upstream has the same bound (upstream.MaxIterations).
-	MaxIterations = 100_000
+	// DefaultMaxIterations is max_scram_iterations' default: more than
+	// six times MongoDB's defaults, far from seconds per login.
+	DefaultMaxIterations = 100_000
 )
+
+// maxIterations bounds what an auth_file or an auth_user lookup may ask
+// for (max_scram_iterations), so that a typo cannot make every login cost
+// a client seconds. Logging in upstream has the same bound
+// (upstream.SetMaxIterations). Process-wide: the configuration sets it at
+// start and on reload, before the auth_file is read.
+var maxIterations atomic.Int64
+
+func init() { maxIterations.Store(DefaultMaxIterations) }
+
+// SetMaxIterations sets the largest iteration count stored credentials
+// may have (max_scram_iterations); n below MinIterations is ignored.
+func SetMaxIterations(n int) {
+	if n >= MinIterations {
+		maxIterations.Store(int64(n))
+	}
+}
+
+// MaxIterations returns the largest iteration count stored credentials
+// may have now (SetMaxIterations).
+func MaxIterations() int { return int(maxIterations.Load()) }
 
 // hashOf returns the hash function of a mechanism, or nil.
 func hashOf(m Mechanism) scram.HashGeneratorFcn {
@@ -206,8 +226,8 @@ func checkStored(m Mechanism, sc scram.StoredCredentials) error {
 	switch {
 	case len(sc.StoredKey) != size || len(sc.ServerKey) != size:
 		return fmt.Errorf("%s keys must be %d bytes", m, size)
-	case sc.Iters < MinIterations || sc.Iters > MaxIterations:
-		return fmt.Errorf("%s iteration count %d is outside [%d, %d]", m, sc.Iters, MinIterations, MaxIterations)
+	case sc.Iters < MinIterations || sc.Iters > MaxIterations():
+		return fmt.Errorf("%s iteration count %d is outside [%d, %d] (max_scram_iterations)", m, sc.Iters, MinIterations, MaxIterations())
 	case len(sc.Salt) == 0:
 		return fmt.Errorf("%s salt is empty", m)
 	}

@@ -290,7 +290,7 @@ func TestStoredIterationBound(t *testing.T) {
 	for _, c := range []struct {
 		iters int
 		ok    bool
-	}{{MinIterations, true}, {MaxIterations, true}, {MaxIterations + 1, false}, {10_000_000, false}} {
+	}{{MinIterations, true}, {DefaultMaxIterations, true}, {DefaultMaxIterations + 1, false}, {10_000_000, false}} {
 		sc, err := Derive(SCRAMSHA256, "u", "pw", []byte("0123456789abcdef0123456789ab"), MinIterations)
 		if err != nil {
 			t.Fatal(err)

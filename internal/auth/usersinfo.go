@@ -72,7 +72,7 @@ func CredsFromUsersInfo(reply bsoncore.Document, user, db string) (Creds, error)
 func storedFromDoc(d bsoncore.Document) (scram.StoredCredentials, error) {
 	var sc scram.StoredCredentials
 	n, ok := d.Lookup("iterationCount").AsInt64OK()
-	if !ok || n < 0 || n > MaxIterations {
+	if !ok || n < 0 || n > int64(MaxIterations()) {
 		return sc, fmt.Errorf("bad iterationCount")
 	}
 	sc.Iters = int(n)

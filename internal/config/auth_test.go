@@ -109,3 +109,19 @@ func TestAuthMaxLookups(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxSCRAMIterations: max_scram_iterations defaults to 100000 and is
+// bounded by what drivers accept and by seconds per login.
+func TestMaxSCRAMIterations(t *testing.T) {
+	if cfg, err := Parse([]byte(route), "t.toml"); err != nil || cfg.Global.MaxSCRAMIterations != DefaultMaxSCRAMIterations {
+		t.Fatalf("default: %v %d", err, cfg.Global.MaxSCRAMIterations)
+	}
+	if cfg, err := Parse([]byte("[mongobouncer]\nmax_scram_iterations = 300000\n"+route), "t.toml"); err != nil || cfg.Global.MaxSCRAMIterations != 300000 {
+		t.Fatalf("300000: %v %d", err, cfg.Global.MaxSCRAMIterations)
+	}
+	for _, n := range []string{"4095", "10000001"} {
+		if _, err := Parse([]byte("[mongobouncer]\nmax_scram_iterations = "+n+"\n"+route), "t.toml"); err == nil || !strings.Contains(err.Error(), "max_scram_iterations = "+n) {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+}

@@ -71,6 +71,14 @@ const (
 	MaxAuthMaxLookups     = 1024
 )
 
+// DefaultMaxSCRAMIterations is max_scram_iterations' default (auth's and
+// upstream's DefaultMaxIterations), and MaxMaxSCRAMIterations its bound:
+// 10 million rounds hold a CPU for seconds per login.
+const (
+	DefaultMaxSCRAMIterations = 100_000
+	MaxMaxSCRAMIterations     = 10_000_000
+)
+
 // MaxEventLoopThreads bounds event_loop_threads: each thread has its own
 // epoll set and its own P, so more threads than CPUs only add switching.
 const MaxEventLoopThreads = 256
@@ -357,6 +365,11 @@ type Global struct {
 	// AuthLookupsPerPeer bounds the auth_user lookups one client address
 	// starts at once (auth_lookups_per_peer). Reloadable.
 	AuthLookupsPerPeer int
+	// MaxSCRAMIterations (max_scram_iterations) bounds the SCRAM
+	// iteration count of the credentials mongobouncer accepts (auth_file,
+	// auth_user lookups) and that an upstream may ask of it when it logs
+	// in: each login derives keys that many rounds. Read at start.
+	MaxSCRAMIterations int
 	// TLSMode says whether clients connect with TLS (tls_mode).
 	TLSMode TLSMode
 	// TLSCertFile and TLSKeyFile are the PEM certificate (chain) and
@@ -471,6 +484,7 @@ func Default() Config {
 		UserPoolIdleTimeout:    10 * time.Minute,
 		AuthCacheTTL:           30 * time.Second,
 		AuthLookupsPerPeer:     4,
+		MaxSCRAMIterations:     DefaultMaxSCRAMIterations,
 		ClientLoginTimeout:     60 * time.Second,
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,

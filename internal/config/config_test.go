@@ -29,6 +29,7 @@ func TestDefault(t *testing.T) {
 		UserPoolIdleTimeout: 10 * time.Minute,
 		AuthCacheTTL:        30 * time.Second,
 		AuthLookupsPerPeer:  4,
+		MaxSCRAMIterations:  100_000,
 		ClientLoginTimeout:  60 * time.Second,
 		Pool: Pool{
 			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MinPoolSize: 0, MaxIdleTime: 0,

@@ -71,6 +71,7 @@ type rawGlobal struct {
 	AdminUsers             any `toml:"admin_users"`
 	AuthCacheTTL           any `toml:"auth_cache_ttl"`
 	AuthLookupsPerPeer     any `toml:"auth_lookups_per_peer"`
+	MaxSCRAMIterations     any `toml:"max_scram_iterations"`
 	TLSMode                any `toml:"tls_mode"`
 	TLSCertFile            any `toml:"tls_cert_file"`
 	TLSKeyFile             any `toml:"tls_key_file"`
@@ -104,7 +105,7 @@ var (
 		"max_user_connections",
 	}
 	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "max_prelogin_message_size", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
-		"auth_type", "auth_file", "auth_user", "admin_users", "auth_user_service_routes", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups",
+		"auth_type", "auth_file", "auth_user", "admin_users", "auth_user_service_routes", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups", "max_scram_iterations",
 		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout",
 		"client_login_timeout"}
 	globalKeys   = append(slices.Clone(globalOnlyKeys), poolKeys...)
@@ -454,6 +455,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.strings(at("admin_users"), r.AdminUsers, &g.AdminUsers)
 	d.duration(at("auth_cache_ttl"), r.AuthCacheTTL, &g.AuthCacheTTL)
 	d.integer(at("auth_lookups_per_peer"), r.AuthLookupsPerPeer, &g.AuthLookupsPerPeer)
+	d.integer(at("max_scram_iterations"), r.MaxSCRAMIterations, &g.MaxSCRAMIterations)
 	if d.str(at("tls_mode"), r.TLSMode, &s) {
 		g.TLSMode = TLSMode(s)
 	}

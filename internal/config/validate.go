@@ -185,6 +185,9 @@ func (v *validator) auth() {
 	if g.AuthCacheTTL <= 0 || g.AuthCacheTTL > 24*time.Hour {
 		v.add(at("auth_cache_ttl"), ErrInvalidValue, fmt.Sprintf(`auth_cache_ttl = %s: must be above 0 and at most "24h" (how long a password changed upstream keeps working at most)`, quote(g.AuthCacheTTL.String())))
 	}
+	if g.MaxSCRAMIterations < 4096 || g.MaxSCRAMIterations > MaxMaxSCRAMIterations {
+		v.add(at("max_scram_iterations"), ErrInvalidValue, fmt.Sprintf("max_scram_iterations = %d: must be 4096 (the smallest count drivers accept) to %d (default %d)", g.MaxSCRAMIterations, MaxMaxSCRAMIterations, DefaultMaxSCRAMIterations))
+	}
 	if g.AuthLookupsPerPeer < 1 || g.AuthLookupsPerPeer > 1024 {
 		v.add(at("auth_lookups_per_peer"), ErrInvalidValue, fmt.Sprintf("auth_lookups_per_peer = %d: must be between 1 and 1024", g.AuthLookupsPerPeer))
 	}

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/xdg-go/scram"
 	"github.com/xdg-go/stringprep"
@@ -31,14 +32,28 @@ import (
 // two, three in the long form.
 const maxSASLSteps = 4
 
-// MaxIterations bounds the PBKDF2 iteration count a server may ask for
-// (mongod's defaults are 10000 and 15000): the derivation cannot be
-// interrupted, so each 100k iterations hold a CPU for tens of
-// milliseconds per connection a pool opens, past the connect timeout. It
-// is the bound mongobouncer's own users have (auth.MaxIterations): more
-// than six times the defaults, far from seconds per login. A server
-// asking for more is refused before any key is derived.
-const MaxIterations = 100_000
+// DefaultMaxIterations is the default bound on the PBKDF2 iteration
+// count a server may ask for (max_scram_iterations; mongod's defaults
+// are 10000 and 15000): the derivation cannot be interrupted, so each
+// 100k iterations hold a CPU for tens of milliseconds per connection a
+// pool opens, past the connect timeout. It is the bound mongobouncer's
+// own users have (auth.SetMaxIterations): more than six times the
+// defaults, far from seconds per login. A server asking for more is
+// refused before any key is derived.
+const DefaultMaxIterations = 100_000
+
+// maxIterations is the bound in force (SetMaxIterations); process-wide.
+var maxIterations atomic.Int64
+
+func init() { maxIterations.Store(DefaultMaxIterations) }
+
+// SetMaxIterations sets the largest iteration count an upstream may ask
+// for (max_scram_iterations); n < 1 is ignored.
+func SetMaxIterations(n int) {
+	if n >= 1 {
+		maxIterations.Store(int64(n))
+	}
+}
 
 // maxCachedKeyFactors bounds the (salt, iterations) pairs whose derived
 // keys each mechanism keeps. One user has one pair per mechanism on every
@@ -256,8 +271,8 @@ func (a *scramAuth) newConv(mech string) (*scramConv, error) {
 	}
 	conv := &scramConv{cred: &a.cred, mech: mech, conv: c.NewConversation()}
 	conv.checkKeyFactors = func(kf scram.KeyFactors) *AuthError {
-		if kf.Iters > MaxIterations {
-			return conv.fail(fmt.Sprintf("the server asks for %d iterations, more than %d", kf.Iters, MaxIterations))
+		if limit := int(maxIterations.Load()); kf.Iters > limit {
+			return conv.fail(fmt.Sprintf("the server asks for %d iterations, more than %d (max_scram_iterations)", kf.Iters, limit))
 		}
 		a.noteKeyFactors(mech, kf)
 		return nil

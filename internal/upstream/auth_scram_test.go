@@ -378,7 +378,7 @@ func TestSASLprepPasswordLogsIn(t *testing.T) {
 // microseconds), and its error says why.
 func TestSCRAMRefusesIterationsPastTheBound(t *testing.T) {
 	x := readSpecExchange(t, MechanismSCRAMSHA256)
-	for _, n := range []int{MaxIterations + 1, 200_000, 10_000_000} {
+	for _, n := range []int{DefaultMaxIterations + 1, 200_000, 10_000_000} {
 		a, err := newSCRAM(Credential{Mechanism: MechanismSCRAMSHA256, Username: x.user, Password: x.password, Source: "admin"})
 		if err != nil {
 			t.Fatal(err)
