@@ -222,6 +222,9 @@ func (c *client) loggedIn(id *auth.Identity) {
 	c.log = c.log.With("user", logName(id.ID().String()))
 	c.log.Info("client logged in", "mechanism", string(id.Mechanism))
 	c.passKey = id.ID()
+	// The login rule is over: keep no finished conversation for the
+	// connection's life (logintimeout.go).
+	c.lt.conv, c.lt.convAt = nil, time.Time{}
 	c.sessMu.Lock()
 	c.user = id.ID().String()
 	c.sessMu.Unlock()
