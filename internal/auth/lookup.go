@@ -13,6 +13,12 @@ package auth
 // that asked; then the login fails as an unknown user's, and nothing is
 // cached.
 //
+// A cached answer is replaced only by a new answer, found or not found: a
+// failed proof's second look (get with notBefore) asks again but keeps the
+// old entry meanwhile and serves it to other logins, and a failure to ask
+// leaves it in place. So a wrong password, tried by anyone, cannot evict a
+// real user during an upstream outage.
+//
 // Found users and users found missing are kept apart, each set bounded by
 // MaxEntries and evicting its oldest entry when full, and lookups in flight
 // in a third set bounded only by the slots: a flood of random names fills
@@ -248,24 +254,17 @@ func (c *Cache) Get(ctx context.Context, user, db string) (Creds, error) {
 	return e.creds, e.err
 }
 
-// get returns the entry of key once it is done. A completed answer
-// fetched before notBefore is not used: it is dropped and asked again
-// (a failed proof's second look); the zero notBefore takes any fresh one.
+// get returns the entry of key once it is done. A cached answer fetched
+// before notBefore is not used (a failed proof's second look): the user is
+// asked again, the old answer kept until a new one replaces it; the zero
+// notBefore takes any fresh one.
 func (c *Cache) get(ctx context.Context, key lookupKey, notBefore time.Time) (*cacheEntry, error) {
 	c.mu.Lock()
-	e := c.inflight[key]
-	if e == nil {
-		now := c.now()
-		e = c.found.get(key)
-		if e == nil {
-			e = c.missing.get(key)
-		}
-		if e != nil && (!now.Before(e.expires) || e.fetched.Before(notBefore)) {
-			c.found.del(key)
-			c.missing.del(key)
-			e = nil
-		}
+	if e := c.cached(key); e != nil && !e.fetched.Before(notBefore) {
+		c.mu.Unlock()
+		return e, nil
 	}
+	e := c.inflight[key]
 	if e == nil {
 		e = &cacheEntry{key: key, done: make(chan struct{})}
 		c.inflight[key] = e
@@ -287,6 +286,21 @@ func (c *Cache) get(ctx context.Context, key lookupKey, notBefore time.Time) (*c
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// cached returns key's fresh answer, nil for none; an expired one is
+// dropped. c.mu must be held.
+func (c *Cache) cached(key lookupKey) *cacheEntry {
+	e := c.found.get(key)
+	if e == nil {
+		e = c.missing.get(key)
+	}
+	if e != nil && !c.now().Before(e.expires) {
+		c.found.del(key)
+		c.missing.del(key)
+		return nil
+	}
+	return e
 }
 
 // peerOf is the address a lookup counts against: the IP of ctx's Peer's
@@ -389,8 +403,9 @@ func (c *Cache) run(e *cacheEntry, peer string) {
 	c.publish(e, creds, err)
 }
 
-// publish records a lookup's answer (kept unless a failure to ask) and
-// wakes its waiters.
+// publish records a lookup's answer and wakes its waiters. A found or
+// not-found answer replaces the user's cached one; a failure to ask is not
+// kept and leaves the cached one in place.
 func (c *Cache) publish(e *cacheEntry, creds Creds, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
