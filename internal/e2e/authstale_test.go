@@ -56,7 +56,7 @@ func TestAuthUserStaleCredentialsAndRestrictions(t *testing.T) {
 		if err := os.WriteFile(users, []byte(`"mbauth@admin" "mbauth-pw"`+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\nauth_cache_ttl = \"1h\"\n", users)
+		extra := fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nauth_user = \"mbauth@admin\"\nauth_user_service_routes = true\nauth_cache_ttl = \"1h\"\n", users)
 		uri := fmt.Sprintf("mongodb://svc:svc-pw@%s/?directConnection=true", up.Addr())
 		a, addr, _ := fileBouncerLogging(t, baseTOML(uri, extra), nil)
 		ctx := ctxT(t, 60*time.Second)
