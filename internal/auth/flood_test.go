@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -156,4 +157,118 @@ func TestLookupsPerPeerBounded(t *testing.T) {
 	if obs.looked(LookupPeerBusy) != 1 || obs.looked(LookupNotFound) != 10 {
 		t.Fatalf("lookups counted: %v", obs.lookups)
 	}
+}
+
+// A lookup in flight is shared by every client asking for the user, but
+// each waits for slots of its own: an address that keeps its own slots
+// full names a real user first, and another address's login of that user
+// neither fails nor waits for the first address's slots; a first asker
+// whose context ends while it waits for a slot does not fail the others
+// either. The user is still looked up once.
+func TestSharedLookupNotFailedByAnotherPeersBusySlots(t *testing.T) {
+	const timeout = 2 * time.Second
+	var running, users atomic.Int32
+	release := make(chan struct{})
+	c := NewCache(LookupFunc(func(ctx context.Context, user, db string) (Creds, error) {
+		running.Add(1)
+		defer running.Add(-1)
+		if strings.HasPrefix(user, "slow") {
+			// Held past the lookup timeout: stands for a queue of lookups
+			// that keeps an address's slots full without a break.
+			<-release
+			return Creds{}, ErrNotFound
+		}
+		users.Add(1)
+		return Creds{}, nil // alice and bob exist
+	}), CacheOptions{MaxLookups: 3, MaxLookupsPerPeer: 2, Timeout: timeout})
+	obs := newCountingObserver()
+	c.setObserver(obs)
+	attacker := WithPeer(context.Background(), Peer{Remote: "203.0.113.9:4000"})
+	victim := WithPeer(context.Background(), Peer{Remote: "192.0.2.1:5000"})
+	stop := sync.OnceFunc(func() { close(release) })
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	inflight := func(user string) func() bool {
+		return func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.inflight[lookupKey{user, "admin"}] != nil
+		}
+	}
+	for _, n := range []string{"slow1", "slow2"} {
+		wg.Go(func() { _, _ = c.Get(attacker, n, "admin") })
+	}
+	waitFor("the attacker's lookups did not start", func() bool { return running.Load() == 2 })
+
+	// The attacker names alice: her lookup goes in flight, waiting for a
+	// slot of the attacker's address. The victim, from another address,
+	// logs in as alice at once, and the attacker's wait gets her answer.
+	attackerErr := make(chan error, 1)
+	wg.Go(func() {
+		_, err := c.Get(attacker, "alice", "admin")
+		attackerErr <- err
+	})
+	waitFor("alice's lookup not in flight", inflight("alice"))
+	start := time.Now()
+	_, err := c.Get(victim, "alice", "admin")
+	if d := time.Since(start); err != nil || d > timeout/2 {
+		t.Errorf("another address's login of a real user, behind the busy attacker's: %v after %v (busy: %v)",
+			err, d, errors.Is(err, ErrLookupsBusy))
+	}
+	select {
+	case err := <-attackerErr:
+		if err != nil {
+			t.Errorf("the attacker's wait for alice: %v, want her answer", err)
+		}
+	case <-time.After(2 * timeout):
+		t.Error("the attacker's wait for alice did not end")
+	}
+
+	// The global slots full (a third address's lookup takes the last), a
+	// first asker of bob gives up while it waits for a slot: the victim,
+	// waiting too, gets bob's answer once a slot frees.
+	wg.Go(func() { _, _ = c.Get(WithPeer(context.Background(), Peer{Remote: "198.51.100.8:1"}), "slow3", "admin") })
+	waitFor("the third address's lookup did not start", func() bool { return running.Load() == 3 })
+	first, cancel := context.WithCancel(WithPeer(context.Background(), Peer{Remote: "198.51.100.7:1"}))
+	defer cancel()
+	firstErr := make(chan error, 1)
+	wg.Go(func() {
+		_, err := c.Get(first, "bob", "admin")
+		firstErr <- err
+	})
+	waitFor("bob's lookup not in flight", inflight("bob"))
+	victimErr := make(chan error, 1)
+	wg.Go(func() {
+		_, err := c.Get(victim, "bob", "admin")
+		victimErr <- err
+	})
+	time.Sleep(100 * time.Millisecond) // the victim waits for a slot too
+	cancel()
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Errorf("the first asker, cancelled: %v", err)
+	}
+	stop()
+	if err := <-victimErr; err != nil {
+		t.Errorf("the victim's login of bob after the first asker gave up: %v", err)
+	}
+	wg.Wait()
+	if n := users.Load(); n != 2 {
+		t.Errorf("%d lookups of alice and bob, want 2 (one each)", n)
+	}
+	if n := obs.looked(LookupBusy) + obs.looked(LookupPeerBusy); n != 0 {
+		t.Errorf("%d lookups busy, want 0: %v", n, obs.lookups)
+	}
+	waitFor("lookups or slots left behind", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.inflight) == 0 && len(c.peers) == 0 && len(c.slots) == 0
+	})
 }

@@ -13,6 +13,24 @@ package auth
 // that asked; then the login fails as an unknown user's, and nothing is
 // cached.
 //
+// Slots are taken per waiter: every client asking for a user whose lookup
+// is in flight but not yet running waits for slots of its own (its
+// address's and a global one), and the first to get them runs the lookup
+// for all; the others stop waiting and give theirs back. A lookup running
+// so holds one slot of one asker, and the per-address bound holds: each
+// waiter holds at most one slot of its own address. A waiter that gets no
+// slot (busy, or its own context ends) fails alone; the lookup stays in
+// flight for the others, and is dropped only when nobody is left waiting
+// for a slot for it. So an address that keeps its own slots full cannot
+// fail, nor delay, another address's login of the same user by naming it
+// first.
+//
+// A cached answer is replaced only by a new answer, found or not found: a
+// failed proof's second look (get with notBefore) asks again but keeps the
+// old entry meanwhile and serves it to other logins, and a failure to ask
+// leaves it in place. So a wrong password, tried by anyone, cannot evict a
+// real user during an upstream outage.
+//
 // Found users and users found missing are kept apart, each set bounded by
 // MaxEntries and evicting its oldest entry when full, and lookups in flight
 // in a third set bounded only by the slots: a flood of random names fills
@@ -132,8 +150,14 @@ type Cache struct {
 }
 
 type cacheEntry struct {
-	key     lookupKey
-	done    chan struct{} // closed once creds/err are set
+	key  lookupKey
+	done chan struct{} // closed once creds/err are set
+	// started is closed once a waiter has taken the slots and the lookup
+	// runs; running says so and takers counts the waiters still waiting
+	// for slots for it, both guarded by Cache.mu.
+	started chan struct{}
+	running bool
+	takers  int
 	creds   Creds
 	err     error
 	fetched time.Time // when the answer came
@@ -238,8 +262,9 @@ func (c *Cache) SetLimits(perPeer int) {
 // it waits for that one). ctx bounds the wait, not the lookup, which runs
 // for every waiter under the cache's own timeout; its Peer (WithPeer) is
 // who the lookup counts against. With MaxLookups running, or
-// MaxLookupsPerPeer for the peer, a new lookup first waits for a slot (see
-// acquire); an error wrapping ErrLookupsBusy says it got none.
+// MaxLookupsPerPeer for the peer, a lookup not yet running waits for a
+// slot of ctx's own (see take), however many others wait for it too; an
+// error wrapping ErrLookupsBusy says this caller got none.
 func (c *Cache) Get(ctx context.Context, user, db string) (Creds, error) {
 	e, err := c.get(ctx, lookupKey{user, db}, time.Time{})
 	if err != nil {
@@ -248,38 +273,30 @@ func (c *Cache) Get(ctx context.Context, user, db string) (Creds, error) {
 	return e.creds, e.err
 }
 
-// get returns the entry of key once it is done. A completed answer
-// fetched before notBefore is not used: it is dropped and asked again
-// (a failed proof's second look); the zero notBefore takes any fresh one.
+// get returns the entry of key once it is done. A cached answer fetched
+// before notBefore is not used (a failed proof's second look): the user is
+// asked again, the old answer kept until a new one replaces it; the zero
+// notBefore takes any fresh one.
 func (c *Cache) get(ctx context.Context, key lookupKey, notBefore time.Time) (*cacheEntry, error) {
 	c.mu.Lock()
+	if e := c.cached(key); e != nil && !e.fetched.Before(notBefore) {
+		c.mu.Unlock()
+		return e, nil
+	}
 	e := c.inflight[key]
 	if e == nil {
-		now := c.now()
-		e = c.found.get(key)
-		if e == nil {
-			e = c.missing.get(key)
-		}
-		if e != nil && (!now.Before(e.expires) || e.fetched.Before(notBefore)) {
-			c.found.del(key)
-			c.missing.del(key)
-			e = nil
-		}
-	}
-	if e == nil {
-		e = &cacheEntry{key: key, done: make(chan struct{})}
+		e = &cacheEntry{key: key, done: make(chan struct{}), started: make(chan struct{})}
 		c.inflight[key] = e
-		c.mu.Unlock()
-		// Waiting for a slot here, not in run, takes no goroutine per
-		// waiting lookup: only the asking client's own.
-		peer, err := c.acquire(ctx)
-		if err != nil {
-			c.publish(e, Creds{}, err)
-		} else {
-			go c.run(e, peer)
+	}
+	take := !e.running
+	if take {
+		e.takers++
+	}
+	c.mu.Unlock()
+	if take {
+		if err := c.take(ctx, e); err != nil {
+			return nil, err
 		}
-	} else {
-		c.mu.Unlock()
 	}
 	select {
 	case <-e.done:
@@ -288,6 +305,60 @@ func (c *Cache) get(ctx context.Context, key lookupKey, notBefore time.Time) (*c
 		return nil, ctx.Err()
 	}
 }
+
+// cached returns key's fresh answer, nil for none; an expired one is
+// dropped. c.mu must be held.
+func (c *Cache) cached(key lookupKey) *cacheEntry {
+	e := c.found.get(key)
+	if e == nil {
+		e = c.missing.get(key)
+	}
+	if e != nil && !c.now().Before(e.expires) {
+		c.found.del(key)
+		c.missing.del(key)
+		return nil
+	}
+	return e
+}
+
+// take waits for slots of ctx's own (acquire) to run e's lookup, and runs
+// it unless another waiter did first. An error is this waiter's alone (no
+// slot, or ctx ended): e stays in flight for the waiters still waiting for
+// slots, and is dropped once none is left, so that the next login asks
+// again.
+func (c *Cache) take(ctx context.Context, e *cacheEntry) error {
+	// Waiting for a slot here, not in run, takes no goroutine per
+	// waiting lookup: only the asking client's own.
+	peer, err := c.acquire(ctx, e.started)
+	c.mu.Lock()
+	e.takers--
+	switch {
+	case err == nil && !e.running:
+		e.running = true
+		close(e.started)
+		c.mu.Unlock()
+		go c.run(e, peer)
+		return nil
+	case err == nil: // another waiter started it meanwhile
+		c.mu.Unlock()
+		<-c.slots
+		c.releasePeer(peer)
+		return nil
+	case errors.Is(err, errStarted):
+		c.mu.Unlock()
+		return nil
+	}
+	if !e.running && e.takers == 0 && c.inflight[e.key] == e {
+		// Every waiter has given up: nobody waits for e.done.
+		delete(c.inflight, e.key)
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// errStarted tells a waiter in acquire that another waiter took the slots
+// for the same lookup: it needs none.
+var errStarted = errors.New("auth: lookup started by another waiter")
 
 // peerOf is the address a lookup counts against: the IP of ctx's Peer's
 // remote address (any port), its whole address when not IP:port (a Unix
@@ -304,9 +375,10 @@ func peerOf(ctx context.Context) string {
 }
 
 // acquire takes the peer's slot, then a lookup slot, waiting for them at
-// most the lookup timeout in all, and as long as ctx allows. It returns
-// the peer whose slot it holds ("" for none).
-func (c *Cache) acquire(ctx context.Context) (string, error) {
+// most the lookup timeout in all, as long as ctx allows, and until started
+// is closed (errStarted: another waiter's slots run the lookup). It
+// returns the peer whose slot it holds ("" for none).
+func (c *Cache) acquire(ctx context.Context, started <-chan struct{}) (string, error) {
 	t := time.NewTimer(c.opts.Timeout)
 	defer t.Stop()
 	peer := peerOf(ctx)
@@ -327,6 +399,8 @@ func (c *Cache) acquire(ctx context.Context) (string, error) {
 			c.observe(LookupPeerBusy)
 		case <-ctx.Done():
 			err = ctx.Err()
+		case <-started:
+			err = errStarted
 		}
 		if err != nil {
 			c.unrefPeer(peer, ps)
@@ -343,6 +417,9 @@ func (c *Cache) acquire(ctx context.Context) (string, error) {
 	case <-ctx.Done():
 		c.releasePeer(peer)
 		return "", ctx.Err()
+	case <-started:
+		c.releasePeer(peer)
+		return "", errStarted
 	}
 }
 
@@ -389,8 +466,9 @@ func (c *Cache) run(e *cacheEntry, peer string) {
 	c.publish(e, creds, err)
 }
 
-// publish records a lookup's answer (kept unless a failure to ask) and
-// wakes its waiters.
+// publish records a lookup's answer and wakes its waiters. A found or
+// not-found answer replaces the user's cached one; a failure to ask is not
+// kept and leaves the cached one in place.
 func (c *Cache) publish(e *cacheEntry, creds Creds, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

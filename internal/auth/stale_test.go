@@ -7,11 +7,13 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -404,5 +406,92 @@ func TestNegativeTTLIsThePositive(t *testing.T) {
 		if n := up.n(u, "admin"); n != 2 {
 			t.Fatalf("%s: %d lookups past the TTL, want 2", u, n)
 		}
+	}
+}
+
+// A failed proof's second look replaces the cached user only with a new
+// answer. While the upstream cannot be asked (an election, a partition),
+// anyone's wrong password neither makes the user's logins wait for the
+// second look nor, once it fails, evicts the user: the user keeps logging
+// in from the cache, and only the failing attempt fails (lookup_failed).
+// Once the upstream answers again, its answer (here: not found) replaces
+// the cached one.
+func TestFailedProofKeepsCachedUserUntilANewAnswer(t *testing.T) {
+	up := newUpstreamUsers()
+	up.set("alice", "admin", scramCreds(t, "alice", "pw", "salt-one-16bytes", 4096))
+	var down atomic.Bool
+	asked := make(chan struct{}, 1)
+	outage := make(chan struct{})
+	c := NewCache(LookupFunc(func(ctx context.Context, user, db string) (Creds, error) {
+		if down.Load() {
+			select {
+			case asked <- struct{}{}:
+			default:
+			}
+			select { // no primary to be found for a while
+			case <-outage:
+			case <-ctx.Done():
+			}
+			return Creds{}, errors.New("no primary")
+		}
+		return up.Lookup(ctx, user, db)
+	}), CacheOptions{PositiveTTL: time.Hour, Timeout: 2 * time.Second})
+	clock := &fakeClock{now: time.Now()}
+	c.now = clock.Now
+	a := New(&Users{}, nil, c)
+	obs := newCountingObserver()
+	a.SetObserver(obs)
+	alice := Peer{Remote: "192.0.2.1:5000", Local: "127.0.0.1:27017"}
+	attacker := Peer{Remote: "203.0.113.9:4000", Local: "127.0.0.1:27017"}
+	if err := loginFrom(t, a, alice, SCRAMSHA256, "alice", "admin", "pw"); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	clock.advance(time.Second)
+
+	// A wrong password, by anyone: its second look is in flight, and
+	// alice logs in from the cache meanwhile, without waiting for it.
+	guess := make(chan error, 1)
+	go func() { guess <- loginFrom(t, a, attacker, SCRAMSHA256, "alice", "admin", "guess") }()
+	select {
+	case <-asked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the failed proof did not look alice up again")
+	}
+	start := time.Now()
+	err := loginFrom(t, a, alice, SCRAMSHA256, "alice", "admin", "pw")
+	if d := time.Since(start); err != nil || d > time.Second {
+		t.Errorf("the cached user during another client's second look: %v after %v", err, d)
+	}
+	close(outage)
+	if err := <-guess; !IsAuthFailed(err) {
+		t.Fatalf("a wrong password: %v", err)
+	}
+
+	// The second look failed: alice is still cached.
+	if err := loginFrom(t, a, alice, SCRAMSHA256, "alice", "admin", "pw"); err != nil {
+		t.Errorf("after another client's failed attempt, the cached user during the outage: %v", err)
+	}
+	clock.advance(time.Second)
+	if err := loginFrom(t, a, attacker, SCRAMSHA256, "alice", "admin", "guess"); !IsAuthFailed(err) {
+		t.Fatalf("a wrong password: %v", err)
+	}
+	if err := loginFrom(t, a, alice, SCRAMSHA256, "alice", "admin", "pw"); err != nil {
+		t.Errorf("after a second failed attempt, the cached user during the outage: %v", err)
+	}
+	if n := obs.failed(FailLookupFailed); n != 2 {
+		t.Errorf("%d failed attempts counted lookup_failed, want 2: %v", n, obs.failures)
+	}
+
+	// The upstream answers again: alice was dropped meanwhile, and the
+	// next failed proof's answer replaces her cached credentials.
+	down.Store(false)
+	up.drop("alice", "admin")
+	clock.advance(time.Second)
+	if err := loginFrom(t, a, attacker, SCRAMSHA256, "alice", "admin", "guess"); !IsAuthFailed(err) {
+		t.Fatalf("a wrong password: %v", err)
+	}
+	if err := loginFrom(t, a, alice, SCRAMSHA256, "alice", "admin", "pw"); !IsAuthFailed(err) {
+		t.Fatalf("a user dropped upstream, after a failed proof's new answer: %v, want a failed login", err)
 	}
 }
