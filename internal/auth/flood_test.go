@@ -272,3 +272,27 @@ func TestSharedLookupNotFailedByAnotherPeersBusySlots(t *testing.T) {
 		return len(c.inflight) == 0 && len(c.peers) == 0 && len(c.slots) == 0
 	})
 }
+
+// TestPeerOfKeysIPv6ByItsSlash64: one IPv6 host, which usually has a whole
+// /64, counts as one address whatever address of it connects; IPv4 (and
+// IPv4-mapped IPv6) by the address.
+func TestPeerOfKeysIPv6ByItsSlash64(t *testing.T) {
+	key := func(remote string) string {
+		return peerOf(WithPeer(context.Background(), Peer{Remote: remote}))
+	}
+	if a, b := key("[2001:db8:1:2::1]:5000"), key("[2001:db8:1:2:ffff::9]:6000"); a != b || a != "2001:db8:1:2::/64" {
+		t.Errorf("one /64: %q and %q", a, b)
+	}
+	if a, b := key("[2001:db8:1:2::1]:5000"), key("[2001:db8:1:3::1]:5000"); a == b {
+		t.Errorf("two /64s share %q", a)
+	}
+	if a, b := key("192.0.2.1:1"), key("[::ffff:192.0.2.1]:2"); a != "192.0.2.1" || b != "192.0.2.1" {
+		t.Errorf("IPv4: %q, mapped: %q", a, b)
+	}
+	if a, b := key("192.0.2.1:1"), key("192.0.2.2:1"); a == b {
+		t.Errorf("two IPv4 addresses share %q", a)
+	}
+	if k := key("/run/mb.sock"); k != "/run/mb.sock" {
+		t.Errorf("unix socket: %q", k)
+	}
+}

@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -361,17 +362,28 @@ func (c *Cache) take(ctx context.Context, e *cacheEntry) error {
 var errStarted = errors.New("auth: lookup started by another waiter")
 
 // peerOf is the address a lookup counts against: the IP of ctx's Peer's
-// remote address (any port), its whole address when not IP:port (a Unix
-// socket), "" without a Peer.
+// remote address (any port), for IPv6 its /64 (one host is usually given
+// a whole /64, and could otherwise rotate addresses within it to escape
+// the bound), its whole address when not IP:port (a Unix socket), ""
+// without a Peer.
 func peerOf(ctx context.Context) string {
 	p, ok := PeerFrom(ctx)
 	if !ok {
 		return ""
 	}
-	if host, _, err := net.SplitHostPort(p.Remote); err == nil {
+	host, _, err := net.SplitHostPort(p.Remote)
+	if err != nil {
+		return p.Remote
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
 		return host
 	}
-	return p.Remote
+	if a = a.Unmap(); a.Is6() {
+		pfx, _ := a.WithZone("").Prefix(64)
+		return pfx.String()
+	}
+	return a.String()
 }
 
 // acquire takes the peer's slot, then a lookup slot, waiting for them at
