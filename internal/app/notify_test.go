@@ -18,6 +18,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/sdnotify"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakesystemd"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -125,6 +126,86 @@ func TestSystemdNotifications(t *testing.T) {
 	}
 	// The periodic status has stopped with the App.
 	sock.None(t, 300*time.Millisecond)
+}
+
+// A reload during the drain (the admin reload command is still served)
+// sends no READY=1: systemd would take the service for running again.
+func TestReloadWhileDrainingIsNotReady(t *testing.T) {
+	up := fakemongo.Start(t, fakemongo.Options{})
+	release := make(chan struct{})
+	up.Handle("ping", func(req *fakemongo.Request) fakemongo.Reply {
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+		return up.Builtin(req)
+	})
+	sock := fakesystemd.Listen(t, false)
+	n, err := sdnotify.New(sock.Addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "mb.toml")
+	body := fmt.Sprintf("[mongobouncer]\nlisten = \"127.0.0.1:0\"\n[databases.\"*\"]\nconnection_string = %q\n", up.URI())
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewWithOptions(cfg, Options{Notify: n, StatusInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeApp(a) })
+	a.Start()
+	if m, _ := sock.Expect(t, 5*time.Second); !m.Has("READY=1") {
+		t.Fatalf("at start: %q", m.Text)
+	}
+	// A request in flight holds the drain open.
+	c, err := net.DialTimeout("tcp", a.Addrs()[0].String(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	req, err := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(wire.AppendMsg(nil, 1, 0, 0, req)); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, "the ping to reach the upstream", 10*time.Second, 5*time.Millisecond, func() bool {
+		return up.Requests("ping") == 1
+	})
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		closed <- a.GracefulClose(ctx)
+	}()
+	if m, _ := sock.Expect(t, 5*time.Second); !m.Has("STOPPING=1") {
+		t.Fatalf("at shutdown: %q", m.Text)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := sock.Expect(t, 5*time.Second); !m.Has("RELOADING=1") {
+		t.Fatalf("reload: %q", m.Text)
+	}
+	m, err := sock.Next(5 * time.Second)
+	if err != nil || m.Text != "STATUS=clients 1/10000, pools 1, routes 1/1 ready, draining" {
+		t.Fatalf("after a reload during the drain: %q (%v), want the status alone", m.Text, err)
+	}
+	close(release)
+	if _, err := wire.ReadMessage(c, nil, wire.DefaultMaxMessageSize); err != nil {
+		t.Fatalf("the request in flight: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Without Options.Notify nothing is sent and Reload still works.
