@@ -24,6 +24,11 @@ const DefaultStatusInterval = 10 * time.Second
 func (a *App) Reload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
+	if a.notify == nil {
+		err := a.reload()
+		a.reloadFailed.Store(err != nil)
+		return err
+	}
 	_ = a.notify.Reloading(a.statusLine() + ", reloading")
 	err := a.reload()
 	a.reloadFailed.Store(err != nil)
