@@ -17,6 +17,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/app"
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/sdnotify"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
@@ -160,7 +161,13 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 	level := new(slog.LevelVar)
 	level.Set(cfg.Global.LogLevel.Level())
 	log := newLogger(stderr, cfg.Global, level)
-	a, err := app.NewWithOptions(cfg, app.Options{Logger: log, Level: level, Overrides: overrides})
+	// Under systemd's Type=notify, NOTIFY_SOCKET names its socket; it is
+	// left in the environment, as there is no child process to inherit it.
+	notify := sdnotify.FromEnv(log)
+	if notify != nil {
+		log.Debug("systemd notifications on", "socket", notify.Socket())
+	}
+	a, err := app.NewWithOptions(cfg, app.Options{Logger: log, Level: level, Overrides: overrides, Notify: notify})
 	if err != nil {
 		fmt.Fprintf(stderr, "mongobouncer: %v\n", err)
 		return 1

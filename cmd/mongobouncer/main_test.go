@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/sdnotify"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/seccomp"
@@ -22,7 +23,12 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// go test run by a systemd service must not tell that service what
+	// the mongobouncers started here do; TestSystemdNotify sets its own.
+	os.Unsetenv(sdnotify.EnvSocket)
+	goleak.VerifyTestMain(m)
+}
 
 func TestVersionHelpAndUsageErrors(t *testing.T) {
 	var out, errb logbuf.Buffer

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/admin"
@@ -23,6 +24,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
+	"github.com/mongobouncer/mongobouncer/internal/sdnotify"
 	"github.com/mongobouncer/mongobouncer/internal/srv"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
@@ -70,6 +72,20 @@ type App struct {
 	// fds is the file-descriptor budget of cfg against the open-file
 	// limit read at New (guarded by mu); /readyz shows its warning.
 	fds FDBudget
+
+	// notify sends systemd notifications (notify.go); nil without
+	// NOTIFY_SOCKET. statusEvery is Options.StatusInterval.
+	notify      *sdnotify.Notifier
+	statusEvery time.Duration
+	// statusStop ends the periodic STATUS= goroutine, which closes
+	// statusDone; both are set by Start, before any reader.
+	statusStop, statusDone chan struct{}
+	statusStopOnce         sync.Once
+	// stopping is set when a shutdown begins (STOPPING=1 sent);
+	// reloadFailed while the last reload failed.
+	stopping, reloadFailed atomic.Bool
+	// reloadMu serialises Reload, so RELOADING=1 and READY=1 pair up.
+	reloadMu sync.Mutex
 
 	wg           sync.WaitGroup // listener goroutines
 	serveErr     chan error
@@ -120,6 +136,13 @@ type Options struct {
 	// Resolver looks up the SRV and TXT records of mongodb+srv:// routes;
 	// nil means net.DefaultResolver. Tests point it at loopback.
 	Resolver srv.Resolver
+	// Notify, when set, receives systemd's READY=1, RELOADING=1,
+	// STOPPING=1 and STATUS= (notify.go); cmd/mongobouncer sets it from
+	// NOTIFY_SOCKET.
+	Notify *sdnotify.Notifier
+	// StatusInterval is how often STATUS= is refreshed between state
+	// changes; 0 means DefaultStatusInterval.
+	StatusInterval time.Duration
 }
 
 // New validates cfg, builds every route and binds every listener. Nothing
@@ -151,6 +174,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	}
 	a := &App{
 		cfg: cfg, log: logger, level: o.Level, overrides: o.Overrides, resolver: o.Resolver,
+		notify: o.Notify, statusEvery: o.StatusInterval,
 		metrics:    metrics.New(),
 		routes:     map[string]*route{},
 		listeners:  map[string]*listener{},
@@ -412,8 +436,15 @@ func (a *App) Topologies() []*topology.Topology {
 	return out
 }
 
-// Start serves every listener in the background.
+// Start serves every listener in the background, then tells systemd the
+// service is ready (READY=1, with Options.Notify).
 func (a *App) Start() {
+	a.startServing()
+	// After the lock: the status line takes it.
+	a.notifyReady()
+}
+
+func (a *App) startServing() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.started = true
@@ -460,6 +491,7 @@ func (a *App) Shutdown() {
 // in-flight requests and open transactions finish, bounded by ctx), then
 // closes every pool (CMAP close) and the admin listener.
 func (a *App) GracefulClose(ctx context.Context) error {
+	a.notifyStopping()
 	err := a.server.Shutdown(ctx)
 	a.closeRest()
 	return err
@@ -468,6 +500,7 @@ func (a *App) GracefulClose(ctx context.Context) error {
 // Close stops listeners and clients at once, then closes every pool. ctx
 // bounds the wait for client goroutines.
 func (a *App) Close(ctx context.Context) error {
+	a.notifyStopping()
 	var err error
 	if a.server != nil {
 		err = a.server.Close(ctx)
@@ -477,6 +510,7 @@ func (a *App) Close(ctx context.Context) error {
 }
 
 func (a *App) closeRest() {
+	a.stopStatus()
 	a.mu.Lock()
 	for _, l := range a.listeners {
 		l.l.Close()

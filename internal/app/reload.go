@@ -18,7 +18,7 @@ import (
 // alone.
 var ErrNoConfigFile = errors.New("no configuration file to reload (started without --config)")
 
-// Reload re-reads the configuration file and applies it without dropping a
+// reload re-reads the configuration file and applies it without dropping a
 // client: changed pool limits and pool modes apply live, added routes
 // start, removed routes leave the routing table at once and close once
 // their clients have given back every connection, and a route whose
@@ -26,7 +26,7 @@ var ErrNoConfigFile = errors.New("no configuration file to reload (started witho
 // Listener changes are applied by binding new addresses and closing old
 // ones; connected clients stay. If the new file is invalid, nothing changes
 // and the error, with file and line, is returned.
-func (a *App) Reload() error {
+func (a *App) reload() error {
 	a.mu.Lock()
 	path := a.cfg.Path
 	authType := a.cfg.Global.AuthType
