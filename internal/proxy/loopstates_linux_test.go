@@ -145,30 +145,8 @@ func (r *loopRig) client(sndbuf int) *affConn {
 }
 
 // tcpClient is client over loopback TCP, the proxy side's send buffer and
-// the test side's receive buffer shrunk to buf.
-func (r *loopRig) tcpClient(buf int) *affConn {
-	r.t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer ln.Close()
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, buf) })
-	}}
-	ours, err := d.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	theirs, err := ln.Accept()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if err := theirs.(*net.TCPConn).SetWriteBuffer(buf); err != nil {
-		r.t.Fatal(err)
-	}
-	return r.serve(ours, theirs, "tcp")
-}
+// the test side's receive buffer shrunk to buf (tcpClientBufs).
+func (r *loopRig) tcpClient(buf int) *affConn { return r.tcpClientBufs(buf, buf) }
 
 // serve hands theirs to the proxy and returns ours, after the hello.
 func (r *loopRig) serve(ours, theirs net.Conn, listener string) *affConn {
