@@ -42,8 +42,11 @@ func TestConnectFailureNoLoadExplainsMarksUnknown(t *testing.T) {
 		check func(err error) bool
 	}{
 		{
-			// A name under .invalid never resolves (RFC 6761): the
-			// resolver says so without asking the network.
+			// A name that is not a domain name (an empty label): Go's
+			// resolver answers "no such host" (a *net.DNSError) before
+			// asking any server, so the test sends no query off the
+			// machine, which a name under .invalid would (the resolver
+			// asks the configured nameserver, which says NXDOMAIN).
 			name: "name does not resolve",
 			setup: func(t *testing.T) (string, upstream.Options, upstream.Options) {
 				fake := fakemongo.Start(t, fakemongo.Options{})
@@ -52,7 +55,7 @@ func TestConnectFailureNoLoadExplainsMarksUnknown(t *testing.T) {
 					var d net.Dialer
 					return d.DialContext(ctx, network, fake.Addr())
 				}
-				return net.JoinHostPort("mongobouncer-test.invalid", port), upstream.Options{}, upstream.Options{Dial: toFake}
+				return net.JoinHostPort("mongobouncer-test..invalid", port), upstream.Options{}, upstream.Options{Dial: toFake}
 			},
 			stage: "dial",
 			check: func(err error) bool {
