@@ -222,9 +222,14 @@ func (c *client) loggedIn(id *auth.Identity) {
 	c.log = c.log.With("user", logName(id.ID().String()))
 	c.log.Info("client logged in", "mechanism", string(id.Mechanism))
 	c.passKey = id.ID()
+	c.setUser(id.ID().String())
+}
+
+// setUser records who the client logged in as, for SHOW CLIENTS.
+func (c *client) setUser(user string) {
 	c.sessMu.Lock()
-	c.user = id.ID().String()
-	c.sessMu.Unlock()
+	defer c.sessMu.Unlock()
+	c.user = user
 }
 
 // peerSubject is who a MONGODB-X509 login is: the RFC 2253 subject of the

@@ -1,0 +1,56 @@
+package proxy
+
+// How the panic recovery takes the client's locks (recover.go): it waits
+// for another goroutine's critical section, never takes its lock over, and
+// leaves none held when its own clean-up panics too.
+
+import (
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A recovery that finds a lock of the client's held by another goroutine,
+// for longer than a second even (a stalled holder: a log write to a
+// blocked stderr, a descheduled thread), waits for it, and does not take
+// it over: taken over, the recovery would go on, and unlock, under a lock
+// another goroutine holds, and that holder's own Unlock would be the fatal
+// "sync: unlock of unlocked mutex" (not recoverable), ending the process,
+// not one client. Here a holder keeps sessMu 1.5 s while releaseRequest,
+// as a recovery runs it, needs it.
+func TestRecoveryWaitsForALockAnotherGoroutineHolds(t *testing.T) {
+	c := authClient(t)
+	c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	var returned atomic.Bool // releaseRequest has returned
+	held := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.sessMu.Lock()
+		close(held)
+		time.Sleep(1500 * time.Millisecond)
+		if returned.Load() {
+			// The recovery went on under this lock and unlocked it: this
+			// Unlock would be fatal. Leave it as the recovery left it.
+			return
+		}
+		c.sessMu.Unlock()
+	}()
+	<-held
+	start := time.Now()
+	c.releaseRequest()
+	returned.Store(true)
+	took := time.Since(start)
+	select {
+	case <-done:
+	default:
+		t.Errorf("the recovery went on after %v under sessMu while another goroutine still held it (it took over a lock no panicking frame held)", took.Round(time.Millisecond))
+	}
+	<-done
+	if !c.sessMu.TryLock() {
+		t.Fatal("sessMu is left held")
+	}
+	c.sessMu.Unlock()
+}
