@@ -123,6 +123,7 @@ func (c *client) releaseIfLoopOwned() bool {
 	if lc.state == lsGoroutine {
 		return false
 	}
+	panicPoint("release-loop-owned", &c.x.req)
 	c.releaseOwned()
 	return true
 }

@@ -7,6 +7,7 @@ package proxy
 import (
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,4 +54,43 @@ func TestRecoveryWaitsForALockAnotherGoroutineHolds(t *testing.T) {
 		t.Fatal("sessMu is left held")
 	}
 	c.sessMu.Unlock()
+}
+
+// A goroutine's recovery that ends a client the loop's state says it does
+// not own (releaseOwned, under ownMu) and panics there too leaves ownMu
+// unlocked: afterPanic catches the second panic, and the client's next
+// loop callback, or Server.Close, can still take the lock.
+func TestPanicInReleaseOwnedLeavesOwnMuUnlocked(t *testing.T) {
+	c := authClient(t)
+	var logs strings.Builder // written by the goroutine, read after done
+	c.log = slog.New(slog.NewTextHandler(&logs, nil))
+	c.lc.state = lsClosed // finish closed it before the panic
+	hook := func(at, _ string) {
+		if at == "release-loop-owned" {
+			panic("test panic in releaseOwned")
+		}
+	}
+	testPanicHook.Store(&hook)
+	t.Cleanup(func() { testPanicHook.Store(nil) })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer c.recoverGoroutine()
+		panic("test panic while serving")
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the recovery did not return")
+	}
+	if c.s.Panics() != 1 {
+		t.Fatalf("Panics() = %d, want 1", c.s.Panics())
+	}
+	if !strings.Contains(logs.String(), "test panic in releaseOwned") {
+		t.Fatalf("releaseOwned did not panic; log:\n%s", logs.String())
+	}
+	if !c.lc.ownMu.TryLock() {
+		t.Fatalf("ownMu is left held after a panic in the recovery; log:\n%s", logs.String())
+	}
+	c.lc.ownMu.Unlock()
 }
