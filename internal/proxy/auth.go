@@ -225,9 +225,14 @@ func (c *client) loggedIn(id *auth.Identity) {
 	// The login rule is over: keep no finished conversation for the
 	// connection's life (logintimeout.go).
 	c.lt.conv, c.lt.convAt = nil, time.Time{}
+	c.setUser(id.ID().String())
+}
+
+// setUser records who the client logged in as, for SHOW CLIENTS.
+func (c *client) setUser(user string) {
 	c.sessMu.Lock()
-	c.user = id.ID().String()
-	c.sessMu.Unlock()
+	defer c.sessMu.Unlock()
+	c.user = user
 }
 
 // peerSubject is who a MONGODB-X509 login is: the RFC 2253 subject of the

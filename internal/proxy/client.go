@@ -231,12 +231,18 @@ func (c *client) run() {
 // (network I/O, so without the loop lock), then the client is finalized.
 func (c *client) finish(err error) {
 	c.cleanup()
+	c.closeOwned()
+	c.finalize(err)
+}
+
+// closeOwned marks a client its goroutine owns closed for the loop, which
+// forgets it, under ownMu.
+func (c *client) closeOwned() {
 	c.lc.ownMu.Lock()
+	defer c.lc.ownMu.Unlock()
 	c.lc.state = lsClosed
 	c.lingerOnClose()
 	c.loopForget()
-	c.lc.ownMu.Unlock()
-	c.finalize(err)
 }
 
 // finishLocked ends a client the loop owns, holding c.lc.ownMu. Such a client

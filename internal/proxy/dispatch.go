@@ -172,9 +172,7 @@ func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Docum
 	lim := c.s.waitLimits()
 	if !c.hello {
 		c.hello = true
-		c.sessMu.Lock()
-		c.appName = hr.appName
-		c.sessMu.Unlock()
+		c.setAppName(hr.appName)
 		c.lb = hr.loadBalanced
 		c.log = c.log.With("appName", hr.appName)
 	}
@@ -317,4 +315,12 @@ func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID,
 		return errClientGone
 	}
 	return nil
+}
+
+// setAppName records the application name the client's hello gave, for
+// SHOW CLIENTS.
+func (c *client) setAppName(name string) {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	c.appName = name
 }

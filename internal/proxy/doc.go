@@ -98,11 +98,19 @@
 //     connection closed, which ends it there. The loop thread then goes on
 //     with its other clients.
 //
-// sessMu, and ownMu off the loop, are held for a few lines of bookkeeping
-// without I/O, where a panic is unlikely; a recovery that cannot take one
-// within lockWait (a second) takes it that the panicking frame left it
-// held, and adopts it (lockOrAdopt) rather than block: the loop thread, or
-// a thread that would wait for the lock later, goes on.
+// The lock rule: a client's sessMu and ownMu are unlocked by a defer in
+// the function that locks them, right after the Lock, everywhere in the
+// package (lockrule_test.go checks it). A panic in a critical section so
+// unlocks on its way up, before the recovery runs, which therefore never
+// finds a lock its own goroutine left held, and takes the client's locks
+// with a plain Lock: a lock it finds held is another goroutine's, for a
+// critical section of a few lines without blocking I/O, and the recovery
+// waits for it. The holder is never inferred (a lock held "too long" taken
+// for the panicking frame's): unlocking another goroutine's lock makes
+// that goroutine's own Unlock a fatal error, which ends the process.
+// Critical sections in a loop, or that end in the middle of a function,
+// are small functions of their own (the defers are open-coded: a few
+// instructions).
 //
 // Not recovered: panics in the loop threads' own code (no one client's),
 // where a process that went on with a thread in an unknown state would be

@@ -250,17 +250,23 @@ func (x *exchange) affinity() *topology.Server {
 // on the server the request needs (need, any when nil); with take, it
 // takes it for the request.
 func (x *exchange) usePin(need *topology.Server, take bool) bool {
-	c := x.c
 	x.need = need
+	ok := x.lookPin(need, take)
+	if ok && take {
+		x.holding()
+	}
+	return ok
+}
+
+// lookPin is usePin's part under sessMu.
+func (x *exchange) lookPin(need *topology.Server, take bool) bool {
+	c := x.c
 	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
 	p := c.pinLocked(x.route)
 	ok := p != nil && p.conn != nil && (need == nil || need == p.srv)
 	if ok && take {
 		x.srv, x.pc, x.pinned = p.srv, p.conn, true
-	}
-	c.sessMu.Unlock()
-	if ok && take {
-		x.holding()
 	}
 	return ok
 }
@@ -309,9 +315,7 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	mode := route.PoolMode()
 	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && c.hasOpen(route))))
 	if pinNow && (x.need == nil || !route.multi() || c.pinServer(route) == nil || c.pinServer(route) == srv) {
-		c.sessMu.Lock()
-		c.setPinLocked(route, srv, pc)
-		c.sessMu.Unlock()
+		c.setPin(route, srv, pc)
 		x.pinned = true
 	}
 	x.holding()
@@ -449,7 +453,16 @@ func (x *exchange) release() {
 	c, route, pc := x.c, x.route, x.pc
 	pinned := x.pinned
 	x.pc = nil
+	if !c.replyingKeepsPin(route, pc, pinned) {
+		route.checkIn(pc)
+	}
+}
+
+// replyingKeepsPin is release's part under sessMu: the client is replying,
+// and keeps pc pinned if it was and still needs it.
+func (c *client) replyingKeepsPin(route *Route, pc *pool.Conn, pinned bool) bool {
 	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
 	if pinned && route.PoolMode() != ModeSession && !c.hasOpenLocked(route) {
 		if p := c.pinLocked(route); p != nil && p.conn == pc {
 			p.conn = nil
@@ -457,10 +470,7 @@ func (x *exchange) release() {
 		}
 	}
 	c.setPhaseLocked(phaseReplying)
-	c.sessMu.Unlock()
-	if !pinned {
-		route.checkIn(pc)
-	}
+	return pinned
 }
 
 // fail is the failure exit: the request could not reach the upstream, or
@@ -517,13 +527,19 @@ func (x *exchange) abandon(err error) {
 func (x *exchange) dropConn() {
 	c, pc := x.c, x.pc
 	x.pc = nil
+	c.unpinReplying(x.route, pc)
+	x.route.checkIn(pc)
+}
+
+// unpinReplying is dropConn's part under sessMu: pc is pinned no more, and
+// the client is replying.
+func (c *client) unpinReplying(route *Route, pc *pool.Conn) {
 	c.sessMu.Lock()
-	if p := c.pinLocked(x.route); p != nil && p.conn == pc {
+	defer c.sessMu.Unlock()
+	if p := c.pinLocked(route); p != nil && p.conn == pc {
 		p.conn = nil
 	}
 	c.setPhaseLocked(phaseReplying)
-	c.sessMu.Unlock()
-	x.route.checkIn(pc)
 }
 
 // end finishes the request once its reply (or error reply) was written, or
@@ -536,11 +552,7 @@ func (x *exchange) end() {
 	if x.route == nil {
 		return
 	}
-	c.sessMu.Lock()
-	back := c.takePinsLocked(func(p *pin) bool { return p.route.PoolMode() != ModeSession })
-	c.setPhaseLocked(phaseIdle)
-	c.sessMu.Unlock()
-	checkInPins(back)
+	checkInPins(c.idleTakingPins())
 	name := x.req.info.name
 	if !x.req.info.known {
 		name = "other" // bounded label cardinality
@@ -549,11 +561,22 @@ func (x *exchange) end() {
 	x.route, x.srv, x.need = nil, nil, nil
 }
 
+// idleTakingPins is end's part under sessMu: the client is idle, and its
+// transaction-mode pins no transaction holds are returned, to be checked
+// in (checkInPins).
+func (c *client) idleTakingPins() []pin {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	back := c.takePinsLocked(func(p *pin) bool { return p.route.PoolMode() != ModeSession })
+	c.setPhaseLocked(phaseIdle)
+	return back
+}
+
 // setPhase moves the client's request to p.
 func (c *client) setPhase(p phase) {
 	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
 	c.setPhaseLocked(p)
-	c.sessMu.Unlock()
 }
 
 // setPhaseLocked is the one place a client's phase changes; it holds

@@ -80,11 +80,7 @@ func (s *Server) SetLoginTimeout(d time.Duration) {
 		if !c.lt.armed.Load() {
 			continue
 		}
-		c.lc.ownMu.Lock()
-		if c.lc.state == lsGoroutine && c.nc != nil {
-			_ = c.nc.SetReadDeadline(time.Now())
-		}
-		c.lc.ownMu.Unlock()
+		c.expireRead()
 	}
 }
 
@@ -347,5 +343,15 @@ func (c *client) loopNotePartial() {
 		c.lt.partAt = 0
 	case c.lt.partAt == 0:
 		c.lt.partAt = monoNow()
+	}
+}
+
+// expireRead makes the pending read of a client its goroutine owns return
+// now, under ownMu (the loop may own it instead).
+func (c *client) expireRead() {
+	c.lc.ownMu.Lock()
+	defer c.lc.ownMu.Unlock()
+	if c.lc.state == lsGoroutine && c.nc != nil {
+		_ = c.nc.SetReadDeadline(time.Now())
 	}
 }

@@ -347,12 +347,18 @@ func (s *Server) stopLoops() {
 		it.c.loopResume(nil, it.pc, it.err)
 	}
 	for _, c := range s.snapshot() {
-		lc := &c.lc
-		lc.ownMu.Lock()
-		if lc.state == lsUpstream {
-			c.loopAbandon(nil)
-		}
-		lc.ownMu.Unlock()
+		c.abandonUpstream()
+	}
+}
+
+// abandonUpstream abandons the request a loop client has out on an
+// upstream connection, if any, under ownMu.
+func (c *client) abandonUpstream() {
+	lc := &c.lc
+	lc.ownMu.Lock()
+	defer lc.ownMu.Unlock()
+	if lc.state == lsUpstream {
+		c.loopAbandon(nil)
 	}
 }
 
@@ -406,18 +412,25 @@ func (s *Server) sweepIdle(l *loops) {
 		login := time.Duration(s.loginTimeout.Load())
 		now := monoNow()
 		for _, c := range s.snapshot() {
-			lc := &c.lc
-			lc.ownMu.Lock()
-			if lc.state == lsIdle {
-				if timeout := c.idleTimeout(); timeout > 0 && now-lc.lastActive > timeout {
-					c.loopClose()
-				} else if why, waited := c.loopLoginExpired(now, login); why != "" {
-					c.loginTimedOut(why, waited, login)
-					c.loopClose()
-				}
-			}
-			lc.ownMu.Unlock()
+			c.sweepOne(now, login)
 		}
+	}
+}
+
+// sweepOne closes a loop-owned idle client past client_idle_timeout or
+// client_login_timeout (login), under ownMu.
+func (c *client) sweepOne(now, login time.Duration) {
+	lc := &c.lc
+	lc.ownMu.Lock()
+	defer lc.ownMu.Unlock()
+	if lc.state != lsIdle {
+		return
+	}
+	if timeout := c.idleTimeout(); timeout > 0 && now-lc.lastActive > timeout {
+		c.loopClose()
+	} else if why, waited := c.loopLoginExpired(now, login); why != "" {
+		c.loginTimedOut(why, waited, login)
+		c.loopClose()
 	}
 }
 

@@ -5,6 +5,7 @@ package proxy
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // EventLoopSupported reports whether this platform has the event loop;
@@ -16,6 +17,9 @@ const EventLoopSupported = false
 type loopClient struct {
 	ownMu sync.Mutex
 	state loopState
+	// lastActive is never set without the loop; logintimeout.go's
+	// loopLoginExpired, shared with Linux, reads it.
+	lastActive time.Duration
 }
 
 func (c *client) initLoop() {}

@@ -397,6 +397,20 @@ func (th *ringThread) complete(ud uint64, res int32) {
 	l.runReady(th)
 }
 
+// disarm marks a client's receive, which the ring's release cancelled, no
+// longer in flight, under ownMu; a closed client's descriptor, whose close
+// waited for it, is closed.
+func (th *ringThread) disarm(c *client) {
+	lc := &c.lc
+	lc.ownMu.Lock()
+	defer lc.ownMu.Unlock()
+	rc := lc.sock.(*ringClient)
+	rc.armed = false
+	if lc.state == lsClosed {
+		th.d.closeLingering(rc)
+	}
+}
+
 // teardown releases the ring, which cancels the receives in flight, then
 // closes the descriptors whose close waited for one of them.
 func (th *ringThread) teardown() {
@@ -409,14 +423,7 @@ func (th *ringThread) teardown() {
 		th.ops[i] = nil
 		switch o := obj.(type) {
 		case *client:
-			lc := &o.lc
-			lc.ownMu.Lock()
-			rc := lc.sock.(*ringClient)
-			rc.armed = false
-			if lc.state == lsClosed {
-				th.d.closeLingering(rc)
-			}
-			lc.ownMu.Unlock()
+			th.disarm(o)
 		case *ringUp:
 			o.mu.Lock()
 			o.armed = false

@@ -9,14 +9,24 @@ package proxy
 // and finish the client, so that the server's accounting of it (wg, the
 // client count, the client set) is final and Shutdown does not wait for it.
 // The loop's part, which knows the loop's state, is in recover_linux.go.
+//
+// The client's locks (sessMu, ownMu) are unlocked by a defer in the
+// function that locks them, always (lockrule_test.go checks the package):
+// a panic in a critical section unlocks on its way up, before any recovery
+// runs. So a recovery never finds a lock its own goroutine left held, and
+// takes them with a plain Lock: one held is held by another goroutine, for
+// a critical section that ends (a few lines, no blocking I/O), and the
+// recovery waits for it. Inferring the holder instead (a lock still held
+// after a while taken for the panicking frame's, and unlocked) would
+// unlock a lock another goroutine holds, whose own Unlock is then fatal to
+// the whole process. The recovery's own critical sections follow the rule
+// too, so that a panic in them (afterPanic) leaves no lock held either.
 
 import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // errPanicked ends a client whose serving panicked.
@@ -32,27 +42,6 @@ type PanicObserver interface {
 // Panics returns the number of panics recovered while serving clients
 // since the server started.
 func (s *Server) Panics() uint64 { return s.panics.Load() }
-
-// lockWait bounds the wait of a recovery for a lock of the client's. Its
-// locks are held for a few lines without I/O, so one still held after
-// that was left held by the panic itself, in a frame of the recovering
-// goroutine: the recovery adopts it (holds it from then on) rather than
-// block forever, and the loop thread or Shutdown with it. A sync.Mutex
-// may be unlocked by another than its locker.
-const lockWait = time.Second
-
-// lockOrAdopt takes mu, or adopts it when it stays held for lockWait: the
-// caller holds it either way.
-func (c *client) lockOrAdopt(mu *sync.Mutex, name string) {
-	deadline := time.Now().Add(lockWait)
-	for !mu.TryLock() {
-		if time.Now().After(deadline) {
-			c.log.Error("the panic left a lock of the client's held: the recovery takes it over", "lock", name)
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // testPanicHook, set by tests only, is called at the named points of the
 // request path (panicPoint) with the command's name: a test makes it
@@ -78,8 +67,8 @@ func (c *client) reportPanic(path string, v any) {
 
 // recoverGoroutine is deferred at the top of each goroutine that serves a
 // client: serve, run, and the one that writes a reply the loop could not.
-// No lock of the client's is held there, except one a panicking frame
-// left held (lockOrAdopt).
+// No lock of the client's is held there: the panicking frames' deferred
+// unlocks have run.
 func (c *client) recoverGoroutine() {
 	v := recover()
 	if v == nil {
@@ -115,16 +104,28 @@ func (c *client) afterPanic(release func()) {
 // owns the client unless the panic came from loop code it ran (the hand-
 // over in enterLoop recovers its own): the loop's state says which.
 func (c *client) endGoroutine() {
-	lc := &c.lc
-	c.lockOrAdopt(&lc.ownMu, "ownMu")
-	if lc.state != lsGoroutine {
-		c.releaseOwned()
-		lc.ownMu.Unlock()
+	if c.releaseIfLoopOwned() {
 		return
 	}
-	lc.ownMu.Unlock()
 	c.releaseRequest()
 	c.finish(errPanicked)
+}
+
+// releaseIfLoopOwned ends the client under ownMu, as the loop's recovery
+// does (releaseOwned), unless its goroutine owns it; it reports whether it
+// did. The unlock is deferred: a panic in releaseOwned as well (caught by
+// afterPanic) must not leave ownMu held, or the client's next loop
+// callback would block its loop thread for good.
+func (c *client) releaseIfLoopOwned() bool {
+	lc := &c.lc
+	lc.ownMu.Lock()
+	defer lc.ownMu.Unlock()
+	if lc.state == lsGoroutine {
+		return false
+	}
+	panicPoint("release-loop-owned", &c.x.req)
+	c.releaseOwned()
+	return true
 }
 
 // releaseRequest releases what the request the panic interrupted holds,
@@ -133,8 +134,6 @@ func (c *client) endGoroutine() {
 // the client is idle. Other pins, between requests, are in a known state
 // and go through the usual clean-up.
 func (c *client) releaseRequest() {
-	c.lockOrAdopt(&c.sessMu, "sessMu")
-	c.sessMu.Unlock()
 	x := &c.x
 	if pc := x.pc; pc != nil {
 		pc.MarkErrored(errPanicked)

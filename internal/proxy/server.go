@@ -507,14 +507,19 @@ func (s *Server) drained() bool {
 	s.clientsMu.Lock()
 	defer s.clientsMu.Unlock()
 	for c := range s.clients {
-		c.sessMu.Lock()
-		busy := c.phase != phaseIdle || len(c.open) > 0
-		c.sessMu.Unlock()
-		if busy {
+		if c.busy() {
 			return false
 		}
 	}
 	return true
+}
+
+// busy reports whether the client has a request in flight or a
+// transaction open.
+func (c *client) busy() bool {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	return c.phase != phaseIdle || len(c.open) > 0
 }
 
 // ClientInfo describes one connected client (SHOW CLIENTS).
@@ -543,20 +548,25 @@ func (s *Server) Clients() []ClientInfo {
 	for _, c := range cs {
 		ci := ClientInfo{ID: c.id, Addr: c.remote, Listener: c.listener, ConnectedAt: c.connected,
 			State: clientState(c.state.Load()).String(), Requests: c.requests.Load()}
-		c.sessMu.Lock()
-		ci.AppName = c.appName
-		ci.User = c.user
-		for _, p := range c.pins {
-			if p.conn != nil {
-				ci.PinnedServer = p.srv.Address()
-				break
-			}
-		}
-		c.sessMu.Unlock()
+		c.describeSession(&ci)
 		out = append(out, ci)
 	}
 	slices.SortFunc(out, func(a, b ClientInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
+}
+
+// describeSession fills in what sessMu guards of ci.
+func (c *client) describeSession(ci *ClientInfo) {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	ci.AppName = c.appName
+	ci.User = c.user
+	for _, p := range c.pins {
+		if p.conn != nil {
+			ci.PinnedServer = p.srv.Address()
+			break
+		}
+	}
 }
 
 // SetPreLoginMessageSize changes max_prelogin_message_size live

@@ -45,6 +45,13 @@ func (c *client) pinServer(route *Route) *topology.Server {
 	return nil
 }
 
+// setPin pins pc, of srv, to the client for route.
+func (c *client) setPin(route *Route, srv *topology.Server, pc *pool.Conn) {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	c.setPinLocked(route, srv, pc)
+}
+
 func (c *client) setPinLocked(route *Route, srv *topology.Server, pc *pool.Conn) {
 	if p := c.pinLocked(route); p != nil {
 		p.srv, p.conn = srv, pc
@@ -80,16 +87,21 @@ func (c *client) hasPinLocked() bool {
 
 // beginTxn records a transaction begun through this client.
 func (c *client) beginTxn(route *Route, srv *topology.Server, key txnKey) {
-	c.sessMu.Lock()
-	if c.open == nil {
-		c.open = make(map[txnKey]*Route)
-	}
-	c.open[key] = route
-	c.sessMu.Unlock()
+	c.setOpen(key, route)
 	if route.multi() {
 		route.txns.put(key, srv, time.Now())
 	}
 	c.s.setTxnOwner(key, c)
+}
+
+// setOpen records transaction key open on route.
+func (c *client) setOpen(key txnKey, route *Route) {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	if c.open == nil {
+		c.open = make(map[txnKey]*Route)
+	}
+	c.open[key] = route
 }
 
 // setTxnOwner notes which client began a transaction, so that a commit that
@@ -133,14 +145,21 @@ func (s *Server) endTxn(key txnKey, by *client) {
 // client's transaction-mode pin and the client is idle, the connection goes
 // back to the pool now rather than at the client's next request.
 func (c *client) txnEnded(key txnKey) {
+	if back := c.forgetTxn(key); back.conn != nil {
+		back.route.checkIn(back.conn)
+	}
+}
+
+// forgetTxn is txnEnded's part under sessMu: it returns the pin to give
+// back, if any.
+func (c *client) forgetTxn(key txnKey) (back pin) {
 	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
 	route, ok := c.open[key]
 	if !ok {
-		c.sessMu.Unlock()
-		return
+		return pin{}
 	}
 	delete(c.open, key)
-	var back pin
 	if !c.busyLocked() && route.PoolMode() != ModeSession && !c.hasOpenLocked(route) {
 		if p := c.pinLocked(route); p != nil && p.conn != nil {
 			back = *p
@@ -148,20 +167,13 @@ func (c *client) txnEnded(key txnKey) {
 			c.stateLocked() // pinned no more, perhaps
 		}
 	}
-	c.sessMu.Unlock()
-	if back.conn != nil {
-		route.checkIn(back.conn)
-	}
+	return back
 }
 
 // cleanup runs when the client disconnects: open transactions are aborted
 // upstream, then pinned connections go back to their pools.
 func (c *client) cleanup() {
-	c.sessMu.Lock()
-	open := c.open
-	c.open = nil
-	c.sessMu.Unlock()
-	for key, route := range open {
+	for key, route := range c.takeOpen() {
 		c.abort(route, key)
 		c.s.txnMu.Lock()
 		if c.s.txnOwners[key] == c {
@@ -172,15 +184,29 @@ func (c *client) cleanup() {
 			route.txns.delete(key)
 		}
 	}
-	c.sessMu.Lock()
-	pins := c.pins
-	c.pins = nil
-	c.sessMu.Unlock()
-	for _, p := range pins {
+	for _, p := range c.takePins() {
 		if p.conn != nil {
 			p.route.checkIn(p.conn)
 		}
 	}
+}
+
+// takeOpen takes the client's open transactions, for cleanup.
+func (c *client) takeOpen() map[txnKey]*Route {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	open := c.open
+	c.open = nil
+	return open
+}
+
+// takePins takes the client's pins, for cleanup.
+func (c *client) takePins() []pin {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	pins := c.pins
+	c.pins = nil
+	return pins
 }
 
 // abort sends abortTransaction for a transaction the client left open, on
@@ -189,14 +215,12 @@ func (c *client) cleanup() {
 func (c *client) abort(route *Route, key txnKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.CommandTimeout)
 	defer cancel()
-	c.sessMu.Lock()
 	var srv *topology.Server
 	var pc *pool.Conn
 	pinned := false
-	if p := c.pinLocked(route); p != nil && p.conn != nil {
+	if p, ok := c.pinned(route); ok {
 		srv, pc, pinned = p.srv, p.conn, true
 	}
-	c.sessMu.Unlock()
 	if pc == nil {
 		if route.multi() {
 			srv, _ = route.txns.get(key, time.Now())
@@ -234,6 +258,16 @@ func (c *client) abort(route *Route, key txnKey) {
 	}
 }
 
+// pinned returns the client's pin for route, if it holds a connection.
+func (c *client) pinned(route *Route) (pin, bool) {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	if p := c.pinLocked(route); p != nil && p.conn != nil {
+		return *p, true
+	}
+	return pin{}, false
+}
+
 // abortCommand builds {abortTransaction: 1, lsid: {id}, txnNumber, autocommit: false}.
 func abortCommand(key txnKey) bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
@@ -260,10 +294,14 @@ func (c *client) isOpen(key txnKey) bool {
 // route's pools can drain and close; the client's next request on that
 // database uses the new route.
 func (c *client) dropStalePins() {
+	checkInPins(c.takeStalePins())
+}
+
+// takeStalePins is dropStalePins's part under sessMu.
+func (c *client) takeStalePins() []pin {
 	c.sessMu.Lock()
-	back := c.takePinsLocked(func(p *pin) bool { return c.s.Route(p.route.Name) != p.route })
-	c.sessMu.Unlock()
-	checkInPins(back)
+	defer c.sessMu.Unlock()
+	return c.takePinsLocked(func(p *pin) bool { return c.s.Route(p.route.Name) != p.route })
 }
 
 // takePinsLocked unpins and returns the pinned connections of routes with

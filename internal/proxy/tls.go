@@ -176,11 +176,17 @@ func (c *client) startTLS() error {
 		return errTLSRefused
 	}
 	_ = raw.SetDeadline(time.Time{})
-	c.lc.ownMu.Lock() // disconnect reads c.nc under it
+	c.setTLSConn(tc, raw)
+	return nil
+}
+
+// setTLSConn makes the client's connection tc, over raw, under ownMu:
+// disconnect reads c.nc under it.
+func (c *client) setTLSConn(tc *tls.Conn, raw net.Conn) {
+	c.lc.ownMu.Lock()
+	defer c.lc.ownMu.Unlock()
 	c.nc = &tlsClientConn{Conn: tc, raw: raw}
 	c.tlsConn = tc
-	c.lc.ownMu.Unlock()
-	return nil
 }
 
 // sniffTLS reads a new client's first bytes into rbuf until they tell a
