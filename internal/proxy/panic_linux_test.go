@@ -180,7 +180,13 @@ func testPanicAt(t *testing.T, o rigOptions, at, leave string) {
 	o.maxPool = 2
 	o.threads = 1 // every client on the one loop thread
 	r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
-	r.up.Handle(panicCommand, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+	r.up.Handle(panicCommand, func(*fakemongo.Request) fakemongo.Reply {
+		// Late enough that the loop's send cannot meet the reply in the
+		// same turn (epoll reads it at once when it is there): at
+		// loop-sent the request must still be out.
+		time.Sleep(50 * time.Millisecond)
+		return fakemongo.OK()
+	})
 	var victimC atomic.Pointer[client]
 	var state atomic.Int32 // the victim's loop state at the panic
 	stack := setPanicHook(t, at, func() func() {
@@ -416,7 +422,13 @@ func TestPanicInATransactionClosesItsPin(t *testing.T) {
 		o.maxPool = 2
 		r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
 		r.up.Handle("find", func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
-		r.up.Handle(panicCommand, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		r.up.Handle(panicCommand, func(*fakemongo.Request) fakemongo.Reply {
+		// Late enough that the loop's send cannot meet the reply in the
+		// same turn (epoll reads it at once when it is there): at
+		// loop-sent the request must still be out.
+		time.Sleep(50 * time.Millisecond)
+		return fakemongo.OK()
+	})
 		var aborts atomic.Int32
 		r.up.Handle("abortTransaction", func(*fakemongo.Request) fakemongo.Reply {
 			aborts.Add(1)
