@@ -423,12 +423,12 @@ func TestPanicInATransactionClosesItsPin(t *testing.T) {
 		r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
 		r.up.Handle("find", func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
 		r.up.Handle(panicCommand, func(*fakemongo.Request) fakemongo.Reply {
-		// Late enough that the loop's send cannot meet the reply in the
-		// same turn (epoll reads it at once when it is there): at
-		// loop-sent the request must still be out.
-		time.Sleep(50 * time.Millisecond)
-		return fakemongo.OK()
-	})
+			// Late enough that the loop's send cannot meet the reply in the
+			// same turn (epoll reads it at once when it is there): at
+			// loop-sent the request must still be out.
+			time.Sleep(50 * time.Millisecond)
+			return fakemongo.OK()
+		})
 		var aborts atomic.Int32
 		r.up.Handle("abortTransaction", func(*fakemongo.Request) fakemongo.Reply {
 			aborts.Add(1)
