@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -332,3 +333,54 @@ func containerPort(c *corev1.Container, name string, number int32) (int32, bool)
 
 // hasFile reports whether files has name.
 func hasFile(files []string, name string) bool { return slices.Contains(files, name) }
+
+// TestKustomizeBuilds runs kustomize itself (kubectl's) on the directory,
+// where kubectl is installed: the output decodes strictly, holds every
+// resource, and its mongobouncer image is the images: entry's.
+func TestKustomizeBuilds(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl not installed: kustomize's own build not checked")
+	}
+	cmd := exec.Command(kubectl, "kustomize", deployDir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, stderr.String())
+	}
+	objs := loadAll(t)
+	ks, _ := only[*kustomization](objs)
+	if len(ks) != 1 || len(ks[0].Images) != 1 {
+		t.Fatal("kustomization.yaml with one images: entry needed")
+	}
+	img := ks[0].Images[0]
+	want := img.NewName + ":" + img.NewTag
+	built := map[string]bool{}
+	for i, doc := range splitDocuments(out) {
+		kind, obj, err := decodeDocument(doc)
+		if err != nil {
+			t.Fatalf("built document %d: %v", i+1, err)
+		}
+		built[kind+"/"+objectName(obj)] = true
+		if d, ok := obj.(*appsv1.Deployment); ok {
+			n := 0
+			for _, c := range d.Spec.Template.Spec.Containers {
+				if c.Name == "mongobouncer" {
+					n++
+					if c.Image != want {
+						t.Errorf("built image %s, want %s (the images: entry)", c.Image, want)
+					}
+				}
+			}
+			if n != 1 {
+				t.Errorf("built Deployment %s has %d containers named mongobouncer, want 1", d.Name, n)
+			}
+		}
+	}
+	for _, o := range objs {
+		if slices.Contains(ks[0].Resources, o.file) && !built[o.kind+"/"+o.name] {
+			t.Errorf("%s %s of %s is not in kustomize's output", o.kind, o.name, o.file)
+		}
+	}
+}
