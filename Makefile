@@ -104,6 +104,9 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# tools/deploytest is a module of its own (k8s.io/api stays out of the main
+# go.mod): it decodes deploy/kubernetes strictly and checks it against the
+# binary it builds.
 # The end-to-end tests run each I/O model (a goroutine per client, the event
 # loop on epoll and on io_uring) as subtests of their own. The allocation
 # test skips under -race (counts mean nothing there), so it runs once more
@@ -111,6 +114,7 @@ fmt-check:
 test: devmongo ferretdb node-tools python-tools c-tools browser-tools haproxy fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 	$(GO) test -count=1 -timeout 2m -run '^TestProxiedRequestDoesNotAllocate$$' ./internal/e2e/
+	cd tools/deploytest && GO=$(GO) $(GO) test -count=1 -timeout 5m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

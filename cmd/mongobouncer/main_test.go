@@ -59,6 +59,36 @@ func TestBadConfigFileNamesFileAndLine(t *testing.T) {
 	}
 }
 
+// TestCheckValidatesWithoutServing: --check says whether a configuration
+// would start, without binding its listeners (the address here is taken, so
+// a start would fail) or reaching its upstream.
+func TestCheckValidatesWithoutServing(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.toml")
+	os.WriteFile(good, []byte("[mongobouncer]\nlisten = \""+taken.Addr().String()+"\"\n\n[databases.\"*\"]\nconnection_string = \"mongodb://127.0.0.1:1/\"\n"), 0o600)
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("[mongobouncer]\nlisten = \"127.0.0.1:0\"\nshutdown_timeout = \"soon\"\n\n[databases.\"*\"]\nconnection_string = \"mongodb://127.0.0.1:1/\"\n"), 0o600)
+
+	var out, errb logbuf.Buffer
+	if code := run([]string{"--config", good, "--check"}, &out, &errb, nil); code != 0 || strings.TrimSpace(out.String()) != "configuration ok" {
+		t.Fatalf("valid file: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	var out2, errb2 logbuf.Buffer
+	if code := run([]string{"--config", bad, "--check"}, &out2, &errb2, nil); code != 2 || !strings.Contains(errb2.String(), "bad.toml:3") || out2.String() != "" {
+		t.Fatalf("invalid file: exit %d, stdout %q, stderr %q", code, out2.String(), errb2.String())
+	}
+	// The flags are applied before the check, as at startup.
+	var out3, errb3 logbuf.Buffer
+	if code := run([]string{"--config", good, "--pool-mode", "sessions", "--check"}, &out3, &errb3, nil); code != 2 || !strings.Contains(errb3.String(), "pool_mode") {
+		t.Fatalf("invalid flag: exit %d, stdout %q, stderr %q", code, out3.String(), errb3.String())
+	}
+}
+
 func TestPortInUseExitsNonZero(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
