@@ -113,9 +113,12 @@ func adminIDs(admins []string) []auth.UserID {
 	return out
 }
 
-// warnAuthFileMode warns when the auth_file at path is open to group or
-// others: it holds passwords, or secrets that log in upstream as their
-// users (pass-through). Windows has no such mode bits.
+// warnAuthFileMode warns when the auth_file at path is open to more than
+// it needs: it holds passwords, or secrets that log in upstream as their
+// users (pass-through). The rule is PostgreSQL's for its key files: at most
+// 0600 when another user owns it, and at most 0640 when root owns it (a
+// root-owned file read through a group, as Kubernetes mounts a Secret
+// with fsGroup). Windows has no such mode bits.
 func warnAuthFileMode(log *slog.Logger, path string) {
 	if runtime.GOOS == "windows" || log == nil {
 		return
@@ -124,8 +127,18 @@ func warnAuthFileMode(log *slog.Logger, path string) {
 	if err != nil {
 		return // LoadFile has just read it; gone since, the next reload says so
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		log.Warn("the auth_file may be read or written by users other than its owner; it holds secrets: chmod 600 it",
+	uid, known := fileOwner(fi)
+	if perm := fi.Mode().Perm(); authFileTooOpen(perm, uid, known) {
+		log.Warn("the auth_file may be read or written by users other than its owner (and, for a root-owned file, its group's readers); it holds secrets: chmod 600 it, or 640 owned by root",
 			"auth_file", path, "mode", fmt.Sprintf("%#o", perm))
 	}
+}
+
+// authFileTooOpen is the rule of warnAuthFileMode for a file of mode perm
+// owned by uid (when known).
+func authFileTooOpen(perm os.FileMode, uid uint32, known bool) bool {
+	if known && uid == 0 {
+		return perm&0o037 != 0 // group may read, nothing more
+	}
+	return perm&0o077 != 0
 }

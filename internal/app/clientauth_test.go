@@ -160,7 +160,7 @@ func TestAuthFileModeWarning(t *testing.T) {
 	for _, c := range []struct {
 		mode os.FileMode
 		warn bool
-	}{{0o600, false}, {0o400, false}, {0o640, true}, {0o604, true}, {0o620, true}} {
+	}{{0o600, false}, {0o400, false}, {0o604, true}, {0o620, true}, {0o660, true}} {
 		if err := os.WriteFile(path, []byte(`"app@admin" "x"`+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -281,6 +281,27 @@ func TestMaxSCRAMIterationsConfigured(t *testing.T) {
 		}
 		if got := err == nil; got != c.load {
 			t.Errorf("%q: started %v (%v), want %v", c.key, got, err, c.load)
+		}
+	}
+}
+
+// TestAuthFileTooOpen: PostgreSQL's rule for key files. A file another
+// user owns (mongobouncer's own, usually) may be 0600 at most; a root-owned
+// one may also be read by its group (0640: a Kubernetes Secret mounted with
+// fsGroup is 0440, root-owned).
+func TestAuthFileTooOpen(t *testing.T) {
+	for _, c := range []struct {
+		perm  os.FileMode
+		uid   uint32
+		known bool
+		open  bool
+	}{
+		{0o600, 1000, true, false}, {0o400, 1000, true, false}, {0o640, 1000, true, true}, {0o440, 1000, true, true},
+		{0o604, 1000, true, true}, {0o640, 0, true, false}, {0o440, 0, true, false}, {0o660, 0, true, true},
+		{0o644, 0, true, true}, {0o640, 0, false, true}, {0o600, 0, false, false},
+	} {
+		if got := authFileTooOpen(c.perm, c.uid, c.known); got != c.open {
+			t.Errorf("%#o owned by %d (known %v): too open %v, want %v", c.perm, c.uid, c.known, got, c.open)
 		}
 	}
 }
