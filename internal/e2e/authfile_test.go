@@ -40,13 +40,13 @@ func TestAuthFileReloadErrorsAndModeWarning(t *testing.T) {
 	if err := os.WriteFile(users, []byte(`"app@admin" "pw"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(users, 0o640); err != nil {
+	if err := os.Chmod(users, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(logs.String(), "chmod 600") || !strings.Contains(logs.String(), "0640") {
-		t.Fatalf("no warning about a group-readable auth_file: %s", logs.String())
+	if !strings.Contains(logs.String(), "chmod 600") || !strings.Contains(logs.String(), "0644") {
+		t.Fatalf("no warning about a world-readable auth_file: %s", logs.String())
 	}
 }
