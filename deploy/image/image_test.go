@@ -283,6 +283,30 @@ func checkContents(t *testing.T, rootfs string, exposed map[string]struct{}) {
 	}
 	bin.Close()
 
+	// Only /tmp may be written by the user the image runs as (so a
+	// read-only root filesystem loses nothing): everything is root's, and
+	// nothing else is writable by others.
+	err = filepath.WalkDir(rootfs, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(rootfs, path)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && (st.Uid != 0 || st.Gid != 0) {
+			t.Errorf("/%s is owned by %d:%d, want root's", rel, st.Uid, st.Gid)
+		}
+		if fi.Mode().Perm()&0o022 != 0 && rel != "tmp" {
+			t.Errorf("/%s is writable by others than root: %v", rel, fi.Mode())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("walking the image's files: %v", err)
+	}
+
 	pem, err := os.ReadFile(filepath.Join(rootfs, "etc/ssl/certs/ca-certificates.crt"))
 	if err != nil {
 		t.Errorf("CA certificates: %v", err)
