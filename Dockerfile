@@ -24,6 +24,7 @@ RUN mkdir -p /rootfs/tmp /rootfs/etc/ssl/certs \
       -o /rootfs/mongobouncer ./cmd/mongobouncer \
  && cp -R deploy/image/rootfs/. /rootfs/ \
  && cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/ \
+ && chmod -R a+rX,go-w /rootfs \
  && chmod 1777 /rootfs/tmp
 
 # Everything from FROM down is the final stage of

@@ -32,7 +32,8 @@ demo: build
 # without a daemon and without pulling anything: a static binary
 # (CGO_ENABLED=0, -trimpath, stripped) built here, with the host's CA
 # certificates, deploy/image/rootfs (passwd and group with the non-root user
-# 65532, the default configuration) and an empty /tmp, assembled in
+# 65532, the default configuration) and an empty /tmp (all readable by
+# every user, writable by root only but for /tmp), assembled in
 # bin/image and put FROM scratch by deploy/image/Dockerfile.prebuilt (the
 # Dockerfile at the root builds the same image from source with Docker or
 # Podman). It is then also written as an OCI archive, IMAGE_ARCHIVE, for
@@ -53,6 +54,7 @@ image: image-tools
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(if $(VERSION),-X main.version=$(VERSION)) $(if $(REVISION),-X main.revision=$(REVISION))" -o $(IMAGE_CTX)/rootfs/mongobouncer ./cmd/mongobouncer
 	cp -R deploy/image/rootfs/. $(IMAGE_CTX)/rootfs/
 	cp /etc/ssl/certs/ca-certificates.crt $(IMAGE_CTX)/rootfs/etc/ssl/certs/
+	chmod -R a+rX,go-w $(IMAGE_CTX)/rootfs
 	chmod 1777 $(IMAGE_CTX)/rootfs/tmp
 	buildah $(BUILDAH_FLAGS) bud --isolation chroot --layers=false \
 		--build-arg VERSION="$$($(IMAGE_CTX)/rootfs/mongobouncer --version | cut -d' ' -f2)" \

@@ -301,6 +301,15 @@ func checkContents(t *testing.T, rootfs string, exposed map[string]struct{}) {
 		if fi.Mode().Perm()&0o022 != 0 && rel != "tmp" {
 			t.Errorf("/%s is writable by others than root: %v", rel, fi.Mode())
 		}
+		// A checkout under umask 077 must not make the configuration
+		// unreadable to the image's user.
+		want := fs.FileMode(0o004)
+		if d.IsDir() {
+			want |= 0o001
+		}
+		if fi.Mode().Perm()&want != want {
+			t.Errorf("/%s is not readable by the image's user: %v", rel, fi.Mode())
+		}
 		return nil
 	})
 	if err != nil {
@@ -365,11 +374,15 @@ func runAgainst(t *testing.T, ctr, upstream, revision string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	exited := false
+	var waitErr error
+	done := make(chan struct{}) // closed when buildah run has exited; waitErr is set before
+	go func() {
+		waitErr = cmd.Wait()
+		close(done)
+	}()
+	stopped := false
 	t.Cleanup(func() {
-		if exited {
+		if stopped {
 			return
 		}
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -381,8 +394,17 @@ func runAgainst(t *testing.T, ctr, upstream, revision string) {
 		t.Logf("mongobouncer's output:\n%s", out)
 	})
 
+	// The ping gives up at once if mongobouncer exits (a bad configuration,
+	// say), rather than at startTimeout.
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + listen + "/?directConnection=true"))
 	if err != nil {
 		t.Fatal(err)
@@ -390,7 +412,7 @@ func runAgainst(t *testing.T, ctr, upstream, revision string) {
 	defer func() { _ = client.Disconnect(context.Background()) }()
 	var reply bson.M
 	if err := client.Database("imagetest").RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Decode(&reply); err != nil {
-		t.Fatalf("ping through the image's mongobouncer: %v\n%s", err, out)
+		t.Fatalf("ping through the image's mongobouncer: %v", err)
 	}
 	if ok, _ := reply["ok"].(float64); ok != 1 {
 		t.Fatalf("ping through the image's mongobouncer: %v", reply)
@@ -412,10 +434,10 @@ func runAgainst(t *testing.T, ctr, upstream, revision string) {
 		t.Fatalf("admin shutdown: %s", resp.Status)
 	}
 	select {
-	case err := <-done:
-		exited = true
-		if err != nil {
-			t.Fatalf("mongobouncer in the image exited with %v:\n%s", err, out)
+	case <-done:
+		stopped = true
+		if waitErr != nil {
+			t.Fatalf("mongobouncer in the image exited with %v:\n%s", waitErr, out)
 		}
 	case <-time.After(stopTimeout):
 		t.Fatalf("mongobouncer in the image did not exit %v after the shutdown command", stopTimeout)
