@@ -33,8 +33,8 @@ demo: build
 # (CGO_ENABLED=0, -trimpath, stripped) built here, with the host's CA
 # certificates, deploy/image/rootfs (passwd and group with the non-root user
 # 65532, the default configuration) and an empty /tmp (all readable by
-# every user, writable by root only but for /tmp), assembled in
-# bin/image and put FROM scratch by deploy/image/Dockerfile.prebuilt (the
+# every user, writable by root only but for /tmp), assembled in IMAGE_CTX
+# (bin/image) and put FROM scratch by deploy/image/Dockerfile.prebuilt (the
 # Dockerfile at the root builds the same image from source with Docker or
 # Podman). It is then also written as an OCI archive, IMAGE_ARCHIVE, for
 # `podman load` or a registry (`skopeo copy oci-archive:...`). VERSION (the
@@ -47,7 +47,7 @@ IMAGE_ARCHIVE ?= $(BIN)/mongobouncer-image.tar
 BUILDAH_FLAGS ?= --storage-driver vfs
 VERSION       ?= $(shell git describe --tags --dirty 2>/dev/null)
 REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null)
-IMAGE_CTX     := $(BIN)/image
+IMAGE_CTX     ?= $(BIN)/image
 image: image-tools
 	rm -rf $(IMAGE_CTX)
 	mkdir -p $(IMAGE_CTX)/rootfs/tmp $(IMAGE_CTX)/rootfs/etc/ssl/certs
