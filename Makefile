@@ -11,7 +11,7 @@ export MONGOBOUNCER_DEVMONGO := $(DEVMONGO)
 # ... and FerretDB's own command, the upstream with authentication.
 export MONGOBOUNCER_FERRETDB := $(FERRETDB)
 
-.PHONY: all build devmongo ferretdb node-tools python-tools c-tools browser-tools haproxy test vet fmt-check bench fuzz demo clean
+.PHONY: all build image image-tools devmongo ferretdb node-tools python-tools c-tools browser-tools haproxy test vet fmt-check bench fuzz demo clean
 
 all: build
 
@@ -27,6 +27,51 @@ build: devmongo
 # direct, through mongobouncer and through HAProxy, at 100 and 10 clients.
 demo: build
 	$(BIN)/mongobouncer-demo -mongobouncer $(BIN)/mongobouncer
+
+# image builds the container image (README.md, "Deploy") with buildah,
+# without a daemon and without pulling anything: a static binary
+# (CGO_ENABLED=0, -trimpath, stripped) built here, with the host's CA
+# certificates, deploy/image/rootfs (passwd and group with the non-root user
+# 65532, the default configuration) and an empty /tmp (all readable by
+# every user, writable by root only but for /tmp), assembled in IMAGE_CTX
+# (bin/image) and put FROM scratch by deploy/image/Dockerfile.prebuilt (the
+# Dockerfile at the root builds the same image from source with Docker or
+# Podman). It is then also written as an OCI archive, IMAGE_ARCHIVE, for
+# `podman load` or a registry (`skopeo copy oci-archive:...`). VERSION (the
+# latest tag, when there is one; else the source's default) and REVISION
+# (the commit) go into the binary's --version and the image's labels.
+# BUILDAH_FLAGS: vfs storage works everywhere, in containers too (overlay
+# is faster where the kernel allows it).
+IMAGE         ?= mongobouncer:latest
+IMAGE_ARCHIVE ?= $(BIN)/mongobouncer-image.tar
+BUILDAH_FLAGS ?= --storage-driver vfs
+VERSION       ?= $(shell git describe --tags --dirty 2>/dev/null)
+REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_CTX     ?= $(BIN)/image
+image: image-tools
+	rm -rf $(IMAGE_CTX)
+	mkdir -p $(IMAGE_CTX)/rootfs/tmp $(IMAGE_CTX)/rootfs/etc/ssl/certs
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(if $(VERSION),-X main.version=$(VERSION)) $(if $(REVISION),-X main.revision=$(REVISION))" -o $(IMAGE_CTX)/rootfs/mongobouncer ./cmd/mongobouncer
+	cp -R deploy/image/rootfs/. $(IMAGE_CTX)/rootfs/
+	cp /etc/ssl/certs/ca-certificates.crt $(IMAGE_CTX)/rootfs/etc/ssl/certs/
+	chmod -R a+rX,go-w $(IMAGE_CTX)/rootfs
+	chmod 1777 $(IMAGE_CTX)/rootfs/tmp
+	buildah $(BUILDAH_FLAGS) bud --isolation chroot --layers=false \
+		--build-arg VERSION="$$($(IMAGE_CTX)/rootfs/mongobouncer --version | cut -d' ' -f2)" \
+		--build-arg REVISION="$(REVISION)" \
+		-f deploy/image/Dockerfile.prebuilt -t $(IMAGE) $(IMAGE_CTX)
+	rm -f $(IMAGE_ARCHIVE)
+	buildah $(BUILDAH_FLAGS) push $(IMAGE) oci-archive:$(IMAGE_ARCHIVE)
+
+# image-tools installs Debian's buildah, which `make image` and its test
+# (deploy/image) use, and ca-certificates, which the image copies. It needs
+# root for apt-get; without root it only says what to run, and the test
+# skips (it fails under CI, which runs as root).
+image-tools:
+	@if command -v buildah >/dev/null 2>&1 && [ -f /etc/ssl/certs/ca-certificates.crt ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah ca-certificates; \
+	else echo "image-tools: as root, run: apt-get install buildah ca-certificates"; fi
 
 # devmongo is a separate module (tools/devmongo) so FerretDB and its SQLite
 # backend never enter the main go.mod.
@@ -111,7 +156,7 @@ fmt-check:
 # loop on epoll and on io_uring) as subtests of their own. The allocation
 # test skips under -race (counts mean nothing there), so it runs once more
 # without it.
-test: devmongo ferretdb node-tools python-tools c-tools browser-tools haproxy fmt-check vet
+test: devmongo ferretdb node-tools python-tools c-tools browser-tools haproxy image-tools fmt-check vet
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 	$(GO) test -count=1 -timeout 2m -run '^TestProxiedRequestDoesNotAllocate$$' ./internal/e2e/
 	cd tools/deploytest && GO=$(GO) $(GO) test -count=1 -timeout 5m ./...

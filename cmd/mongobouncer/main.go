@@ -24,6 +24,11 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
 
+// revision is the source revision (the git commit) the binary was built
+// from, set at build time with -ldflags "-X main.revision=..." (`make image`
+// and the Dockerfile do); empty when unknown, as in a plain `go build`.
+var revision = ""
+
 // startProcs is GOMAXPROCS as the runtime chose it (the CPUs the process may
 // use, cgroup limits and the GOMAXPROCS variable included), read before run
 // changes it.
@@ -71,7 +76,11 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		return 2
 	}
 	if *showVersion {
-		fmt.Fprintf(stdout, "mongobouncer %s\n", version)
+		if revision != "" {
+			fmt.Fprintf(stdout, "mongobouncer %s (revision %s)\n", version, revision)
+		} else {
+			fmt.Fprintf(stdout, "mongobouncer %s\n", version)
+		}
 		return 0
 	}
 	upstream.Version = version
@@ -181,7 +190,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		return 1
 	}
 	a.Start()
-	log.Info("mongobouncer started", "version", version, "pool_mode", string(cfg.Global.PoolMode),
+	log.Info("mongobouncer started", "version", version, "revision", revision, "pool_mode", string(cfg.Global.PoolMode),
 		"event_loop_threads", loopThreads, "gomaxprocs", runtime.GOMAXPROCS(0), "event_loop_io", app.LoopIO(cfg.Global))
 
 	code := 0
