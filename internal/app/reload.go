@@ -186,6 +186,9 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 		a.log.Warn("reload: client TLS not applied", "error", err) // cannot happen: clientTLS gives a config
 	}
 	a.clientTLSDigest = cdigest
+	// The files in force are the reload's now: a failure the watch logged
+	// before is news again if it comes back.
+	clear(a.tlsWatch.failed)
 	if g.TLSWatchInterval != a.cfg.Global.TLSWatchInterval {
 		a.kickTLSWatch()
 		changes = append(changes, "tls_watch_interval "+g.TLSWatchInterval.String())

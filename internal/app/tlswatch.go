@@ -124,11 +124,14 @@ func (a *App) checkClientTLS() {
 	g := a.cfg.Global
 	d := clientTLSDigest(g)
 	if d == a.clientTLSDigest {
+		// Back to the files in use (a bad file put back): the next
+		// failure is news again.
+		delete(a.tlsWatch.failed, "client")
 		return
 	}
 	ctls, err := clientTLS(g)
 	if err != nil {
-		a.tlsWatchFailed("client", "client TLS files changed but do not load; new clients still get the certificate in use",
+		a.tlsWatchFailed("client", d, "client TLS files changed but do not load; new clients still get the certificate in use",
 			err, "tls_cert_file", g.TLSCertFile, "tls_key_file", g.TLSKeyFile, "tls_ca_file", g.TLSCAFile)
 		return
 	}
@@ -152,12 +155,17 @@ func (a *App) checkUpstreamTLS() {
 	var next map[string]*route
 	var changed []string
 	for name, r := range a.routes {
-		if !r.eff.Conn.TLS || tlsFilesDigest(r.eff.Conn) == r.tlsDigest {
+		if !r.eff.Conn.TLS {
+			continue
+		}
+		d := tlsFilesDigest(r.eff.Conn)
+		if d == r.tlsDigest {
+			delete(a.tlsWatch.failed, "route "+name)
 			continue
 		}
 		nr, err := a.buildRoute(r.eff)
 		if err != nil {
-			a.tlsWatchFailed("route "+name, "upstream TLS files changed but do not load; the route keeps its pools",
+			a.tlsWatchFailed("route "+name, d, "upstream TLS files changed but do not load; the route keeps its pools",
 				err, "route", name)
 			continue
 		}
@@ -203,14 +211,17 @@ func (a *App) checkUpstreamTLS() {
 var errRouteSetChanged = errors.New("the configured routes are not the running ones")
 
 // tlsWatchFailed logs a failure to load changed TLS files at warn, once
-// per distinct failure of the file set key; the caller holds a.mu. The
-// error names the file and the reason (crypto/tls's "private key does not
-// match public key", "no PEM certificate found"), never a key's contents.
-func (a *App) tlsWatchFailed(key, msg string, err error, attrs ...any) {
-	if a.tlsWatch.failed[key] == err.Error() {
+// per distinct failure of the file set key: the same files (digest) with
+// the same error are not logged again at every tick. The caller holds
+// a.mu. The error names the file and the reason (crypto/tls's "private key
+// does not match public key", "no PEM certificate found"), never a key's
+// contents.
+func (a *App) tlsWatchFailed(key, digest, msg string, err error, attrs ...any) {
+	failure := digest + "\x00" + err.Error()
+	if a.tlsWatch.failed[key] == failure {
 		return
 	}
-	a.tlsWatch.failed[key] = err.Error()
+	a.tlsWatch.failed[key] = failure
 	a.log.Warn(msg, append(attrs, "error", err)...)
 }
 

@@ -178,6 +178,26 @@ func TestTLSWatchKeepsCertificateOnBadFiles(t *testing.T) {
 		return servedSerial(t, a, ca).Cmp(second.Cert.SerialNumber) == 0
 	})
 	pingOn(t, before)
+
+	// After a success, and after the files in use are put back, the same
+	// failure is news again.
+	third := ca.Server(t, "127.0.0.1")
+	broken := func(warnings int) {
+		t.Helper()
+		certs.Write(t, dir, "cert.pem", third.CertPEM())
+		wait.Until(t, "one more warning", 10*time.Second, watchTick, func() bool { return strings.Count(logs.String(), warning) == warnings })
+		time.Sleep(10 * watchTick)
+		if n := strings.Count(logs.String(), warning); n != warnings {
+			t.Fatalf("%d warnings, want %d:\n%s", n, warnings, logs.String())
+		}
+		if got := servedSerial(t, a, ca); got.Cmp(second.Cert.SerialNumber) != 0 {
+			t.Fatalf("served serial %v, want the second certificate's", got)
+		}
+	}
+	broken(3)
+	certs.Write(t, dir, "cert.pem", second.CertPEM()) // the files in use again
+	time.Sleep(5 * watchTick)
+	broken(4)
 }
 
 // The watch follows tls_watch_interval on reload: "0s" reads nothing, and
