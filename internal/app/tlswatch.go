@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
@@ -37,6 +38,9 @@ type tlsWatch struct {
 	// failed is the last failure logged per file set ("client" or
 	// "route <name>"), so that each is logged once (guarded by App.mu).
 	failed map[string]string
+	// checks counts the ticks done: tests wait on it rather than on
+	// the clock.
+	checks atomic.Uint64
 }
 
 // startTLSWatch starts the watch goroutine; the caller holds a.mu. It runs
@@ -116,6 +120,7 @@ func (a *App) checkTLSFiles() {
 	defer a.mu.Unlock()
 	a.checkClientTLS()
 	a.checkUpstreamTLS()
+	a.tlsWatch.checks.Add(1)
 }
 
 // checkClientTLS reloads the client TLS files if their contents changed;

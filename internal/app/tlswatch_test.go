@@ -67,6 +67,28 @@ func servedSerial(t *testing.T, a *App, ca *certs.Cert) *big.Int {
 	return c.ConnectionState().PeerCertificates[0].SerialNumber
 }
 
+// waitChecks waits until the watch has run n more ticks, so that what the
+// test changed has been seen, however loaded the machine.
+func waitChecks(t *testing.T, a *App, n uint64) {
+	t.Helper()
+	until := a.tlsWatch.checks.Load() + n
+	wait.Until(t, "the watch's ticks", 10*time.Second, watchTick/4, func() bool { return a.tlsWatch.checks.Load() >= until })
+}
+
+// replaceFile replaces dir/name with data atomically (a new file renamed
+// over it), as an operator's tooling should: an in-place rewrite could be
+// read half-written by the watch, which would then log that torn file too.
+func replaceFile(t *testing.T, dir, name string, data []byte) {
+	t.Helper()
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // k8sSecretDir lays files out as a Kubernetes Secret volume does: the
 // files in a timestamped directory, "..data" a symlink to it, and each
 // file's name a symlink through "..data". It returns a function that
@@ -154,7 +176,7 @@ func TestTLSWatchKeepsCertificateOnBadFiles(t *testing.T) {
 	stays := func(what, reason string, warnings int) {
 		t.Helper()
 		wait.Until(t, "a warning about "+what, 10*time.Second, watchTick, func() bool { return strings.Contains(logs.String(), reason) })
-		time.Sleep(10 * watchTick) // ten more ticks: no more warnings
+		waitChecks(t, a, 3) // more ticks: no more warnings
 		l := logs.String()
 		if n := strings.Count(l, warning); n != warnings {
 			t.Fatalf("%s: %d warnings, want %d:\n%s", what, n, warnings, l)
@@ -164,29 +186,31 @@ func TestTLSWatchKeepsCertificateOnBadFiles(t *testing.T) {
 		}
 		pingOn(t, before)
 	}
-	certs.Write(t, dir, "cert.pem", second.CertPEM()) // the key not yet
+	replaceFile(t, dir, "cert.pem", second.CertPEM()) // the key not yet
 	stays("a mismatched key", "private key does not match public key", 1)
 	if l := logs.String(); !strings.Contains(l, "tls_cert_file="+certFile) || !strings.Contains(l, "tls_key_file="+keyFile) {
 		t.Fatalf("the warning does not name the files:\n%s", l)
 	}
-	certs.Write(t, dir, "cert.pem", []byte("-----BEGIN GARBAGE-----\nnot base64 at all\n"))
+	replaceFile(t, dir, "cert.pem", []byte("-----BEGIN GARBAGE-----\nnot base64 at all\n"))
 	stays("a garbage certificate", "no PEM certificate found", 2)
 
-	certs.Write(t, dir, "cert.pem", second.CertPEM())
-	certs.Write(t, dir, "key.pem", second.KeyPEM(t))
+	replaceFile(t, dir, "cert.pem", second.CertPEM())
+	replaceFile(t, dir, "key.pem", second.KeyPEM(t))
 	wait.Until(t, "the good files served", 10*time.Second, watchTick, func() bool {
 		return servedSerial(t, a, ca).Cmp(second.Cert.SerialNumber) == 0
 	})
 	pingOn(t, before)
 
 	// After a success, and after the files in use are put back, the same
-	// failure is news again.
+	// failure is news again. (Counted from here: the two renames above may
+	// have been seen half done, a mismatch that is logged too.)
 	third := ca.Server(t, "127.0.0.1")
-	broken := func(warnings int) {
+	broken := func() {
 		t.Helper()
-		certs.Write(t, dir, "cert.pem", third.CertPEM())
+		warnings := strings.Count(logs.String(), warning) + 1
+		replaceFile(t, dir, "cert.pem", third.CertPEM())
 		wait.Until(t, "one more warning", 10*time.Second, watchTick, func() bool { return strings.Count(logs.String(), warning) == warnings })
-		time.Sleep(10 * watchTick)
+		waitChecks(t, a, 3)
 		if n := strings.Count(logs.String(), warning); n != warnings {
 			t.Fatalf("%d warnings, want %d:\n%s", n, warnings, logs.String())
 		}
@@ -194,10 +218,10 @@ func TestTLSWatchKeepsCertificateOnBadFiles(t *testing.T) {
 			t.Fatalf("served serial %v, want the second certificate's", got)
 		}
 	}
-	broken(3)
-	certs.Write(t, dir, "cert.pem", second.CertPEM()) // the files in use again
-	time.Sleep(5 * watchTick)
-	broken(4)
+	broken()
+	replaceFile(t, dir, "cert.pem", second.CertPEM()) // the files in use again
+	waitChecks(t, a, 2)
+	broken()
 }
 
 // The watch follows tls_watch_interval on reload: "0s" reads nothing, and
@@ -230,11 +254,14 @@ func TestTLSWatchIntervalReloads(t *testing.T) {
 	t.Cleanup(func() { closeApp(a) })
 	a.Start()
 
-	certs.Write(t, dir, "cert.pem", second.CertPEM())
-	certs.Write(t, dir, "key.pem", second.KeyPEM(t))
+	replaceFile(t, dir, "cert.pem", second.CertPEM())
+	replaceFile(t, dir, "key.pem", second.KeyPEM(t))
 	time.Sleep(10 * watchTick)
 	if got := servedSerial(t, a, ca); got.Cmp(first.Cert.SerialNumber) != 0 {
 		t.Fatalf("tls_watch_interval = \"0s\" read the rotated files (serial %v)", got)
+	}
+	if n := a.tlsWatch.checks.Load(); n != 0 {
+		t.Fatalf("tls_watch_interval = \"0s\": %d ticks", n)
 	}
 	write(watchTick.String())
 	if err := a.Reload(); err != nil {
@@ -242,8 +269,8 @@ func TestTLSWatchIntervalReloads(t *testing.T) {
 	}
 	// The reload itself reads the files: rotate once more for the watch.
 	third := ca.Server(t, "127.0.0.1")
-	certs.Write(t, dir, "cert.pem", third.CertPEM())
-	certs.Write(t, dir, "key.pem", third.KeyPEM(t))
+	replaceFile(t, dir, "cert.pem", third.CertPEM())
+	replaceFile(t, dir, "key.pem", third.KeyPEM(t))
 	wait.Until(t, "the watch turned on by reload", 10*time.Second, watchTick, func() bool {
 		return servedSerial(t, a, ca).Cmp(third.Cert.SerialNumber) == 0
 	})
@@ -276,12 +303,12 @@ func TestTLSWatchRebuildsUpstreamRoute(t *testing.T) {
 	if d := srv.Description(); d.LastError == nil || !strings.Contains(d.LastError.Error(), "unknown authority") {
 		t.Fatalf("with the wrong CA: %+v", d)
 	}
-	time.Sleep(5 * watchTick)
+	waitChecks(t, a, 3)
 	if a.Topologies()[0] != old {
 		t.Fatal("the watch rebuilt a route whose files did not change")
 	}
 
-	certs.Write(t, dir, "ca.pem", ca.CertPEM())
+	replaceFile(t, dir, "ca.pem", ca.CertPEM())
 	wait.Until(t, "the route rebuilt", 10*time.Second, watchTick, func() bool { return a.Topologies()[0] != old })
 	srv = a.Topologies()[0].Servers()[0]
 	wait.Until(t, "a check with the new CA", 10*time.Second, 5*time.Millisecond, func() bool { return srv.Hello() != nil })
@@ -291,10 +318,10 @@ func TestTLSWatchRebuildsUpstreamRoute(t *testing.T) {
 	ping(t, a, "test")
 
 	running := a.Topologies()[0]
-	certs.Write(t, dir, "ca.pem", []byte("garbage"))
+	replaceFile(t, dir, "ca.pem", []byte("garbage"))
 	const warning = `level=WARN msg="upstream TLS files changed but do not load; the route keeps its pools" route=*`
 	wait.Until(t, "a warning", 10*time.Second, watchTick, func() bool { return strings.Contains(logs.String(), warning) })
-	time.Sleep(10 * watchTick)
+	waitChecks(t, a, 3)
 	if n := strings.Count(logs.String(), warning); n != 1 || !strings.Contains(logs.String(), "tlsCAFile "+caFile) {
 		t.Fatalf("%d warnings, want 1 naming the file:\n%s", n, logs.String())
 	}
