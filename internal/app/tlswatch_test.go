@@ -15,11 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/certs"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
+	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
 // watchTick is tls_watch_interval in these tests.
@@ -28,13 +31,13 @@ const watchTick = 20 * time.Millisecond
 // watchApp starts an App serving TLS clients (tls_mode = "require") with
 // the given certificate and key files, in front of a fake upstream, with
 // the watch every watchTick.
-func watchApp(t *testing.T, certFile, keyFile string, logs *logbuf.Buffer) *App {
+func watchApp(t *testing.T, certFile, keyFile, caFile string, logs *logbuf.Buffer) *App {
 	t.Helper()
 	up := fakemongo.Start(t, fakemongo.Options{})
 	cfg := config.Default()
 	cfg.Global.Listen = "127.0.0.1:0"
 	cfg.Global.TLSMode = config.TLSModeRequire
-	cfg.Global.TLSCertFile, cfg.Global.TLSKeyFile = certFile, keyFile
+	cfg.Global.TLSCertFile, cfg.Global.TLSKeyFile, cfg.Global.TLSCAFile = certFile, keyFile, caFile
 	cfg.Global.TLSWatchInterval = watchTick
 	cfg.Databases = map[string]config.Route{"*": {ConnectionString: config.URI(up.URI())}}
 	a, err := NewWithOptions(cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
@@ -134,7 +137,7 @@ func TestTLSWatchRotatesClientCertificate(t *testing.T) {
 	first, second := ca.Server(t, "127.0.0.1"), ca.Server(t, "127.0.0.1")
 	rotate := k8sSecretDir(t, dir, map[string][]byte{"tls.crt": first.CertPEM(), "tls.key": first.KeyPEM(t)})
 	var logs logbuf.Buffer
-	a := watchApp(t, filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), &logs)
+	a := watchApp(t, filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), "", &logs)
 
 	before := dialTLS(t, a, ca)
 	defer before.Close()
@@ -168,7 +171,7 @@ func TestTLSWatchKeepsCertificateOnBadFiles(t *testing.T) {
 	certFile := certs.Write(t, dir, "cert.pem", first.CertPEM())
 	keyFile := certs.Write(t, dir, "key.pem", first.KeyPEM(t))
 	var logs logbuf.Buffer
-	a := watchApp(t, certFile, keyFile, &logs)
+	a := watchApp(t, certFile, keyFile, "", &logs)
 	before := dialTLS(t, a, ca)
 	defer before.Close()
 
@@ -222,6 +225,74 @@ func TestTLSWatchKeepsCertificateOnBadFiles(t *testing.T) {
 	replaceFile(t, dir, "cert.pem", second.CertPEM()) // the files in use again
 	waitChecks(t, a, 2)
 	broken()
+}
+
+// A rotated tls_ca_file applies to new handshakes: a client certificate
+// from the new CA is accepted, one from the old CA refused; a client
+// connected with the old one stays.
+func TestTLSWatchRotatesClientCA(t *testing.T) {
+	dir := t.TempDir()
+	ca := certs.NewCA(t, "server CA")
+	srv := ca.Server(t, "127.0.0.1")
+	oldCA, newCA := certs.NewCA(t, "old client CA"), certs.NewCA(t, "new client CA")
+	oldClient, newClient := oldCA.Client(t, certsName("old")).TLS(), newCA.Client(t, certsName("new")).TLS()
+	certFile := certs.Write(t, dir, "cert.pem", srv.CertPEM())
+	keyFile := certs.Write(t, dir, "key.pem", srv.KeyPEM(t))
+	caFile := certs.Write(t, dir, "ca.pem", oldCA.CertPEM())
+	var logs logbuf.Buffer
+	a := watchApp(t, certFile, keyFile, caFile, &logs)
+	dial := func(cert tls.Certificate) (*tls.Conn, error) {
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		c, err := tls.DialWithDialer(d, "tcp", a.Addrs()[0].String(), &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1",
+			Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			return nil, err
+		}
+		// TLS 1.3: the server's verdict on the client certificate comes
+		// with the first read; a ping shows it.
+		if err := pingErr(c); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	before, err := dial(oldClient)
+	if err != nil {
+		t.Fatalf("client of the old CA before the rotation: %v", err)
+	}
+	defer before.Close()
+	if c, err := dial(newClient); err == nil {
+		c.Close()
+		t.Fatal("a client of the new CA was accepted before the rotation")
+	}
+
+	replaceFile(t, dir, "ca.pem", newCA.CertPEM())
+	wait.Until(t, "the new CA in force", 10*time.Second, watchTick, func() bool {
+		c, err := dial(newClient)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	if c, err := dial(oldClient); err == nil {
+		c.Close()
+		t.Fatal("a client of the old CA was accepted after the rotation")
+	}
+	pingOn(t, before)
+}
+
+// pingErr runs one ping through c and returns what failed.
+func pingErr(c net.Conn) error {
+	body, err := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}})
+	if err != nil {
+		return err
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(wire.AppendMsg(nil, 1, 0, 0, body)); err != nil {
+		return err
+	}
+	_, err = wire.ReadMessage(c, nil, wire.DefaultMaxMessageSize)
+	return err
 }
 
 // The watch follows tls_watch_interval on reload: "0s" reads nothing, and
