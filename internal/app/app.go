@@ -69,6 +69,11 @@ type App struct {
 	adminL       net.Listener
 	adminSampler *admin.Sampler
 
+	// clientTLSDigest is clientTLSDigest of the client TLS files in force
+	// (guarded by mu); tlsWatch is the watch of the TLS files (tlswatch.go).
+	clientTLSDigest string
+	tlsWatch        tlsWatch
+
 	// fds is the file-descriptor budget of cfg against the open-file
 	// limit read at New (guarded by mu); /readyz shows its warning.
 	fds FDBudget
@@ -228,6 +233,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		a.closeRest()
 		return nil, err
 	}
+	a.clientTLSDigest = clientTLSDigest(g) // before the files are read, as buildRoute's
 	ctls, err := clientTLS(g)
 	if err != nil {
 		a.closeRest()
@@ -448,6 +454,7 @@ func (a *App) startServing() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.started = true
+	a.startTLSWatch()
 	for _, l := range a.listeners {
 		a.serve(l)
 	}
@@ -511,6 +518,8 @@ func (a *App) Close(ctx context.Context) error {
 
 func (a *App) closeRest() {
 	a.stopStatus()
+	// Before the routes close: the watch may be building one.
+	a.stopTLSWatch()
 	a.mu.Lock()
 	for _, l := range a.listeners {
 		l.l.Close()

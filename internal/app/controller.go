@@ -230,6 +230,7 @@ func (a *App) Config() map[string]any {
 		"tls_key_file":             g.TLSKeyFile,
 		"tls_ca_file":              g.TLSCAFile,
 		"tls_handshake_timeout":    g.TLSHandshakeTimeout.String(),
+		"tls_watch_interval":       g.TLSWatchInterval.String(),
 		"user_pool_idle_timeout":   g.UserPoolIdleTimeout.String(),
 		"client_login_timeout":     g.ClientLoginTimeout.String(),
 	}

@@ -77,6 +77,9 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	// The client certificate files are read again, and a route's
 	// upstream TLS files too: a certificate replaced under the same path
 	// applies to new connections.
+	// The digest first: a file replaced in between is then found
+	// changed by the watch, not missed.
+	cdigest := clientTLSDigest(cfg.Global)
 	ctls, err := clientTLS(cfg.Global)
 	if err != nil {
 		return err
@@ -128,36 +131,16 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	}
 
 	// From here on nothing fails.
-	proxyRoutes := make([]*proxy.Route, 0, len(next))
+	order := make([]string, 0, len(want))
 	for _, er := range want {
-		proxyRoutes = append(proxyRoutes, next[er.Name].proxy)
+		order = append(order, er.Name)
 	}
-	// A paused route stays paused when a reload replaces it (the
-	// runbook's pause, switch upstream, reload, resume).
-	for name, old := range a.routes {
-		if r, ok := next[name]; ok && r != old && old.proxy.Paused() {
-			r.proxy.Pause()
-		}
-	}
-	if err := a.server.SetRoutes(proxyRoutes); err != nil {
+	removed, err := a.switchRoutes(order, next, cfg.Global.ShutdownTimeout)
+	if err != nil {
 		return fail(err) // cannot happen: routes are valid and distinct
 	}
-	// Requests waiting at the pause of a route that left the table are let
-	// go: they fail retryably, and the driver's retry takes the route now
-	// configured.
-	for name, old := range a.routes {
-		if next[name] != old && old.proxy.Paused() {
-			old.proxy.Resume()
-		}
-	}
-	for name, old := range a.routes {
-		if next[name] != old {
-			_, still := next[name]
-			if !still {
-				changes = append(changes, "removed route "+name)
-			}
-			a.drain(old, cfg.Global.ShutdownTimeout, !still)
-		}
+	for _, name := range removed {
+		changes = append(changes, "removed route "+name)
 	}
 	for _, er := range want {
 		r := next[er.Name]
@@ -202,6 +185,14 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	if err := a.server.SetTLS(ctls); err != nil {
 		a.log.Warn("reload: client TLS not applied", "error", err) // cannot happen: clientTLS gives a config
 	}
+	a.clientTLSDigest = cdigest
+	// The files in force are the reload's now: a failure the watch logged
+	// before is news again if it comes back.
+	clear(a.tlsWatch.failed)
+	if g.TLSWatchInterval != a.cfg.Global.TLSWatchInterval {
+		a.kickTLSWatch()
+		changes = append(changes, "tls_watch_interval "+g.TLSWatchInterval.String())
+	}
 	if g.TLSMode != a.cfg.Global.TLSMode || g.TLSCertFile != a.cfg.Global.TLSCertFile || g.TLSKeyFile != a.cfg.Global.TLSKeyFile || g.TLSCAFile != a.cfg.Global.TLSCAFile {
 		changes = append(changes, fmt.Sprintf("client tls_mode %s", ctls.Mode))
 	}
@@ -240,6 +231,47 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	}
 	a.log.Info("configuration reloaded", "file", cfg.Path, "changes", strings.Join(changes, "; "))
 	return nil
+}
+
+// switchRoutes puts next (by name, served in the order of order) in the
+// place of a.routes in the proxy's routing table, and drains every running
+// route that next replaces or leaves out (drainTimeout: shutdown_timeout).
+// It returns the names of the routes left out. The caller holds a.mu and
+// sets a.routes to next; a reload and the TLS file watch share it, so that
+// a route rebuilt for rotated TLS files is switched exactly as on reload.
+func (a *App) switchRoutes(order []string, next map[string]*route, drainTimeout time.Duration) (removed []string, err error) {
+	proxyRoutes := make([]*proxy.Route, 0, len(order))
+	for _, name := range order {
+		proxyRoutes = append(proxyRoutes, next[name].proxy)
+	}
+	// A paused route stays paused when a reload replaces it (the
+	// runbook's pause, switch upstream, reload, resume).
+	for name, old := range a.routes {
+		if r, ok := next[name]; ok && r != old && old.proxy.Paused() {
+			r.proxy.Pause()
+		}
+	}
+	if err := a.server.SetRoutes(proxyRoutes); err != nil {
+		return nil, err
+	}
+	// Requests waiting at the pause of a route that left the table are let
+	// go: they fail retryably, and the driver's retry takes the route now
+	// configured.
+	for name, old := range a.routes {
+		if next[name] != old && old.proxy.Paused() {
+			old.proxy.Resume()
+		}
+	}
+	for name, old := range a.routes {
+		if next[name] != old {
+			_, still := next[name]
+			if !still {
+				removed = append(removed, name)
+			}
+			a.drain(old, drainTimeout, !still)
+		}
+	}
+	return removed, nil
 }
 
 func limitsOf(er config.EffectiveRoute) pool.Limits {

@@ -63,6 +63,11 @@ const (
 // server more often only adds load.
 const MinHeartbeatInterval = 500 * time.Millisecond
 
+// DefaultTLSWatchInterval is tls_watch_interval's default: cert-manager
+// renews well ahead of expiry, so half a minute is prompt, and reading a
+// few small files that often costs nothing.
+const DefaultTLSWatchInterval = 30 * time.Second
+
 // DefaultAuthMaxLookups is auth_max_lookups' default (auth's
 // DefaultMaxLookups), and MaxAuthMaxLookups its bound: each lookup running
 // holds an upstream connection.
@@ -388,6 +393,11 @@ type Global struct {
 	// mongobouncer waits for a new client's first bytes to tell TLS from
 	// plain (tls_handshake_timeout); 0 means 10s.
 	TLSHandshakeTimeout time.Duration
+	// TLSWatchInterval is how often the client TLS files (tls_cert_file,
+	// tls_key_file, tls_ca_file) and the routes' upstream TLS files are
+	// read to find a certificate rotated on disk (tls_watch_interval); 0
+	// turns the watch off. Reloadable.
+	TLSWatchInterval time.Duration
 	// ClientLoginTimeout closes a client that sends no whole first
 	// message that long after connecting, or (with client authentication)
 	// has not logged in and stays silent that long, or leaves a SASL
@@ -481,6 +491,7 @@ func Default() Config {
 		AuthMaxLookups:         DefaultAuthMaxLookups,
 		TLSMode:                TLSModeDisable,
 		TLSHandshakeTimeout:    10 * time.Second,
+		TLSWatchInterval:       DefaultTLSWatchInterval,
 		UserPoolIdleTimeout:    10 * time.Minute,
 		AuthCacheTTL:           30 * time.Second,
 		AuthLookupsPerPeer:     4,

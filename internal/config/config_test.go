@@ -31,6 +31,7 @@ func TestDefault(t *testing.T) {
 		AuthLookupsPerPeer:  4,
 		MaxSCRAMIterations:  100_000,
 		ClientLoginTimeout:  60 * time.Second,
+		TLSWatchInterval:    30 * time.Second,
 		Pool: Pool{
 			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MinPoolSize: 0, MaxIdleTime: 0,
 			MaxConnecting: 2, WaitQueueTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second,

@@ -77,6 +77,7 @@ type rawGlobal struct {
 	TLSKeyFile             any `toml:"tls_key_file"`
 	TLSCAFile              any `toml:"tls_ca_file"`
 	TLSHandshakeTimeout    any `toml:"tls_handshake_timeout"`
+	TLSWatchInterval       any `toml:"tls_watch_interval"`
 	UserPoolIdleTimeout    any `toml:"user_pool_idle_timeout"`
 	ClientLoginTimeout     any `toml:"client_login_timeout"`
 	rawPool
@@ -107,7 +108,7 @@ var (
 	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "max_prelogin_message_size", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
 		"auth_type", "auth_file", "auth_user", "admin_users", "auth_user_service_routes", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups", "max_scram_iterations",
 		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout",
-		"client_login_timeout"}
+		"client_login_timeout", "tls_watch_interval"}
 	globalKeys   = append(slices.Clone(globalOnlyKeys), poolKeys...)
 	routeKeys    = append([]string{"connection_string", "listen", "pass_through"}, poolKeys...)
 	topLevelKeys = []string{tableGlobal, tableDatabases}
@@ -463,6 +464,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.str(at("tls_key_file"), r.TLSKeyFile, &g.TLSKeyFile)
 	d.str(at("tls_ca_file"), r.TLSCAFile, &g.TLSCAFile)
 	d.duration(at("tls_handshake_timeout"), r.TLSHandshakeTimeout, &g.TLSHandshakeTimeout)
+	d.duration(at("tls_watch_interval"), r.TLSWatchInterval, &g.TLSWatchInterval)
 	d.duration(at("user_pool_idle_timeout"), r.UserPoolIdleTimeout, &g.UserPoolIdleTimeout)
 	d.duration(at("client_login_timeout"), r.ClientLoginTimeout, &g.ClientLoginTimeout)
 

@@ -263,6 +263,9 @@ func (v *validator) clientTLS() {
 	if g.TLSHandshakeTimeout < 0 {
 		v.add(at("tls_handshake_timeout"), ErrInvalidValue, fmt.Sprintf(`tls_handshake_timeout = %s: must not be negative, as in "10s"`, quote(g.TLSHandshakeTimeout.String())))
 	}
+	if g.TLSWatchInterval < 0 {
+		v.add(at("tls_watch_interval"), ErrInvalidValue, fmt.Sprintf(`tls_watch_interval = %s: must not be negative, as in "30s" ("0s" turns the watch off)`, quote(g.TLSWatchInterval.String())))
+	}
 }
 
 // listenReason says why addr cannot be listened on, or returns "".
