@@ -168,6 +168,9 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		return nil, err
 	}
 	logConfigWarnings(logger, cfg)
+	if cfg.Global.SoReuseport {
+		warnMigrateReq(logger)
+	}
 	// Process-wide, and before anything reads a credential or logs in
 	// upstream: the auth_file, auth_user lookups, the routes' pools.
 	auth.SetMaxIterations(cfg.Global.MaxSCRAMIterations)

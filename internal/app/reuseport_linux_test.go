@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/logbuf"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -65,6 +68,35 @@ func TestSoReuseportBindsBesideARunningProcess(t *testing.T) {
 	}
 	if code, _ := httpGet(t, next, "/healthz"); code != 200 {
 		t.Fatalf("admin on the shared address: %d", code)
+	}
+}
+
+// With so_reuseport, New warns unless net.ipv4.tcp_migrate_req is 1.
+func TestSoReuseportWarnsWithoutMigrateReq(t *testing.T) {
+	dir := t.TempDir()
+	defer func(p string) { migrateReqPath = p }(migrateReqPath)
+	for _, c := range []struct {
+		sysctl    string // "" for a missing file
+		reuseport bool
+		warn      bool
+	}{{"0\n", true, true}, {"", true, true}, {"1\n", true, false}, {"0\n", false, false}} {
+		migrateReqPath = filepath.Join(dir, "missing")
+		if c.sysctl != "" {
+			migrateReqPath = filepath.Join(dir, "tcp_migrate_req")
+			if err := os.WriteFile(migrateReqPath, []byte(c.sysctl), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var logs logbuf.Buffer
+		a, err := New(reuseportConfig("127.0.0.1:0", "", "mongodb://127.0.0.1:1/", c.reuseport),
+			slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeApp(a)
+		if got := strings.Contains(logs.String(), "tcp_migrate_req"); got != c.warn {
+			t.Errorf("sysctl %q, so_reuseport %v: warned %v, want %v\n%s", c.sysctl, c.reuseport, got, c.warn, logs.String())
+		}
 	}
 }
 

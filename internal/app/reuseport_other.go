@@ -7,8 +7,11 @@ package app
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 )
+
+func warnMigrateReq(*slog.Logger) {}
 
 func listen(network, address string, reuseport bool) (net.Listener, error) {
 	if reuseport && network != "unix" {
