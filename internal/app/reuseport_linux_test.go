@@ -154,12 +154,15 @@ func TestSoReuseportUpgrade(t *testing.T) {
 // upgradeCounts classifies the clients' outcomes.
 type upgradeCounts struct {
 	ok, refused, reset, shutdown, other atomic.Int64
-	firstOther                          atomic.Value
+	firstOther, firstReset              atomic.Value
 }
 
 func (c *upgradeCounts) String() string {
 	s := fmt.Sprintf("ok=%d refused=%d reset=%d shutdown_in_progress=%d other=%d",
 		c.ok.Load(), c.refused.Load(), c.reset.Load(), c.shutdown.Load(), c.other.Load())
+	if e := c.firstReset.Load(); e != nil {
+		s += fmt.Sprintf(" (first reset: %v)", e)
+	}
 	if e := c.firstOther.Load(); e != nil {
 		s += fmt.Sprintf(" (first other: %v)", e)
 	}
@@ -189,9 +192,11 @@ func upgradeChild(t *testing.T) {
 	defer closeApp(b)
 	b.Start()
 
-	// 2,000 connects over about 2 s, each a hello round trip; A drains
-	// (as on SIGTERM) after the first 1,000.
-	const total = 2000
+	// 2,000 connects over about 2 s, each a hello round trip; after the
+	// first 1,000, A drains (as on SIGTERM) while a burst of 300 more
+	// connect at once, so that some are queued on A's listener, completed
+	// by the kernel but not yet accepted, as it closes.
+	const total, burst = 2000, 300
 	var c upgradeCounts
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 200)
@@ -201,6 +206,16 @@ func upgradeChild(t *testing.T) {
 	for i := range total {
 		<-tick.C
 		if i == total/2 {
+			start := make(chan struct{})
+			for range burst {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					helloOnce(addr, &c)
+				}()
+			}
+			close(start)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
@@ -219,8 +234,8 @@ func upgradeChild(t *testing.T) {
 		t.Errorf("A's graceful close: %v", err)
 	}
 	t.Logf("reuseport-upgrade: tcp_migrate_req=%s %s", migrate, &c)
-	if c.ok.Load()+c.refused.Load()+c.reset.Load()+c.shutdown.Load()+c.other.Load() != total {
-		t.Fatalf("outcomes do not add up to %d: %s", total, &c)
+	if c.ok.Load()+c.refused.Load()+c.reset.Load()+c.shutdown.Load()+c.other.Load() != total+burst {
+		t.Fatalf("outcomes do not add up to %d: %s", total+burst, &c)
 	}
 	if migrate == "1" && (c.refused.Load() != 0 || c.reset.Load() != 0 || c.other.Load() != 0) {
 		t.Fatalf("with tcp_migrate_req = 1, clients refused or reset: %s", &c)
@@ -267,6 +282,7 @@ func helloOnce(addr string, c *upgradeCounts) {
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF), strings.Contains(err.Error(), "connection reset"):
 		c.reset.Add(1)
+		c.firstReset.CompareAndSwap(nil, err.Error())
 	default:
 		c.other.Add(1)
 		c.firstOther.CompareAndSwap(nil, err.Error())
