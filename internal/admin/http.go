@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -78,8 +80,17 @@ type httpHandler struct {
 
 // ServeHTTP implements http.Handler.
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// With so_reuseport two processes share the admin address during an
+	// upgrade; the pid says which one answered (docs/operations.md).
+	w.Header().Set(PIDHeader, pid)
 	h.mux.ServeHTTP(w, r)
 }
+
+// PIDHeader names the response header that carries the process id of the
+// mongobouncer that answered an admin HTTP request.
+const PIDHeader = "Mongobouncer-Pid"
+
+var pid = strconv.Itoa(os.Getpid())
 
 // methods answers 405, with Allow, to any method not in allowed (HEAD is
 // allowed wherever GET is).

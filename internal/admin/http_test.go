@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -344,5 +346,17 @@ func TestServerServeError(t *testing.T) {
 	}
 	if srv.sampler.running() {
 		t.Fatal("sampler left running after Serve failed")
+	}
+}
+
+// Every admin HTTP answer names the process that gave it: with
+// so_reuseport, old and new processes share the address during an upgrade.
+func TestAdminAnswersCarryThePID(t *testing.T) {
+	h := NewHTTPHandler(newFake(), nil, nil)
+	for _, path := range []string{"/readyz", "/healthz", "/nothing-here"} {
+		w := do(t, h, http.MethodGet, path)
+		if got := w.Header().Get(PIDHeader); got != strconv.Itoa(os.Getpid()) {
+			t.Fatalf("%s: %s = %q, want %d", path, PIDHeader, got, os.Getpid())
+		}
 	}
 }

@@ -64,6 +64,9 @@ type App struct {
 	draining      sync.WaitGroup
 	stopDrains    chan struct{}
 	stopDrainOnce sync.Once
+	// reuseport is so_reuseport as started (restart only): every TCP
+	// listener, the ones reloads add included, sets SO_REUSEPORT.
+	reuseport bool
 
 	adminHTTP    *http.Server
 	adminL       net.Listener
@@ -170,6 +173,9 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		return nil, err
 	}
 	logConfigWarnings(logger, cfg)
+	if cfg.Global.SoReuseport {
+		warnMigrateReq(logger)
+	}
 	// Process-wide, and before anything reads a credential or logs in
 	// upstream: the auth_file, auth_user lookups, the routes' pools.
 	auth.SetMaxIterations(cfg.Global.MaxSCRAMIterations)
@@ -186,6 +192,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 		serveErr:   make(chan error, 8),
 		shutdown:   make(chan struct{}),
 		stopDrains: make(chan struct{}),
+		reuseport:  cfg.Global.SoReuseport,
 	}
 	if o.AdminListen != "" {
 		inner := a.overrides
@@ -335,7 +342,7 @@ func (a *App) bind(addr, routeName string) error {
 			_ = os.Remove(address)
 		}
 	}
-	l, err := net.Listen(network, address)
+	l, err := listen(network, address, a.reuseport)
 	if err != nil {
 		return &ListenError{Addr: addr, Err: err}
 	}
@@ -357,7 +364,7 @@ func (a *App) bindAdmin(addr string) error {
 	if host, port, err := net.SplitHostPort(address); network == "tcp" && err == nil && host == "" {
 		address = net.JoinHostPort("127.0.0.1", port)
 	}
-	l, err := net.Listen(network, address)
+	l, err := listen(network, address, a.reuseport)
 	if err != nil {
 		return &ListenError{Addr: addr, Err: err}
 	}

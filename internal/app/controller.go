@@ -233,6 +233,7 @@ func (a *App) Config() map[string]any {
 		"tls_watch_interval":       g.TLSWatchInterval.String(),
 		"user_pool_idle_timeout":   g.UserPoolIdleTimeout.String(),
 		"client_login_timeout":     g.ClientLoginTimeout.String(),
+		"so_reuseport":             g.SoReuseport,
 	}
 	out["max_prelogin_message_size"] = g.MaxPreLoginMessageSize
 	routes := map[string]any{}

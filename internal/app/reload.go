@@ -209,6 +209,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	keepRunning(a.log, "event_loop_io", &cfg.Global.EventLoopIO, run.EventLoopIO)
 	keepRunning(a.log, "event_loop_spin", &cfg.Global.EventLoopSpin, run.EventLoopSpin)
 	keepRunning(a.log, "admin_listen", &cfg.Global.AdminListen, run.AdminListen)
+	keepRunning(a.log, "so_reuseport", &cfg.Global.SoReuseport, run.SoReuseport)
 	keepRunning(a.log, "auth_type", &cfg.Global.AuthType, run.AuthType)
 	keepRunning(a.log, "auth_max_lookups", &cfg.Global.AuthMaxLookups, run.AuthMaxLookups)
 	keepRunning(a.log, "max_scram_iterations", &cfg.Global.MaxSCRAMIterations, run.MaxSCRAMIterations)

@@ -332,6 +332,10 @@ type Global struct {
 	// the average reply delay under which it does (event_loop_spin); 0
 	// never spins.
 	EventLoopSpin time.Duration
+	// SoReuseport sets SO_REUSEPORT on every TCP listener (client and
+	// admin; so_reuseport, Linux only), so that a new process can bind the
+	// same addresses while the old one drains. Restart only.
+	SoReuseport bool
 	// ShutdownTimeout bounds how long shutdown waits for in-flight
 	// commands before closing connections; 0 closes them at once.
 	ShutdownTimeout time.Duration

@@ -63,6 +63,7 @@ type rawGlobal struct {
 	EventLoopThreads       any `toml:"event_loop_threads"`
 	EventLoopIO            any `toml:"event_loop_io"`
 	EventLoopSpin          any `toml:"event_loop_spin"`
+	SoReuseport            any `toml:"so_reuseport"`
 	AuthType               any `toml:"auth_type"`
 	AuthFile               any `toml:"auth_file"`
 	AuthUser               any `toml:"auth_user"`
@@ -108,7 +109,7 @@ var (
 	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "max_prelogin_message_size", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
 		"auth_type", "auth_file", "auth_user", "admin_users", "auth_user_service_routes", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups", "max_scram_iterations",
 		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout",
-		"client_login_timeout", "tls_watch_interval"}
+		"client_login_timeout", "tls_watch_interval", "so_reuseport"}
 	globalKeys   = append(slices.Clone(globalOnlyKeys), poolKeys...)
 	routeKeys    = append([]string{"connection_string", "listen", "pass_through"}, poolKeys...)
 	topLevelKeys = []string{tableGlobal, tableDatabases}
@@ -446,6 +447,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 		g.EventLoopIO = EventLoopIO(s)
 	}
 	d.duration(at("event_loop_spin"), r.EventLoopSpin, &g.EventLoopSpin)
+	d.boolean(at("so_reuseport"), r.SoReuseport, &g.SoReuseport)
 	if d.str(at("auth_type"), r.AuthType, &s) {
 		g.AuthType = AuthType(s)
 	}

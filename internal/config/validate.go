@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,6 +125,12 @@ func (v *validator) global() {
 	}
 	if g.EventLoopSpin < 0 || g.EventLoopSpin > MaxEventLoopSpin {
 		v.add(at("event_loop_spin"), ErrInvalidValue, fmt.Sprintf("event_loop_spin = %s: must be 0 (never spin) to %s", quote(g.EventLoopSpin.String()), MaxEventLoopSpin))
+	}
+	if g.SoReuseport && runtime.GOOS != "linux" {
+		// Elsewhere SO_REUSEPORT means something else (macOS: the last
+		// socket bound takes every connection; FreeBSD: no balancing
+		// without SO_REUSEPORT_LB), and no upgrade procedure is tested.
+		v.add(at("so_reuseport"), ErrInvalidValue, "so_reuseport = true: supported on Linux only")
 	}
 	if g.MaxClientConn < 0 {
 		v.add(at("max_client_conn"), ErrInvalidValue, fmt.Sprintf("max_client_conn = %d: must be 0 (no limit) or more", g.MaxClientConn))

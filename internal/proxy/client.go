@@ -69,6 +69,10 @@ type client struct {
 	listener  string // the address the client connected to
 	connected time.Time
 	log       *slog.Logger
+	// spoke is set once the client's first message has been answered (by
+	// its goroutine, which always serves the first one); Shutdown's drain
+	// waits for it (freshClientGrace).
+	spoke atomic.Bool
 
 	hello bool // the client has sent its handshake
 	// legacy is set while a command that came as an OP_QUERY is served:
@@ -219,6 +223,9 @@ func (c *client) run() {
 		if err != nil {
 			c.finish(err)
 			return
+		}
+		if !c.spoke.Load() {
+			c.spoke.Store(true)
 		}
 		c.releaseBuffers()
 		if c.enterLoop() {

@@ -154,6 +154,9 @@ type Server struct {
 
 	clientsMu sync.Mutex // guards listeners, clients and closed
 	listeners map[net.Listener]struct{}
+	// acceptors counts the Serve loops running; none starts once draining
+	// is set (Serve checks it under clientsMu).
+	acceptors sync.WaitGroup
 	clients   map[*client]struct{}
 	closed    bool
 
@@ -234,15 +237,17 @@ func New(opts Options) (*Server, error) {
 // dedicated to one route).
 func (s *Server) Serve(l net.Listener, only string) error {
 	s.clientsMu.Lock()
-	if s.closed {
+	if s.closed || s.draining.Load() {
 		s.clientsMu.Unlock()
 		l.Close()
 		return ErrServerClosed
 	}
 	s.listeners[l] = struct{}{}
 	s.wg.Add(1)
+	s.acceptors.Add(1)
 	s.clientsMu.Unlock()
 	defer s.wg.Done()
+	defer s.acceptors.Done()
 
 	var backoff time.Duration
 	for {
@@ -476,6 +481,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		l.Close()
 	}
 	s.clientsMu.Unlock()
+	// A client an accept loop took just before its listener closed is
+	// registered once the loop ends: wait for that, so the drain counts it
+	// (and Close disconnects it only after its first reply, see drained)
+	// rather than Close refusing it with its first request unread, a reset.
+	// The loops end as soon as they see their listener closed.
+	accepting := make(chan struct{})
+	go func() { s.acceptors.Wait(); close(accepting) }()
+	select {
+	case <-accepting:
+	case <-ctx.Done():
+	}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	var drainErr error
@@ -501,13 +517,23 @@ wait:
 // Draining reports whether Shutdown has begun.
 func (s *Server) Draining() bool { return s.draining.Load() }
 
+// freshClientGrace is how long the drain waits for the first message of a
+// client accepted just before the listeners closed: disconnecting it with
+// its first request unread would reset it (with so_reuseport, an upgrade's
+// connections accepted by the old process at the last moment), where
+// answering lets its driver move on cleanly. Bounded: a client that stays
+// silent holds the drain this long at most.
+const freshClientGrace = time.Second
+
 // drained reports whether no client has a request in flight or a
-// transaction open.
+// transaction open, or is new and has not sent its first message yet
+// (freshClientGrace).
 func (s *Server) drained() bool {
+	now := time.Now()
 	s.clientsMu.Lock()
 	defer s.clientsMu.Unlock()
 	for c := range s.clients {
-		if c.busy() {
+		if c.busy() || !c.spoke.Load() && now.Sub(c.connected) < freshClientGrace {
 			return false
 		}
 	}
