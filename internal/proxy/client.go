@@ -265,7 +265,11 @@ func (c *client) finishLocked(err error) {
 func (c *client) finalize(err error) {
 	c.closeConn()
 	c.releaseBuffers()
-	attrs := []any{"appName", c.appName, "duration", time.Since(c.connected).Round(time.Millisecond)}
+	attrs := []any{"duration", time.Since(c.connected).Round(time.Millisecond)}
+	if !c.hello {
+		// After a hello, c.log names the appName already (answerHello).
+		attrs = append(attrs, "appName", "")
+	}
 	if err != nil && !errors.Is(err, errClientGone) {
 		attrs = append(attrs, "error", err)
 	}
