@@ -18,7 +18,6 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/sdnotify"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakesystemd"
-	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -164,28 +163,8 @@ func TestReloadWhileDrainingIsNotReady(t *testing.T) {
 		t.Fatalf("at start: %q", m.Text)
 	}
 	// A request in flight holds the drain open.
-	c, err := net.DialTimeout("tcp", a.Addrs()[0].String(), 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	req, err := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Write(wire.AppendMsg(nil, 1, 0, 0, req)); err != nil {
-		t.Fatal(err)
-	}
-	wait.Until(t, "the ping to reach the upstream", 10*time.Second, 5*time.Millisecond, func() bool {
-		return up.Requests("ping") == 1
-	})
-	closed := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		closed <- a.GracefulClose(ctx)
-	}()
+	c := pingInFlight(t, a, up)
+	closed := startGracefulClose(a)
 	if m, _ := sock.Expect(t, 5*time.Second); !m.Has("STOPPING=1") {
 		t.Fatalf("at shutdown: %q", m.Text)
 	}

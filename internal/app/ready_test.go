@@ -116,29 +116,8 @@ func TestReadyzUnavailableWhileDraining(t *testing.T) {
 	}
 
 	// A request in flight keeps the drain going until release.
-	nc, err := net.DialTimeout("tcp", a.Addrs()[0].String(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
-	body, err := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nc.Write(wire.AppendMsg(nil, 1, 0, 0, body)); err != nil {
-		t.Fatal(err)
-	}
-	wait.Until(t, "the ping to reach the upstream", 10*time.Second, 5*time.Millisecond, func() bool {
-		return up.Requests("ping") == 1
-	})
-
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		done <- a.GracefulClose(ctx)
-	}()
+	nc := pingInFlight(t, a, up)
+	done := startGracefulClose(a)
 	wait.Until(t, "the drain to begin", 10*time.Second, 5*time.Millisecond, a.server.Draining)
 	code, text := readyz()
 	close(release)
@@ -156,4 +135,40 @@ func TestReadyzUnavailableWhileDraining(t *testing.T) {
 	case <-time.After(25 * time.Second):
 		t.Fatal("GracefulClose did not return")
 	}
+}
+
+// pingInFlight sends a ping through a's first listener on a connection of
+// its own (closed with the test) and returns once up has it: the request
+// is in flight, holding a drain open until up's handler lets it go.
+func pingInFlight(t *testing.T, a *App, up *fakemongo.Server) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", a.Addrs()[0].String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	body, err := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(wire.AppendMsg(nil, 1, 0, 0, body)); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, "the ping to reach the upstream", 10*time.Second, 5*time.Millisecond, func() bool {
+		return up.Requests("ping") == 1
+	})
+	return c
+}
+
+// startGracefulClose runs a.GracefulClose (bounded by 20 s) on a
+// goroutine of its own; its result arrives on the channel.
+func startGracefulClose(a *App) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- a.GracefulClose(ctx)
+	}()
+	return done
 }
