@@ -1,6 +1,7 @@
 // This file holds the read-preference settings a route carries to server
-// selection: the mode, the tag sets and max staleness, with the checks the
-// server-selection and max-staleness specs define.
+// selection: the mode, the tag sets and max staleness. Their rules (the
+// server-selection and max-staleness specs') are sdam's, which owns them;
+// this file applies them to the configuration's keys.
 
 package config
 
@@ -28,11 +29,15 @@ const (
 	ReadNearest            ReadPreferenceMode = "nearest"
 )
 
-// readPreferenceModes lists the modes as the spec spells them.
-var readPreferenceModes = []string{
-	string(ReadPrimary), string(ReadPrimaryPreferred), string(ReadSecondary),
-	string(ReadSecondaryPreferred), string(ReadNearest),
-}
+// readPreferenceModes lists the modes as the spec spells them, from sdam
+// (which owns them), for messages and the connection-string option.
+var readPreferenceModes = func() []string {
+	var out []string
+	for m := sdam.Primary; m <= sdam.Nearest; m++ {
+		out = append(out, m.String())
+	}
+	return out
+}()
 
 // Valid reports whether m is one of the defined modes, spelt as the spec
 // does (sdam.ParseMode decides).

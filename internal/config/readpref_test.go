@@ -87,3 +87,18 @@ func TestConnStringReadPrefBySdam(t *testing.T) {
 		}
 	}
 }
+
+// The configuration's spellings of the modes are sdam's.
+func TestReadPreferenceModesAreSdams(t *testing.T) {
+	for mode, want := range map[ReadPreferenceMode]sdam.Mode{
+		ReadPrimary: sdam.Primary, ReadPrimaryPreferred: sdam.PrimaryPreferred, ReadSecondary: sdam.Secondary,
+		ReadSecondaryPreferred: sdam.SecondaryPreferred, ReadNearest: sdam.Nearest,
+	} {
+		if got, err := sdam.ParseMode(string(mode)); err != nil || got != want || !mode.Valid() {
+			t.Errorf("%q: sdam reads %v, %v; want %v", mode, got, err, want)
+		}
+	}
+	if len(readPreferenceModes) != 5 || ReadPreferenceMode("Primary").Valid() {
+		t.Errorf("modes %v; Primary valid %v", readPreferenceModes, ReadPreferenceMode("Primary").Valid())
+	}
+}
