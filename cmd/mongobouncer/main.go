@@ -191,7 +191,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 	}
 	a.Start()
 	log.Info("mongobouncer started", "version", version, "revision", revision, "pool_mode", string(cfg.Global.PoolMode),
-		"event_loop_threads", loopThreads, "gomaxprocs", runtime.GOMAXPROCS(0), "event_loop_io", app.LoopIO(cfg.Global))
+		"event_loop_threads", loopThreads, "gomaxprocs", runtime.GOMAXPROCS(0), "event_loop_io", a.LoopIO())
 
 	code := 0
 wait:

@@ -242,7 +242,7 @@ func (a *App) Config() map[string]any {
 		routes[e.Name] = map[string]any{
 			"connection_string":        e.Conn.Redacted(),
 			"listen":                   e.Listen,
-			"pool_mode":                r.proxy.PoolMode().String(),
+			"pool_mode":                string(r.proxy.PoolMode()),
 			"max_pool_size":            e.MaxPoolSize,
 			"min_pool_size":            e.MinPoolSize,
 			"max_idle_time":            e.MaxIdleTime.String(),

@@ -145,10 +145,8 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	for _, er := range want {
 		r := next[er.Name]
 		if r.eff.PoolMode != er.PoolMode {
-			if m, err := proxy.ParsePoolMode(string(er.PoolMode)); err == nil {
-				r.proxy.SetPoolMode(m)
-				changes = append(changes, fmt.Sprintf("route %s: pool_mode %s", er.Name, m))
-			}
+			r.proxy.SetPoolMode(er.PoolMode)
+			changes = append(changes, fmt.Sprintf("route %s: pool_mode %s", er.Name, er.PoolMode))
 		}
 		lim := pool.Limits{MaxPoolSize: er.MaxPoolSize, MinPoolSize: er.MinPoolSize, MaxConnecting: er.MaxConnecting,
 			MaxIdleTime: er.MaxIdleTime, WaitQueueTimeout: er.WaitQueueTimeout}

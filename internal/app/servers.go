@@ -126,7 +126,7 @@ func (a *App) poolInfo(r route, s *topology.Server) admin.PoolInfo {
 	st := s.Pool().Stats()
 	checkouts, wait := a.metrics.CheckoutTotals(r.eff.Name, s.Address())
 	return admin.PoolInfo{
-		Route: r.eff.Name, Server: s.Address(), Mode: r.proxy.PoolMode().String(),
+		Route: r.eff.Name, Server: s.Address(), Mode: string(r.proxy.PoolMode()),
 		State: st.State.String(), Paused: r.proxy.Paused(), Usable: d.State == topology.Usable,
 		Generation: st.Generation, Total: st.Total, Available: st.Available, InUse: st.InUse,
 		Pending: st.Pending, Waiters: st.Waiters,

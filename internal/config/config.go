@@ -232,6 +232,10 @@ func (m TLSMode) Valid() bool {
 	return m == "" || m == TLSModeDisable || m == TLSModeAllow || m == TLSModeRequire
 }
 
+// Serves reports whether m serves TLS clients (allow or require); empty
+// means disable.
+func (m TLSMode) Serves() bool { return m == TLSModeAllow || m == TLSModeRequire }
+
 // Pool holds the pool and limit settings. Global carries the values for
 // every route; a Route may override each of them (see Overrides), and
 // EffectiveRoute carries the values in force for one route.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -154,7 +155,7 @@ func (v *validator) global() {
 	v.clientTLS()
 	show := func(key string) string { return key + " = " + poolValue(g.Pool, key) }
 	for _, is := range poolIssues(g.Pool) {
-		v.add(at(is.keys[0]), ErrInvalidValue, is.msg(show))
+		v.add(at(is.keys[0]), is.category(), is.msg(show))
 	}
 }
 
@@ -350,9 +351,9 @@ func (v *validator) routes() {
 			for _, k := range is.keys {
 				switch origins[k] {
 				case FromRoute:
-					v.add(at(k), ErrInvalidValue, is.msg(show))
+					v.add(at(k), is.category(), is.msg(show))
 				case FromConnString:
-					v.add(at("connection_string"), ErrInvalidValue, is.msg(show))
+					v.add(at("connection_string"), is.category(), is.msg(show))
 				default:
 					continue
 				}
@@ -384,6 +385,18 @@ func routeNameReason(name string) string {
 type poolIssue struct {
 	keys []string
 	msg  func(show func(key string) string) string
+	// cause is the error of the package that owns the rule broken (sdam's
+	// *ReadPrefError), or nil; errors.Is sees it beside ErrInvalidValue.
+	cause error
+}
+
+// category is what the issue's *Error unwraps to: ErrInvalidValue, and
+// the cause when there is one.
+func (is poolIssue) category() error {
+	if is.cause == nil {
+		return ErrInvalidValue
+	}
+	return errors.Join(ErrInvalidValue, is.cause)
 }
 
 // poolIssues checks pool values, alone and together.

@@ -6,9 +6,10 @@
 // and request metrics come from the proxy through the proxy.Observer methods
 // of *Metrics. Both run on hot paths (a Monitor even under the pool's lock),
 // so their steady state is a few atomic operations on label children
-// resolved once and cached, without allocation; the only lock taken is the
-// pool's own connection-registry mutex, by the Monitor. docs/metrics.md
-// lists every metric.
+// resolved once and cached, without allocation and without a lock. The
+// rarer events (a pool's first and last, a connection created or closed, a
+// route or error code seen first) take this package's locks, in the order
+// written on poolMonitor. docs/metrics.md lists every metric.
 package metrics
 
 import (
@@ -107,7 +108,7 @@ type Metrics struct {
 	// load it without a lock; writers copy it under mu.
 	routes atomic.Pointer[map[string]*routeSeries]
 
-	mu sync.Mutex
+	mu sync.Mutex // its place in the lock order is on poolMonitor
 	// servers are the shared pool series per (route, server), counted by
 	// the live pool states that use them. Guarded by mu.
 	servers map[serverKey]*serverSeries

@@ -39,15 +39,3 @@ type spinCounts struct {
 func (s *Server) LoopSpins() (caught, missed uint64) {
 	return s.loopSpins.caught.Load(), s.loopSpins.missed.Load()
 }
-
-// LoopIO values: Options.LoopIO.
-const (
-	// LoopIOAuto uses io_uring where the kernel allows it, epoll elsewhere.
-	LoopIOAuto = ""
-	// LoopIOEpoll uses epoll and read system calls.
-	LoopIOEpoll = "epoll"
-	// LoopIOUring requires io_uring: New starts the loop at once and fails
-	// where the ring cannot start (a kernel that refuses io_uring, or a
-	// locked-memory limit), rather than running epoll.
-	LoopIOUring = "io_uring"
-)

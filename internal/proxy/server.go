@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -79,9 +80,9 @@ type Options struct {
 	// Ps than loop threads (cmd/mongobouncer runs one more).
 	LoopThreads int
 	// LoopIO chooses the event loop's I/O: LoopIOAuto (io_uring where the
-	// kernel allows it, else epoll), LoopIOEpoll, or LoopIOUring (io_uring
-	// or New fails).
-	LoopIO string
+	// kernel allows it, else epoll; "" too), LoopIOEpoll, or LoopIOUring
+	// (io_uring or New fails). Server.LoopIO says which one runs.
+	LoopIO config.EventLoopIO
 	// LoopSpin bounds how long an io_uring loop thread waits awake for the
 	// reply to its one request in flight, and the average reply delay
 	// under which it does (loop_spin_linux.go); 0 never spins.
@@ -195,6 +196,41 @@ type Server struct {
 	tlsHandshakeFailed atomic.Uint64
 	// panics counts the panics recovered while serving clients (recover.go).
 	panics atomic.Uint64
+}
+
+// LoopIO values: Options.LoopIO, config's event_loop_io values (typed once,
+// in config) under the proxy's names.
+const (
+	// LoopIOAuto uses io_uring where the kernel allows it, epoll elsewhere
+	// ("" too).
+	LoopIOAuto = config.EventLoopIOAuto
+	// LoopIOEpoll uses epoll and read system calls.
+	LoopIOEpoll = config.EventLoopIOEpoll
+	// LoopIOUring requires io_uring: New starts the loop at once and fails
+	// where the ring cannot start (a kernel that refuses io_uring, or a
+	// locked-memory limit), rather than running epoll.
+	LoopIOUring = config.EventLoopIOUring
+)
+
+// LoopIOOff is what Server.LoopIO says when no event loop runs.
+const LoopIOOff = "off"
+
+// LoopIO names the I/O the event loop runs on: "io_uring" or "epoll", read
+// from the driver that started; LoopIOOff when the loop is off, has no
+// support here, could not start (every client is then served by its
+// goroutine) or has stopped. It starts the loop if it has not started yet,
+// so that the name is what runs and not a prediction (app logs it in the
+// startup line): LoopIOAuto may fall back to epoll where a ring cannot
+// start although the kernel has io_uring.
+func (s *Server) LoopIO() string {
+	if !s.opts.EventLoop || !EventLoopSupported {
+		return LoopIOOff
+	}
+	l, err := s.startLoops()
+	if err != nil {
+		s.log.Warn("event loop unavailable; every client is served by its goroutine", "error", err)
+	}
+	return loopDriverName(l)
 }
 
 // ErrServerClosed is returned by Serve after Close.

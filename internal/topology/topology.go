@@ -19,10 +19,20 @@ import (
 // Topology is the deployment behind one route: its servers, discovered
 // from the seed list as SDAM says, each with a pool and a monitor.
 //
-// Lock order: Topology.mu, then a server's pool (Ready, Clear), then the
-// pool's event callbacks (metrics). mu is never held across a network
-// round trip, a pool checkout or Close of a pool (which may run callbacks
-// that call back into the topology).
+// Lock order, outermost first (the package's only statement of it):
+//
+//  1. Topology.mu.
+//  2. A server's userPools.mu (usersMu; users.go): taken under mu to make,
+//     ready or clear a user pool (UserPool, RetryUserPool,
+//     readyPoolsLocked, clearPoolsLocked), and alone to read the set.
+//  3. A pool's lock, main or user (Ready, ClearWithError, Stats, New),
+//     taken under either of the above.
+//  4. That pool's Monitor, which the pool calls under its lock (metrics'
+//     locks: see metrics' poolMonitor).
+//
+// mu is never held across a network round trip, a pool checkout or Close
+// of a pool (which may run callbacks that call back into the topology);
+// usersMu is never held while a pool is closed or an error is handled.
 type Topology struct {
 	name string
 	opts Options
