@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/admin"
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
@@ -243,7 +244,8 @@ func (a *App) Config() map[string]any {
 			"connection_string":        e.Conn.Redacted(),
 			"listen":                   e.Listen,
 			"pool_mode":                r.proxy.PoolMode().String(),
-			"max_pool_size":            e.MaxPoolSize,
+			"max_pool_size":            showPoolSize(e.Pool),
+			"max_pool_size_ceiling":    e.MaxPoolSizeCeiling,
 			"min_pool_size":            e.MinPoolSize,
 			"max_idle_time":            e.MaxIdleTime.String(),
 			"max_connecting":           e.MaxConnecting,
@@ -260,4 +262,12 @@ func (a *App) Config() map[string]any {
 	}
 	out["databases"] = routes
 	return out
+}
+
+// showPoolSize is max_pool_size as SHOW CONFIG gives it: a number, or "auto".
+func showPoolSize(p config.Pool) any {
+	if p.AutoPoolSize() {
+		return "auto"
+	}
+	return p.MaxPoolSize
 }
