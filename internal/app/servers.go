@@ -142,7 +142,11 @@ func (a *App) serverRoles() []metrics.ServerRole {
 	var out []metrics.ServerRole
 	for _, r := range a.sortedRoutes() {
 		for _, s := range r.topo.Servers() {
-			out = append(out, metrics.ServerRole{Route: r.eff.Name, Server: s.Address(), Role: role(s.Description()), RTT: s.RTT()})
+			sr := metrics.ServerRole{Route: r.eff.Name, Server: s.Address(), Role: role(s.Description()), RTT: s.RTT()}
+			if l := s.Pool().Stats().Limiter; l != nil {
+				sr.Limit = &metrics.AdaptiveLimit{Limit: l.Limit, MinRTT: l.MinRTT, Gradient: l.Gradient, Drops: l.Drops}
+			}
+			out = append(out, sr)
 		}
 	}
 	return out
