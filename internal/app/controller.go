@@ -68,6 +68,7 @@ func (a *App) Pools() []admin.PoolInfo {
 				pi.User, pi.State, pi.Generation = up.User.String(), st.State.String(), st.Generation
 				pi.Total, pi.Available, pi.InUse, pi.Pending, pi.Waiters = st.Total, st.Available, st.InUse, st.Pending, st.Waiters
 				pi.MaxPoolSize, pi.MinPoolSize, pi.Checkouts, pi.CheckoutWait = st.Options.MaxPoolSize, st.Options.MinPoolSize, 0, 0
+				pi.Limit = limitOf(st)
 				out = append(out, pi)
 			}
 		}
