@@ -63,7 +63,7 @@ func ScrapeValue(r io.Reader, name string) (float64, bool) {
 // ends and returns the readings of metric name, timed from origin. Failed
 // or empty scrapes leave no point. Every scrape is bounded by interval.
 func WatchMetric(ctx context.Context, url, name string, origin time.Time, interval time.Duration) []Point {
-	client := &http.Client{Timeout: max(interval, 100*time.Millisecond)}
+	client := &http.Client{Timeout: max(4*interval, time.Second)}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var out []Point
