@@ -2,8 +2,10 @@ package pool
 
 // The adaptive concurrency limit behind max_pool_size = "auto": how many
 // connections of one pool may be checked out at once. It is Netflix's
-// Gradient2 (concurrency-limits) fed one aggregated sample per window, plus
-// AIMD's multiplicative back-off on drops, which Gradient2 alone ignores.
+// Gradient2 (concurrency-limits) fed one aggregated sample per window,
+// with two changes: a decrease applies at once (Envoy's rule; Gradient2
+// smooths both ways), and drops back off multiplicatively as AIMD does
+// (Gradient2 alone ignores them).
 // docs/pool.md says why this one.
 
 import (
@@ -195,6 +197,14 @@ func (l *Limiter) update(now time.Duration) {
 	}
 	l.gradient = math.Max(0.5, math.Min(1, limTolerance*l.longRTT/short))
 	est := l.limit*l.gradient + math.Sqrt(l.limit)
+	if est < l.limit {
+		// Latency climbed: back off at once, as Envoy's filter does, not
+		// at Gradient2's smoothed pace (a fifth of the way per window),
+		// which took seconds to halve the limit when a server slowed
+		// down fourfold. Only increases are smoothed.
+		l.limit = l.clamp(est)
+		return
+	}
 	l.limit = l.clamp(l.limit*(1-limSmoothing) + est*limSmoothing)
 }
 

@@ -49,9 +49,13 @@ func TestLimiterFallsWhenLatencyClimbs(t *testing.T) {
 	var now time.Duration
 	feed(l, &now, 20, 2*time.Millisecond, false)
 	before := l.Limit()
-	// The server slows down fourfold: within 3 s (30 windows) the limit
-	// must have come well down.
-	seen := feed(l, &now, 30, 8*time.Millisecond, false)
+	// The server slows down fourfold: within half a second (5 windows)
+	// the limit must have halved, and within 3 s come well down.
+	seen := feed(l, &now, 5, 8*time.Millisecond, false)
+	if got := l.Limit(); got > before/2 {
+		t.Fatalf("limit %d -> %d after 5 windows of 4x latency, want at most half (%v)", before, got, seen)
+	}
+	seen = feed(l, &now, 25, 8*time.Millisecond, false)
 	after := l.Limit()
 	if after > before/3 {
 		t.Fatalf("limit %d -> %d after 4x latency, want at most a third (%v)", before, after, seen)
