@@ -140,3 +140,4 @@ func TestAdaptiveSetLimits(t *testing.T) {
 		t.Fatal("the limiter outlived SetLimits back to a fixed size")
 	}
 }
+
