@@ -455,6 +455,7 @@ func TestMaxPoolSizeFlagOverridesOnlyWhenGiven(t *testing.T) {
 		{nil, `"max_pool_size":7`},
 		{[]string{"--max-pool-size", "3"}, `"max_pool_size":3`},
 		{[]string{"--max-pool-size", "0"}, `"max_pool_size":0`},
+		{[]string{"--max-pool-size", "auto"}, `"max_pool_size":"auto"`},
 	} {
 		var out, errb logbuf.Buffer
 		stop := make(chan struct{})

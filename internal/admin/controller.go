@@ -66,6 +66,10 @@ type PoolInfo struct {
 	Waiters     int    `json:"waiters" bson:"waiters"`
 	MaxPoolSize int    `json:"maxPoolSize" bson:"maxPoolSize"`
 	MinPoolSize int    `json:"minPoolSize" bson:"minPoolSize"`
+	// Limit is the adaptive limit on connections checked out at once
+	// (max_pool_size = "auto"; MaxPoolSize is then its ceiling), 0 for a
+	// fixed-size pool.
+	Limit int `json:"limit,omitempty" bson:"limit,omitempty"`
 	// Checkouts and CheckoutWait total the successful checkouts and their
 	// wait since the pool's series began: the difference of two readings
 	// gives the mean checkout latency over the time between them.

@@ -378,7 +378,7 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 		return nil, err
 	}
 	a.log.Info("route configured", "route", er.Name, "upstream", er.Conn.Redacted(), "pool_mode", string(er.PoolMode),
-		"max_pool_size", er.MaxPoolSize, "pass_through", er.PassThrough)
+		"max_pool_size", showPoolSize(er.Pool), "pass_through", er.PassThrough)
 	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: er.PoolMode, Topology: t, PassThrough: er.PassThrough,
 		IdleTimeout: routeIdleTimeout(er), MaxMessageSize: er.MaxMessageSize, ReadPref: rp}, topo: t, tlsDigest: digest}, nil
 }

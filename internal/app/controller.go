@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/mongobouncer/mongobouncer/internal/admin"
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
@@ -67,6 +68,7 @@ func (a *App) Pools() []admin.PoolInfo {
 				pi.User, pi.State, pi.Generation = up.User.String(), st.State.String(), st.Generation
 				pi.Total, pi.Available, pi.InUse, pi.Pending, pi.Waiters = st.Total, st.Available, st.InUse, st.Pending, st.Waiters
 				pi.MaxPoolSize, pi.MinPoolSize, pi.Checkouts, pi.CheckoutWait = st.Options.MaxPoolSize, st.Options.MinPoolSize, 0, 0
+				pi.Limit = limitOf(st)
 				out = append(out, pi)
 			}
 		}
@@ -243,7 +245,8 @@ func (a *App) Config() map[string]any {
 			"connection_string":        e.Conn.Redacted(),
 			"listen":                   e.Listen,
 			"pool_mode":                string(r.proxy.PoolMode()),
-			"max_pool_size":            e.MaxPoolSize,
+			"max_pool_size":            showPoolSize(e.Pool),
+			"max_pool_size_ceiling":    e.MaxPoolSizeCeiling,
 			"min_pool_size":            e.MinPoolSize,
 			"max_idle_time":            e.MaxIdleTime.String(),
 			"max_connecting":           e.MaxConnecting,
@@ -260,4 +263,12 @@ func (a *App) Config() map[string]any {
 	}
 	out["databases"] = routes
 	return out
+}
+
+// showPoolSize is max_pool_size as SHOW CONFIG gives it: a number, or "auto".
+func showPoolSize(p config.Pool) any {
+	if p.AutoPoolSize() {
+		return "auto"
+	}
+	return p.MaxPoolSize
 }

@@ -148,8 +148,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 			r.proxy.SetPoolMode(er.PoolMode)
 			changes = append(changes, fmt.Sprintf("route %s: pool_mode %s", er.Name, er.PoolMode))
 		}
-		lim := pool.Limits{MaxPoolSize: er.MaxPoolSize, MinPoolSize: er.MinPoolSize, MaxConnecting: er.MaxConnecting,
-			MaxIdleTime: er.MaxIdleTime, WaitQueueTimeout: er.WaitQueueTimeout}
+		lim := limitsOf(er)
 		if lim != limitsOf(r.eff) || er.MaxUserConnections != r.eff.MaxUserConnections {
 			for _, s := range r.topo.Servers() {
 				if err := s.SetPoolLimits(lim, er.MaxUserConnections); err != nil {
@@ -273,9 +272,15 @@ func (a *App) switchRoutes(order []string, next map[string]*route, drainTimeout 
 	return removed, nil
 }
 
+// limitsOf returns the pool limits of a route. max_pool_size = "auto" is an
+// adaptive pool whose cap is max_pool_size_ceiling.
 func limitsOf(er config.EffectiveRoute) pool.Limits {
-	return pool.Limits{MaxPoolSize: er.MaxPoolSize, MinPoolSize: er.MinPoolSize, MaxConnecting: er.MaxConnecting,
-		MaxIdleTime: er.MaxIdleTime, WaitQueueTimeout: er.WaitQueueTimeout}
+	size, auto := er.MaxPoolSize, er.AutoPoolSize()
+	if auto {
+		size = er.MaxPoolSizeCeiling
+	}
+	return pool.Limits{MaxPoolSize: size, MinPoolSize: er.MinPoolSize, MaxConnecting: er.MaxConnecting,
+		MaxIdleTime: er.MaxIdleTime, WaitQueueTimeout: er.WaitQueueTimeout, Adaptive: auto}
 }
 
 // drain closes a route that left the routing table once its clients have

@@ -244,8 +244,14 @@ type Pool struct {
 	// (pool_mode).
 	PoolMode PoolMode
 	// MaxPoolSize caps the upstream connections per server, in use or
-	// idle; 0 means no limit (max_pool_size, maxPoolSize).
+	// idle; 0 means no limit (max_pool_size, maxPoolSize). PoolSizeAuto
+	// (max_pool_size = "auto") lets an adaptive limit decide how many may
+	// be checked out at once, between MinPoolSize and MaxPoolSizeCeiling.
 	MaxPoolSize int
+	// MaxPoolSizeCeiling is the highest limit and the cap on connections
+	// per server when MaxPoolSize is PoolSizeAuto; ignored otherwise
+	// (max_pool_size_ceiling).
+	MaxPoolSizeCeiling int
 	// MinPoolSize is the number of upstream connections per server the
 	// pool keeps open even when idle (min_pool_size, minPoolSize).
 	MinPoolSize int
@@ -298,6 +304,16 @@ type Pool struct {
 	// max_pool_size, which caps each user's pool as it caps the route's.
 	MaxUserConnections int
 }
+
+// PoolSizeAuto is the MaxPoolSize of max_pool_size = "auto". It cannot be
+// written as a number: the parser refuses negative sizes.
+const PoolSizeAuto = -1
+
+// DefaultMaxPoolSizeCeiling is max_pool_size_ceiling's default.
+const DefaultMaxPoolSizeCeiling = 100
+
+// AutoPoolSize reports whether p's pool size is adaptive.
+func (p Pool) AutoPoolSize() bool { return p.MaxPoolSize == PoolSizeAuto }
 
 // Global is the [mongobouncer] table.
 type Global struct {
@@ -421,7 +437,8 @@ type Global struct {
 // precedence).
 type Overrides struct {
 	PoolMode               *PoolMode            // pool_mode
-	MaxPoolSize            *int                 // max_pool_size
+	MaxPoolSize            *int                 // max_pool_size (PoolSizeAuto for "auto")
+	MaxPoolSizeCeiling     *int                 // max_pool_size_ceiling
 	MinPoolSize            *int                 // min_pool_size
 	MaxIdleTime            *time.Duration       // max_idle_time
 	MaxConnecting          *int                 // max_connecting
@@ -508,6 +525,7 @@ func Default() Config {
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,
+			MaxPoolSizeCeiling:     DefaultMaxPoolSizeCeiling,
 			MinPoolSize:            0,
 			MaxIdleTime:            0,
 			MaxConnecting:          2,

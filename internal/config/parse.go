@@ -33,6 +33,7 @@ const (
 type rawPool struct {
 	PoolMode               any `toml:"pool_mode"`
 	MaxPoolSize            any `toml:"max_pool_size"`
+	MaxPoolSizeCeiling     any `toml:"max_pool_size_ceiling"`
 	MinPoolSize            any `toml:"min_pool_size"`
 	MaxIdleTime            any `toml:"max_idle_time"`
 	MaxConnecting          any `toml:"max_connecting"`
@@ -100,7 +101,7 @@ type rawFile struct {
 // that are valid elsewhere.
 var (
 	poolKeys = []string{
-		"pool_mode", "max_pool_size", "min_pool_size", "max_idle_time", "max_connecting",
+		"pool_mode", "max_pool_size", "max_pool_size_ceiling", "min_pool_size", "max_idle_time", "max_connecting",
 		"wait_queue_timeout", "heartbeat_interval", "connect_timeout",
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
 		"read_preference", "read_preference_tags", "max_staleness", "local_threshold",
@@ -356,6 +357,26 @@ func (d *converter) integer(path []string, v any, dst *int) bool {
 	return false
 }
 
+// poolSize converts max_pool_size: a whole number of 0 or more, or "auto"
+// (PoolSizeAuto).
+func (d *converter) poolSize(path []string, v any, dst *int) bool {
+	switch x := v.(type) {
+	case string:
+		if x == "auto" {
+			*dst = PoolSizeAuto
+			return true
+		}
+		d.fail(path, `must be a number without quotes, or "auto"`)
+		return false
+	case int64:
+		if x < 0 {
+			d.fail(path, `must be 0 (no limit) or more, or "auto"`)
+			return false
+		}
+	}
+	return d.integer(path, v, dst)
+}
+
 func (d *converter) duration(path []string, v any, dst *time.Duration) bool {
 	switch x := v.(type) {
 	case nil:
@@ -474,7 +495,8 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {
 		p.PoolMode = PoolMode(s)
 	}
-	d.integer(at("max_pool_size"), rp.MaxPoolSize, &p.MaxPoolSize)
+	d.poolSize(at("max_pool_size"), rp.MaxPoolSize, &p.MaxPoolSize)
+	d.integer(at("max_pool_size_ceiling"), rp.MaxPoolSizeCeiling, &p.MaxPoolSizeCeiling)
 	d.integer(at("min_pool_size"), rp.MinPoolSize, &p.MinPoolSize)
 	d.duration(at("max_idle_time"), rp.MaxIdleTime, &p.MaxIdleTime)
 	d.integer(at("max_connecting"), rp.MaxConnecting, &p.MaxConnecting)
@@ -511,7 +533,11 @@ func (d *converter) route(name string, r *rawRoute) Route {
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {
 		o.PoolMode = new(PoolMode(s))
 	}
-	o.MaxPoolSize = optInt(d, at("max_pool_size"), rp.MaxPoolSize)
+	var size int
+	if d.poolSize(at("max_pool_size"), rp.MaxPoolSize, &size) {
+		o.MaxPoolSize = &size
+	}
+	o.MaxPoolSizeCeiling = optInt(d, at("max_pool_size_ceiling"), rp.MaxPoolSizeCeiling)
 	o.MinPoolSize = optInt(d, at("min_pool_size"), rp.MinPoolSize)
 	o.MaxIdleTime = optDuration(d, at("max_idle_time"), rp.MaxIdleTime)
 	o.MaxConnecting = optInt(d, at("max_connecting"), rp.MaxConnecting)

@@ -414,8 +414,22 @@ func poolIssues(p Pool) []poolIssue {
 		}
 		one("pool_mode", problem)
 	}
-	if p.MaxPoolSize < 0 {
-		one("max_pool_size", "must be 0 (no limit) or more")
+	if p.MaxPoolSize < 0 && !p.AutoPoolSize() {
+		one("max_pool_size", `must be 0 (no limit) or more, or "auto"`)
+	}
+	if p.MaxPoolSizeCeiling < 1 {
+		one("max_pool_size_ceiling", "must be at least 1 (100 is the default)")
+	}
+	if p.AutoPoolSize() && p.MinPoolSize > p.MaxPoolSizeCeiling && p.MaxPoolSizeCeiling >= 1 {
+		out = append(out, poolIssue{keys: []string{"min_pool_size", "max_pool_size_ceiling"}, msg: func(show func(string) string) string {
+			return show("min_pool_size") + " is greater than " + show("max_pool_size_ceiling") +
+				`: with max_pool_size = "auto" the limit moves between them`
+		}})
+	}
+	if p.AutoPoolSize() && p.PoolMode == PoolModeSession {
+		// The limiter learns from how long a connection is held; in session
+		// mode that is a client's whole session, not an operation.
+		one("max_pool_size", `"auto" needs pool_mode transaction or statement: in session mode a connection is held for a whole client session, which says nothing about the server's latency`)
 	}
 	if p.MinPoolSize < 0 {
 		one("min_pool_size", "must be 0 or more")

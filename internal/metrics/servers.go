@@ -23,6 +23,23 @@ type ServerRole struct {
 	// RTT is the moving average of the monitor's round trips; 0 before the
 	// first, when no RTT series is exported.
 	RTT time.Duration
+	// Limit is the adaptive limit of the route's pool for this server
+	// (max_pool_size = "auto"), nil for a fixed-size pool.
+	Limit *AdaptiveLimit
+}
+
+// AdaptiveLimit is the state of one pool's adaptive limit: the data of
+// mongobouncer_pool_limit and its companions.
+type AdaptiveLimit struct {
+	// Limit is how many connections may be checked out at once now.
+	Limit int
+	// MinRTT is the lowest recent window-average time a connection was held.
+	MinRTT time.Duration
+	// Gradient is the last update's factor (1 steady, below 1 backing off).
+	Gradient float64
+	// Drops counts operations that timed out, failed on the network or
+	// were refused as overloaded.
+	Drops uint64
 }
 
 // ServerSource lists the current upstream servers of every route. It is
@@ -36,6 +53,18 @@ var (
 		[]string{"route", "server", "role"}, nil)
 	descServerRTT = prometheus.NewDesc(Namespace+"_server_rtt_seconds",
 		"Moving average of the round-trip time of the monitor's hello to each upstream server; absent before the first.",
+		[]string{"route", "server"}, nil)
+	descPoolLimit = prometheus.NewDesc(Namespace+"_pool_limit",
+		`Adaptive limit (max_pool_size = "auto") on the connections of a route's pool for one upstream server that may be checked out at once; absent for a fixed-size pool.`,
+		[]string{"route", "server"}, nil)
+	descPoolLimitMinRTT = prometheus.NewDesc(Namespace+"_pool_limit_min_rtt_seconds",
+		"Lowest recent window-average time an operation held a connection, as the adaptive limit measures it; absent before the first window.",
+		[]string{"route", "server"}, nil)
+	descPoolLimitGradient = prometheus.NewDesc(Namespace+"_pool_limit_gradient",
+		"Factor of the adaptive limit's last update: 1 while latency is steady, down to 0.5 as it climbs, 0.9 after drops.",
+		[]string{"route", "server"}, nil)
+	descPoolLimitDrops = prometheus.NewDesc(Namespace+"_pool_limit_drops_total",
+		"Operations the adaptive limit counted as drops: timeouts, network errors and overload refusals (462, SystemOverloadedError).",
 		[]string{"route", "server"}, nil)
 )
 
@@ -61,6 +90,10 @@ func (m *Metrics) SetServerSource(src ServerSource) {
 func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descServerInfo
 	ch <- descServerRTT
+	ch <- descPoolLimit
+	ch <- descPoolLimitMinRTT
+	ch <- descPoolLimitGradient
+	ch <- descPoolLimitDrops
 }
 
 // Collect implements prometheus.Collector.
@@ -81,6 +114,14 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descServerInfo, prometheus.GaugeValue, 1, k.route, k.server, labelValue(s.Role))
 		if s.RTT > 0 {
 			ch <- prometheus.MustNewConstMetric(descServerRTT, prometheus.GaugeValue, s.RTT.Seconds(), k.route, k.server)
+		}
+		if l := s.Limit; l != nil {
+			ch <- prometheus.MustNewConstMetric(descPoolLimit, prometheus.GaugeValue, float64(l.Limit), k.route, k.server)
+			if l.MinRTT > 0 {
+				ch <- prometheus.MustNewConstMetric(descPoolLimitMinRTT, prometheus.GaugeValue, l.MinRTT.Seconds(), k.route, k.server)
+			}
+			ch <- prometheus.MustNewConstMetric(descPoolLimitGradient, prometheus.GaugeValue, l.Gradient, k.route, k.server)
+			ch <- prometheus.MustNewConstMetric(descPoolLimitDrops, prometheus.CounterValue, float64(l.Drops), k.route, k.server)
 		}
 	}
 }

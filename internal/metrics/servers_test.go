@@ -196,3 +196,30 @@ func TestServerSeriesDuplicatesAndBadLabels(t *testing.T) {
 		t.Fatalf("rtt of the first entry %v, want 0.001", v)
 	}
 }
+
+// An adaptive pool's limit, minimum RTT, gradient and drops are exported
+// per server; a fixed-size pool has none of those series.
+func TestAdaptiveLimitSeries(t *testing.T) {
+	m := New()
+	f := &fakeServers{}
+	m.SetServerSource(f.source)
+	f.set(
+		ServerRole{Route: "orders", Server: "db1:27017", Role: "primary",
+			Limit: &AdaptiveLimit{Limit: 12, MinRTT: 2 * time.Millisecond, Gradient: 0.75, Drops: 3}},
+		ServerRole{Route: "fixed", Server: "db1:27017", Role: "primary"},
+	)
+	want := map[string]map[string]float64{
+		"mongobouncer_pool_limit":                 {"route=orders,server=db1:27017": 12},
+		"mongobouncer_pool_limit_min_rtt_seconds": {"route=orders,server=db1:27017": 0.002},
+		"mongobouncer_pool_limit_gradient":        {"route=orders,server=db1:27017": 0.75},
+	}
+	for fam, w := range want {
+		if got := series(t, m, fam); !sameSeries(got, w) {
+			t.Errorf("%s = %v, want %v", fam, got, w)
+		}
+	}
+	drops := families(t, m)["mongobouncer_pool_limit_drops_total"]
+	if drops == nil || len(drops.GetMetric()) != 1 || drops.GetMetric()[0].GetCounter().GetValue() != 3 {
+		t.Errorf("drops = %v, want one counter at 3", drops)
+	}
+}

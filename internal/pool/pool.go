@@ -46,6 +46,8 @@ type Stats struct {
 	Counts
 	// Options are the pool's current options (limits as last set by SetLimits).
 	Options Options
+	// Limiter is the adaptive limit's state (Options.Adaptive), nil otherwise.
+	Limiter *LimiterStats
 }
 
 // serviceGen is the load-balancer mode (generation, connection count) of one service.
@@ -95,6 +97,10 @@ type Pool struct {
 	clearCause       error       // the error given to the last ClearWithError
 	interruptPending bool        // maintenance must interrupt in-use connections
 	interruptGen     uint64      // ...whose generation is <= this
+	// lim is the adaptive limit on checked-out connections (Options.Adaptive),
+	// nil otherwise. Its state is guarded by mu like the rest: it is fed at
+	// CheckIn and read by the checks that gate checkouts (limitedLocked).
+	lim *Limiter
 }
 
 // New creates a pool for address that establishes connections with c. The pool
@@ -133,6 +139,9 @@ func New(address string, c Connector, opts Options) (*Pool, error) {
 	if p.lb {
 		p.services = make(map[bson.ObjectID]*serviceGen)
 	}
+	if opts.Adaptive {
+		p.lim = NewLimiter(opts.Limits().limiterOptions())
+	}
 	p.baseCtx, p.baseCancel = context.WithCancel(context.Background())
 	p.mu.Lock()
 	if p.mon != nil {
@@ -160,6 +169,7 @@ func (p *Pool) Stats() Stats {
 		Generation: p.generation,
 		Counts:     p.countsLocked(),
 		Options:    p.opts,
+		Limiter:    p.limiterStatsLocked(),
 	}
 }
 
@@ -184,6 +194,15 @@ func (p *Pool) SetLimits(l Limits) error {
 		}
 	}
 	p.opts = p.opts.withLimits(l)
+	switch {
+	case !l.Adaptive:
+		p.lim = nil
+	case p.lim == nil:
+		p.lim = NewLimiter(l.limiterOptions())
+	default:
+		lo := l.limiterOptions()
+		p.lim.SetBounds(lo.Floor, lo.Ceiling)
+	}
 	p.dispatchLocked()
 	p.mu.Unlock()
 	p.kick()
@@ -371,7 +390,7 @@ func (p *Pool) beginLocked(ctx context.Context) (start instant, c *Conn, err err
 		}
 	}
 	// Fast path, only when nobody waits: a newcomer never overtakes a waiter.
-	if p.queue.n == 0 {
+	if p.queue.n == 0 && !p.limitedLocked() {
 		if c := p.popAvailableLocked(); c != nil {
 			p.handOutLocked(c, 0)
 			return 0, c, nil
@@ -491,6 +510,11 @@ func (p *Pool) checkIn(c *Conn, lease uint64) error {
 		p.inUse--
 		p.makeAvailableLocked(c)
 	}
+	if p.lim != nil && c.outAt != 0 {
+		now := monoNow()
+		p.lim.Sample(time.Duration(now), now.sub(c.outAt), c.outInflight, c.overloaded || isDrop(c.errored))
+	}
+	c.outAt, c.overloaded = 0, false
 	p.dispatchLocked()
 	p.mu.Unlock()
 	return nil
@@ -538,7 +562,7 @@ func (p *Pool) markErrored(c *Conn, lease uint64, err error) {
 func (p *Pool) dispatchLocked() {
 	for p.state == StateReady {
 		w := p.queue.front()
-		if w == nil {
+		if w == nil || p.limitedLocked() {
 			return
 		}
 		if c := p.popAvailableLocked(); c != nil {
@@ -600,6 +624,11 @@ func (p *Pool) handOutLocked(c *Conn, start instant) {
 	c.state = connInUse
 	c.lease++
 	p.inUse++
+	if p.lim != nil {
+		// The clock is read for the limiter only: its sample is the time
+		// the connection is held, and how many were held with it.
+		c.outAt, c.outInflight = monoNow(), p.inUse
+	}
 	if p.mon != nil {
 		p.emitLocked(Event{Type: ConnectionCheckedOut, ConnectionID: c.id, Generation: c.generation, Duration: waited(start)})
 	}

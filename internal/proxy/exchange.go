@@ -399,6 +399,11 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 	if !ri.ok && ri.code != 0 {
 		x.c.s.opts.Observer.UpstreamError(x.route.Name, ri.code)
 	}
+	if ri.overloaded {
+		// Passed through unchanged (drivers back off and retry it); the
+		// pool's adaptive limit counts it as a drop.
+		x.pc.MarkOverloaded()
+	}
 	if code := ri.stateChange(); code != 0 {
 		// The server is stepping down, recovering or shutting down: SDAM's
 		// application error rules (mark it Unknown, check it now, clear its
