@@ -150,7 +150,13 @@ func New(name string, o Options) (*Topology, error) {
 // monitor is started by startMonitorLocked. Called with mu held.
 func (t *Topology) addServerLocked(addr string) (*Server, error) {
 	s := newServer(t, addr)
+	share, err := pool.NewShare(t.opts.MaxDBConnections)
+	if err != nil {
+		return nil, fmt.Errorf("pool for %s: %w", addr, err)
+	}
+	s.share = share
 	po := t.opts.Pool
+	po.Share = share
 	// The pool calls this without its lock held, so clearing from it is
 	// safe. Errors are *pool.ConnectionError: handled like a failed
 	// checkout, with the generation check.

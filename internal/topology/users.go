@@ -11,7 +11,9 @@ package topology
 // for the other users. Errors that are about the server (a refused dial, a
 // broken connection) go to the server's rules as the main pool's do.
 //
-// Lock order: Topology.mu, then Server.usersMu, then a pool's own lock.
+// Lock order: Topology.mu, then Server.usersMu, then a pool's own lock,
+// then the server's pool.Share lock (a leaf: max_db_connections; it never
+// takes a pool's lock, and no code holds two pools' locks at once).
 // usersMu is never held while a pool is closed or an error is handled.
 
 import (
@@ -89,6 +91,7 @@ func (s *Server) UserPool(user auth.UserID, a upstream.Authenticator) (*pool.Poo
 	up := &userPool{user: user}
 	up.used.Store(now)
 	po := t.opts.Pool
+	po.Share = s.share // the server's budget, with its main pool and the other users'
 	po.MinPoolSize = 0
 	if n := t.opts.MaxUserConnections; n > 0 && (po.MaxPoolSize == 0 || n < po.MaxPoolSize) {
 		po.MaxPoolSize = n
