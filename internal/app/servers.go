@@ -125,7 +125,9 @@ func (a *App) poolInfo(r route, s *topology.Server) admin.PoolInfo {
 	d := s.Description()
 	st := s.Pool().Stats()
 	checkouts, wait := a.metrics.CheckoutTotals(r.eff.Name, s.Address())
+	db := s.Share().Stats()
 	return admin.PoolInfo{
+		MaxDBConnections: db.Max, DBConnections: db.Used, DBWaits: db.Waits, DBEvictions: db.Evictions,
 		Route: r.eff.Name, Server: s.Address(), Mode: r.proxy.PoolMode().String(),
 		State: st.State.String(), Paused: r.proxy.Paused(), Usable: d.State == topology.Usable,
 		Generation: st.Generation, Total: st.Total, Available: st.Available, InUse: st.InUse,
@@ -142,7 +144,8 @@ func (a *App) serverRoles() []metrics.ServerRole {
 	var out []metrics.ServerRole
 	for _, r := range a.sortedRoutes() {
 		for _, s := range r.topo.Servers() {
-			out = append(out, metrics.ServerRole{Route: r.eff.Name, Server: s.Address(), Role: role(s.Description()), RTT: s.RTT()})
+			out = append(out, metrics.ServerRole{Route: r.eff.Name, Server: s.Address(), Role: role(s.Description()), RTT: s.RTT(),
+				DB: s.Share().Stats()})
 		}
 	}
 	return out

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
 )
 
 // ServerRole is one upstream server of a route as the topology sees it now:
@@ -23,6 +25,9 @@ type ServerRole struct {
 	// RTT is the moving average of the monitor's round trips; 0 before the
 	// first, when no RTT series is exported.
 	RTT time.Duration
+	// DB is the server's max_db_connections budget (pool.Share) over the
+	// route's pools: mongobouncer_db_connections and its kin.
+	DB pool.ShareStats
 }
 
 // ServerSource lists the current upstream servers of every route. It is
@@ -36,6 +41,21 @@ var (
 		[]string{"route", "server", "role"}, nil)
 	descServerRTT = prometheus.NewDesc(Namespace+"_server_rtt_seconds",
 		"Moving average of the round-trip time of the monitor's hello to each upstream server; absent before the first.",
+		[]string{"route", "server"}, nil)
+	descDBMax = prometheus.NewDesc(Namespace+"_db_connections_max",
+		"max_db_connections of the route, per upstream server: the cap on the connections of the route's pool and all its user pools together; 0 means no cap.",
+		[]string{"route", "server"}, nil)
+	descDBConns = prometheus.NewDesc(Namespace+"_db_connections",
+		"Connections counted against max_db_connections on each upstream server, over the route's pool and all its user pools (pending, idle and in use).",
+		[]string{"route", "server"}, nil)
+	descDBWaiting = prometheus.NewDesc(Namespace+"_db_connections_waiting_pools",
+		"Pools (the route's or a user's) whose next checkout waits for a max_db_connections slot now.",
+		[]string{"route", "server"}, nil)
+	descDBWaits = prometheus.NewDesc(Namespace+"_db_connections_waits_total",
+		"Times a pool had to wait for a max_db_connections slot.",
+		[]string{"route", "server"}, nil)
+	descDBEvictions = prometheus.NewDesc(Namespace+"_db_connections_evictions_total",
+		"Idle connections of one pool closed so that another pool waiting at max_db_connections gets a slot.",
 		[]string{"route", "server"}, nil)
 )
 
@@ -61,6 +81,11 @@ func (m *Metrics) SetServerSource(src ServerSource) {
 func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descServerInfo
 	ch <- descServerRTT
+	ch <- descDBMax
+	ch <- descDBConns
+	ch <- descDBWaiting
+	ch <- descDBWaits
+	ch <- descDBEvictions
 }
 
 // Collect implements prometheus.Collector.
@@ -82,5 +107,10 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 		if s.RTT > 0 {
 			ch <- prometheus.MustNewConstMetric(descServerRTT, prometheus.GaugeValue, s.RTT.Seconds(), k.route, k.server)
 		}
+		ch <- prometheus.MustNewConstMetric(descDBMax, prometheus.GaugeValue, float64(s.DB.Max), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBConns, prometheus.GaugeValue, float64(s.DB.Used), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBWaiting, prometheus.GaugeValue, float64(s.DB.Waiting), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBWaits, prometheus.CounterValue, float64(s.DB.Waits), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBEvictions, prometheus.CounterValue, float64(s.DB.Evictions), k.route, k.server)
 	}
 }

@@ -127,7 +127,7 @@ func TestMaxDBConnectionsAcrossUserPools(t *testing.T) {
 		t.Errorf("peak %d connections, want max_db_connections %d reached", p, maxDB)
 	}
 	// Lowered live, the budget closes idle connections down to it.
-	if err := s.SetMaxDBConnections(1); err != nil {
+	if err := topo.SetMaxDBConnections(1); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "idle connections closed down to the lowered cap", func() bool { return s.Share().Stats().Used <= 1 })
