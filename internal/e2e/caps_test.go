@@ -15,8 +15,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/ferretdb"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 )
 
@@ -204,4 +206,97 @@ func TestMaxUserClientConn(t *testing.T) {
 			return ok
 		})
 	})
+}
+
+// TestPassThroughMaxDBConnectionsFerretDB: the same cap in front of
+// FerretDB's own binary with SCRAM: three users log in upstream as
+// themselves, each with 4 concurrent clients' worth of finds, over at most
+// max_db_connections = 2 connections on the server, sampled all along in
+// showPools; every find succeeds (no user starves) and idle connections
+// were evicted for waiting users.
+func TestPassThroughMaxDBConnectionsFerretDB(t *testing.T) {
+	oneIO(t)
+	s := ferretdb.Start(t, ferretdb.Options{Database: "app", Username: "owner", Password: "owner-pw"})
+	ctx := ctxT(t, 120*time.Second)
+	admin, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + s.Addr() + "/?directConnection=true").
+		SetAuth(options.Credential{Username: "owner", Password: "owner-pw", AuthSource: "app"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Disconnect(ctxT(t, 5*time.Second)) })
+	names := []string{"ann", "ben", "cid"}
+	lines := map[string]string{}
+	for _, u := range names {
+		if err := admin.Database("app").RunCommand(ctx, bson.D{{Key: "createUser", Value: u},
+			{Key: "pwd", Value: u + "-pw"}, {Key: "roles", Value: bson.A{}}}).Err(); err != nil {
+			t.Fatalf("createUser %s: %v", u, err)
+		}
+		lines[u+"@app"] = u + "-pw"
+	}
+	users := writeUsers(t, lines)
+	a, addr, _ := fileBouncer(t, baseTOML("mongodb://"+s.Addr()+"/?directConnection=true",
+		fmt.Sprintf("auth_type = \"scram\"\nauth_file = %q\nmax_user_connections = 2\nmax_db_connections = 2\nwait_queue_timeout = \"20s\"\n", users)))
+	clients := map[string]*mongo.Client{}
+	for _, u := range names {
+		c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + addr + "/?serverSelectionTimeoutMS=10000").SetAuth(
+			options.Credential{AuthSource: "app", Username: u, Password: u + "-pw"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Disconnect(ctxT(t, 5*time.Second)) })
+		clients[u] = c
+	}
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	var maxSeen, samples int
+	sampler.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			for _, p := range a.Pools() {
+				maxSeen = max(maxSeen, p.DBConnections)
+			}
+			samples++
+		}
+	})
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	for i := range 12 {
+		wg.Go(func() {
+			u := names[i%3]
+			for range 8 {
+				err := clients[u].Database("app").Collection("caps").FindOne(ctx, bson.D{}).Err()
+				if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+					errs <- fmt.Errorf("%s: %w", u, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	sampler.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a user starved or failed: %v\nFerretDB log:\n%s", err, s.Log())
+	}
+	for _, u := range names {
+		if got := connectionStatusUser(t, clients[u]); got != u+"@app" {
+			t.Errorf("%s acts upstream as %q", u, got)
+		}
+	}
+	var ev uint64
+	for _, p := range a.Pools() {
+		ev = max(ev, p.DBEvictions)
+	}
+	t.Logf("%d samples of showPools, at most %d connections counted; %d evictions", samples, maxSeen, ev)
+	if maxSeen > 2 {
+		t.Errorf("showPools counted %d connections on the server, over max_db_connections = 2", maxSeen)
+	}
+	if ev == 0 {
+		t.Error("no idle connection was evicted for a waiting user")
+	}
 }
