@@ -77,7 +77,8 @@ type Pool struct {
 	idleN    atomic.Int32
 	evictReq atomic.Int32
 	grantN   atomic.Int32
-	queuedN  atomic.Bool // mirrors shareQueued
+	queuedN  atomic.Bool  // mirrors shareQueued
+	connN    atomic.Int32 // mirrors len(conns)
 	// Guarded by share.mu (not mu): queued in the Share, and slots granted to
 	// this pool and not yet used.
 	shareQueued bool
@@ -715,6 +716,7 @@ func (p *Pool) createLocked(background bool) *Conn {
 	p.nextID++
 	c := &Conn{pool: p, id: p.nextID, generation: p.generation, state: connPending, background: background}
 	p.conns[c.id] = c
+	p.shareConnsLocked()
 	p.pending++
 	if p.mon != nil {
 		c.createdAt = monoNow()
@@ -888,6 +890,7 @@ func (p *Pool) closeLocked(c *Conn, reason Reason, err error) {
 	}
 	c.state = connClosed
 	delete(p.conns, c.id)
+	p.shareConnsLocked()
 	if c.hasServiceID {
 		if s := p.services[c.serviceID]; s != nil {
 			if s.count--; s.count <= 0 {
@@ -948,7 +951,13 @@ func (p *Pool) unavailableLocked() (error, Reason) {
 
 func (p *Pool) timeoutErrLocked(cause error, start instant) *WaitQueueTimeoutError {
 	c := p.countsLocked()
+	var shared ShareStats
+	if p.share != nil {
+		shared = p.share.Stats() // lock order: p.mu, then the Share's
+	}
 	return &WaitQueueTimeoutError{
+		SharedMax:        shared.Max,
+		SharedUsed:       shared.Used,
 		Address:          p.address,
 		Cause:            cause,
 		Waited:           waited(start),

@@ -17,6 +17,9 @@ package pool
 //     pools wait, to a pool whose own queue is empty, is closed at once
 //     instead of being made available. So no user starves while others
 //     hold idle connections.
+//   - A busy pool whose own queue never empties gives up a checked-in
+//     connection too when the first waiting pool has none, or two fewer
+//     (overShare), so a busy user cannot starve the others either.
 //
 // Lock order: Pool.mu, then Share.mu. Share.mu is a leaf: the Share never
 // takes a pool's lock, and a pool never holds two pool locks. What the Share
@@ -287,6 +290,13 @@ func (s *Share) checkedInEviction() {
 // eviction). Non-blocking: it may be called under any lock.
 func (p *Pool) wake() { p.kick() }
 
+// shareConnsLocked publishes len(p.conns) for the Share's fairness rule.
+func (p *Pool) shareConnsLocked() {
+	if p.share != nil {
+		p.connN.Store(int32(len(p.conns)))
+	}
+}
+
 // shareIdleLocked publishes len(p.idle) for the Share's eviction choice.
 func (p *Pool) shareIdleLocked() {
 	if p.share != nil {
@@ -323,8 +333,41 @@ func (p *Pool) shareEvictLocked() {
 }
 
 // shareReclaimLocked reports whether a connection being made available to p
-// should rather close to make room: pools wait for the Share (or it is over a
-// lowered cap) and nobody waits in p.
+// (checked in, or established for nobody) should rather close to make room:
+// pools wait for the Share, or it is over a lowered cap, and either nobody
+// waits in p or p holds more than its fair part (overShare). One atomic load
+// when nobody waits.
 func (p *Pool) shareReclaimLocked() bool {
-	return p.share != nil && p.queue.n == 0 && p.share.pressure.Load()
+	if p.share == nil || !p.share.pressure.Load() {
+		return false
+	}
+	return p.queue.n == 0 || p.share.overShare(p, len(p.conns))
+}
+
+// overShare reports whether p, whose own waiters would reuse a connection,
+// must give it up all the same: the Share is over its cap (lowered), or the
+// first pool waiting for a slot has none at all, or at least two fewer than
+// p's n. Without it a user whose queue never empties would keep every slot
+// for ever, and the others would wait until their wait-queue timeout. The
+// rule only ever moves a slot towards an even split (never between two
+// pools one apart), so slots do not swing back and forth between busy users:
+// each move costs a new connection and a login upstream. Called with p.mu
+// held.
+func (s *Share) overShare(p *Pool, n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.max == 0 {
+		return false
+	}
+	if s.used > s.max {
+		return true
+	}
+	for _, q := range s.queue {
+		if q == p {
+			continue
+		}
+		m := int(q.connN.Load())
+		return m == 0 || m < n-1
+	}
+	return false
 }

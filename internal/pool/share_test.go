@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -269,6 +270,9 @@ func TestShareWaitQueueTimeout(t *testing.T) {
 	if !errors.As(err, &wqt) {
 		t.Fatalf("B's checkout: %v, want a WaitQueueTimeoutError", err)
 	}
+	if wqt.SharedMax != 1 || wqt.SharedUsed != 1 || !strings.Contains(err.Error(), "max_db_connections): 1, connections under it: 1") {
+		t.Errorf("the timeout does not say the shared cap was reached: %v", err)
+	}
 	evs := onlyTypes(rec.snapshot(), pool.ConnectionCheckOutFailed)
 	if len(evs) != 1 || evs[0].Reason != pool.ReasonTimeout {
 		t.Fatalf("B's events %v, want one CheckOutFailed[timeout]", types(evs))
@@ -336,5 +340,62 @@ func TestShareNeedsMaintenance(t *testing.T) {
 	}
 	if _, err := pool.NewShare(-1); err == nil {
 		t.Error("NewShare(-1) accepted")
+	}
+}
+
+// TestShareBusyUserDoesNotStarveAnother: user A keeps more checkouts going
+// than the cap, so its own queue never empties; user B's checkouts are still
+// served (A gives up connections above an even split), each well within
+// WaitQueueTimeout.
+func TestShareBusyUserDoesNotStarveAnother(t *testing.T) {
+	const cap = 2
+	s, _ := pool.NewShare(cap)
+	lc := &liveCounter{max: cap}
+	o := pool.DefaultOptions()
+	o.WaitQueueTimeout = 2 * time.Second
+	ps := sharedPools(t, s, lc, 2, o, &mockConnector{})
+	a, b := ps[0], ps[1]
+	ctx := ctxT(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := a.CheckOut(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Millisecond)
+				_ = a.CheckIn(c)
+			}
+		})
+	}
+	waitUntil(t, func() bool { return a.Stats().Waiters > 0 }, "A's queue busy")
+	var worst time.Duration
+	for range 20 {
+		start := time.Now()
+		c, err := b.CheckOut(ctx)
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("B starved beside a busy A: %v (share %+v)", err, s.Stats())
+		}
+		worst = max(worst, time.Since(start))
+		time.Sleep(time.Millisecond)
+		_ = b.CheckIn(c)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("B's slowest checkout %v; share %+v", worst, s.Stats())
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if len(lc.violations) > 0 {
+		t.Errorf("cap violated: %v", lc.violations[0])
 	}
 }
