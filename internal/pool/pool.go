@@ -515,7 +515,8 @@ func (p *Pool) checkIn(c *Conn, lease uint64) error {
 	case c.interrupted.Load() || p.staleLocked(c):
 		p.closeLocked(c, ReasonStale, nil)
 	case p.shareReclaimLocked():
-		// Other pools of the Share wait and nobody here does: make room.
+		// Other pools of the Share wait, and nobody here does or this pool
+		// holds more than its part: make room (share.go).
 		p.closeLocked(c, ReasonIdle, nil)
 		p.share.checkedInEviction()
 	default:
