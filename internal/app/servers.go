@@ -127,7 +127,6 @@ func (a *App) poolInfo(r route, s *topology.Server) admin.PoolInfo {
 	checkouts, wait := a.metrics.CheckoutTotals(r.eff.Name, s.Address())
 	db := s.Share().Stats()
 	return admin.PoolInfo{
-		MaxDBConnections: db.Max, DBConnections: db.Used, DBWaits: db.Waits, DBEvictions: db.Evictions,
 		Route: r.eff.Name, Server: s.Address(), Mode: r.proxy.PoolMode().String(),
 		State: st.State.String(), Paused: r.proxy.Paused(), Usable: d.State == topology.Usable,
 		Generation: st.Generation, Total: st.Total, Available: st.Available, InUse: st.InUse,
@@ -135,6 +134,7 @@ func (a *App) poolInfo(r route, s *topology.Server) admin.PoolInfo {
 		MaxPoolSize: st.Options.MaxPoolSize, MinPoolSize: st.Options.MinPoolSize,
 		Checkouts: checkouts, CheckoutWait: wait,
 		Role: role(d), RTTMs: rttMs(s.RTT()), LastError: errorText(d.LastError, r.eff.Conn),
+		MaxDBConnections: db.Max, DBConnections: db.Used, DBWaits: db.Waits, DBEvictions: db.Evictions,
 	}
 }
 

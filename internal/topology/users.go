@@ -11,9 +11,7 @@ package topology
 // for the other users. Errors that are about the server (a refused dial, a
 // broken connection) go to the server's rules as the main pool's do.
 //
-// Lock order: Topology.mu, then Server.usersMu, then a pool's own lock,
-// then the server's pool.Share lock (a leaf: max_db_connections; it never
-// takes a pool's lock, and no code holds two pools' locks at once).
+// Lock order: Topology.mu, then Server.usersMu, then a pool's own lock.
 // usersMu is never held while a pool is closed or an error is handled.
 
 import (
