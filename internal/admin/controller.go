@@ -85,6 +85,15 @@ type PoolInfo struct {
 	// LastError is why the server is unknown ("" when it is not), with
 	// secrets removed and its length bounded.
 	LastError string `json:"lastError" bson:"lastError"`
+	// MaxDBConnections is the route's max_db_connections (0: no cap), and
+	// DBConnections the connections counted against it on this server,
+	// over the server's pool and every user pool of the route (the same
+	// on each row of the server). DBWaits counts the times a pool waited
+	// for it, DBEvictions the idle connections closed to make room.
+	MaxDBConnections int    `json:"maxDbConnections" bson:"maxDbConnections"`
+	DBConnections    int    `json:"dbConnections" bson:"dbConnections"`
+	DBWaits          uint64 `json:"dbWaits" bson:"dbWaits"`
+	DBEvictions      uint64 `json:"dbEvictions" bson:"dbEvictions"`
 }
 
 // Server roles as showPools, showServers and the status page name them:
@@ -157,6 +166,13 @@ type StatsInfo struct {
 	WaitP99        time.Duration `json:"waitP99Ns" bson:"waitP99Ns"`
 	QueryAvg       time.Duration `json:"queryAvgNs" bson:"queryAvgNs"`
 	QueryP99       time.Duration `json:"queryP99Ns" bson:"queryP99Ns"`
+	// DBWaits and DBEvictions total, over every route and server, the
+	// waits for max_db_connections and the idle connections closed to
+	// make room; UserClientRefused counts logins refused by
+	// max_user_client_conn.
+	DBWaits           uint64 `json:"dbWaits" bson:"dbWaits"`
+	DBEvictions       uint64 `json:"dbEvictions" bson:"dbEvictions"`
+	UserClientRefused uint64 `json:"userClientRefused" bson:"userClientRefused"`
 }
 
 // IsAdminPeer reports whether a peer may run admin commands over the wire:

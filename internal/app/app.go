@@ -254,6 +254,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	a.server, err = proxy.New(proxy.Options{
 		Routes:            proxyRoutes,
 		MaxClientConn:     maxClients(g.MaxClientConn),
+		MaxUserClientConn: g.MaxUserClientConn,
 		MaxMessageSize:    g.MaxMessageSize,
 		ClientIdleTimeout: g.ClientIdleTimeout,
 		CommandTimeout:    g.UpstreamCommandTimeout,

@@ -95,7 +95,18 @@ func (a *App) Servers() []admin.ServerConnInfo {
 }
 
 // Stats returns totals since start (SHOW STATS).
-func (a *App) Stats() admin.StatsInfo { return statsInfo(a.metrics.Stats()) }
+func (a *App) Stats() admin.StatsInfo {
+	st := statsInfo(a.metrics.Stats())
+	for _, r := range a.sortedRoutes() {
+		for _, s := range r.topo.Servers() {
+			db := s.Share().Stats()
+			st.DBWaits += db.Waits
+			st.DBEvictions += db.Evictions
+		}
+	}
+	st.UserClientRefused = a.server.UserClientRefused()
+	return st
+}
 
 // serverConnInfos maps metrics' connection snapshots to admin's: metrics
 // must not import admin (packages import downward), so app translates.
@@ -210,6 +221,7 @@ func (a *App) Config() map[string]any {
 		"listen":                   g.Listen,
 		"admin_listen":             g.AdminListen,
 		"max_client_conn":          g.MaxClientConn,
+		"max_user_client_conn":     g.MaxUserClientConn,
 		"log_level":                string(g.LogLevel),
 		"log_format":               string(g.LogFormat),
 		"shutdown_timeout":         g.ShutdownTimeout.String(),
@@ -259,6 +271,7 @@ func (a *App) Config() map[string]any {
 			"app_name":                 e.AppName,
 			"pass_through":             e.PassThrough,
 			"max_user_connections":     e.MaxUserConnections,
+			"max_db_connections":       e.MaxDBConnections,
 		}
 	}
 	out["databases"] = routes

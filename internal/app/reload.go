@@ -163,6 +163,12 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 			r.proxy.SetClientLimits(routeIdleTimeout(er), er.MaxMessageSize)
 			changes = append(changes, fmt.Sprintf("route %s: client_idle_timeout %s, max_message_size %d", er.Name, er.ClientIdleTimeout, er.MaxMessageSize))
 		}
+		if er.MaxDBConnections != r.eff.MaxDBConnections {
+			if err := r.topo.SetMaxDBConnections(er.MaxDBConnections); err != nil {
+				a.log.Warn("reload: max_db_connections not applied", "route", er.Name, "error", err) // cannot happen: validated
+			}
+			changes = append(changes, fmt.Sprintf("route %s: max_db_connections %d", er.Name, er.MaxDBConnections))
+		}
 		r.eff = er
 	}
 	for key, l := range a.listeners {
@@ -174,6 +180,10 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	}
 	g := cfg.Global
 	a.server.SetClientLimits(maxClients(g.MaxClientConn), g.ClientIdleTimeout)
+	a.server.SetUserClientLimit(g.MaxUserClientConn)
+	if g.MaxUserClientConn != a.cfg.Global.MaxUserClientConn {
+		changes = append(changes, fmt.Sprintf("max_user_client_conn %d", g.MaxUserClientConn))
+	}
 	a.server.SetLoginTimeout(g.ClientLoginTimeout)
 	if g.ClientLoginTimeout != a.cfg.Global.ClientLoginTimeout {
 		changes = append(changes, "client_login_timeout "+g.ClientLoginTimeout.String())

@@ -125,6 +125,7 @@ func (a *App) poolInfo(r route, s *topology.Server) admin.PoolInfo {
 	d := s.Description()
 	st := s.Pool().Stats()
 	checkouts, wait := a.metrics.CheckoutTotals(r.eff.Name, s.Address())
+	db := s.Share().Stats()
 	return admin.PoolInfo{
 		Route: r.eff.Name, Server: s.Address(), Mode: string(r.proxy.PoolMode()),
 		State: st.State.String(), Paused: r.proxy.Paused(), Usable: d.State == topology.Usable,
@@ -133,6 +134,7 @@ func (a *App) poolInfo(r route, s *topology.Server) admin.PoolInfo {
 		MaxPoolSize: st.Options.MaxPoolSize, MinPoolSize: st.Options.MinPoolSize, Limit: limitOf(st),
 		Checkouts: checkouts, CheckoutWait: wait,
 		Role: role(d), RTTMs: rttMs(s.RTT()), LastError: errorText(d.LastError, r.eff.Conn),
+		MaxDBConnections: db.Max, DBConnections: db.Used, DBWaits: db.Waits, DBEvictions: db.Evictions,
 	}
 }
 
@@ -142,7 +144,8 @@ func (a *App) serverRoles() []metrics.ServerRole {
 	var out []metrics.ServerRole
 	for _, r := range a.sortedRoutes() {
 		for _, s := range r.topo.Servers() {
-			sr := metrics.ServerRole{Route: r.eff.Name, Server: s.Address(), Role: role(s.Description()), RTT: s.RTT()}
+			sr := metrics.ServerRole{Route: r.eff.Name, Server: s.Address(), Role: role(s.Description()), RTT: s.RTT(),
+				DB: s.Share().Stats()}
 			if l := s.Pool().Stats().Limiter; l != nil {
 				sr.Limit = &metrics.AdaptiveLimit{Limit: l.Limit, MinRTT: l.MinRTT, Gradient: l.Gradient, Drops: l.Drops}
 			}

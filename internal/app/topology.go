@@ -98,6 +98,7 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, u
 		Dialer:                 dialer,
 		UserDialer:             userDialer,
 		MaxUserConnections:     er.MaxUserConnections,
+		MaxDBConnections:       er.MaxDBConnections,
 		UserPoolIdleTimeout:    er.UserPoolIdleTimeout,
 		UserPoolMonitor:        userMon,
 		MonitorDialer:          upstream.NewDialer(mo),

@@ -303,6 +303,12 @@ type Pool struct {
 	// on a pass-through route (max_user_connections); 0 leaves only
 	// max_pool_size, which caps each user's pool as it caps the route's.
 	MaxUserConnections int
+	// MaxDBConnections caps, per upstream server, the route's connections
+	// over its service pool and all its user pools together
+	// (max_db_connections, as PgBouncer's); 0 means no cap. A user whose
+	// request waits at the cap gets the slot of another user's idle
+	// connection, which is closed.
+	MaxDBConnections int
 }
 
 // PoolSizeAuto is the MaxPoolSize of max_pool_size = "auto". It cannot be
@@ -326,6 +332,10 @@ type Global struct {
 	// MaxClientConn caps the client connections across all listeners; 0
 	// means no limit.
 	MaxClientConn int
+	// MaxUserClientConn caps the client connections logged in as one user
+	// (auth.UserID), across all listeners; 0 means no limit
+	// (max_user_client_conn, as PgBouncer's).
+	MaxUserClientConn int
 	// MaxPreLoginMessageSize bounds, with client authentication, each
 	// message of a client that has not logged in, and the size a
 	// compressed one declares (max_prelogin_message_size).
@@ -454,6 +464,7 @@ type Overrides struct {
 	MaxStaleness           *time.Duration       // max_staleness
 	LocalThreshold         *time.Duration       // local_threshold
 	MaxUserConnections     *int                 // max_user_connections
+	MaxDBConnections       *int                 // max_db_connections
 }
 
 // Route is one [databases.<name>] table: where commands for a database go.

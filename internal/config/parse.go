@@ -49,12 +49,14 @@ type rawPool struct {
 	MaxStaleness           any `toml:"max_staleness"`
 	LocalThreshold         any `toml:"local_threshold"`
 	MaxUserConnections     any `toml:"max_user_connections"`
+	MaxDBConnections       any `toml:"max_db_connections"`
 }
 
 type rawGlobal struct {
 	Listen                 any `toml:"listen"`
 	AdminListen            any `toml:"admin_listen"`
 	MaxClientConn          any `toml:"max_client_conn"`
+	MaxUserClientConn      any `toml:"max_user_client_conn"`
 	MaxPreLoginMessageSize any `toml:"max_prelogin_message_size"`
 	LogLevel               any `toml:"log_level"`
 	LogFormat              any `toml:"log_format"`
@@ -105,9 +107,9 @@ var (
 		"wait_queue_timeout", "heartbeat_interval", "connect_timeout",
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
 		"read_preference", "read_preference_tags", "max_staleness", "local_threshold",
-		"max_user_connections",
+		"max_user_connections", "max_db_connections",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "max_prelogin_message_size", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "max_user_client_conn", "max_prelogin_message_size", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
 		"auth_type", "auth_file", "auth_user", "admin_users", "auth_user_service_routes", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups", "max_scram_iterations",
 		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout",
 		"client_login_timeout", "tls_watch_interval", "so_reuseport"}
@@ -452,6 +454,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.str(at("listen"), r.Listen, &g.Listen)
 	d.str(at("admin_listen"), r.AdminListen, &g.AdminListen)
 	d.integer(at("max_client_conn"), r.MaxClientConn, &g.MaxClientConn)
+	d.integer(at("max_user_client_conn"), r.MaxUserClientConn, &g.MaxUserClientConn)
 	d.integer(at("max_prelogin_message_size"), r.MaxPreLoginMessageSize, &g.MaxPreLoginMessageSize)
 	var s string
 	if d.str(at("log_level"), r.LogLevel, &s) {
@@ -514,6 +517,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.duration(at("max_staleness"), rp.MaxStaleness, &p.MaxStaleness)
 	d.duration(at("local_threshold"), rp.LocalThreshold, &p.LocalThreshold)
 	d.integer(at("max_user_connections"), rp.MaxUserConnections, &p.MaxUserConnections)
+	d.integer(at("max_db_connections"), rp.MaxDBConnections, &p.MaxDBConnections)
 }
 
 func (d *converter) route(name string, r *rawRoute) Route {
@@ -560,6 +564,7 @@ func (d *converter) route(name string, r *rawRoute) Route {
 	o.MaxStaleness = optDuration(d, at("max_staleness"), rp.MaxStaleness)
 	o.LocalThreshold = optDuration(d, at("local_threshold"), rp.LocalThreshold)
 	o.MaxUserConnections = optInt(d, at("max_user_connections"), rp.MaxUserConnections)
+	o.MaxDBConnections = optInt(d, at("max_db_connections"), rp.MaxDBConnections)
 	return rt
 }
 

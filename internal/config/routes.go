@@ -168,6 +168,7 @@ func resolve(g Pool, cs ConnString, o Overrides) (Pool, map[string]Origin) {
 	pick(&p.MaxStaleness, o.MaxStaleness, "max_staleness", FromRoute, origins)
 	pick(&p.LocalThreshold, o.LocalThreshold, "local_threshold", FromRoute, origins)
 	pick(&p.MaxUserConnections, o.MaxUserConnections, "max_user_connections", FromRoute, origins)
+	pick(&p.MaxDBConnections, o.MaxDBConnections, "max_db_connections", FromRoute, origins)
 	return p, origins
 }
 
@@ -247,6 +248,8 @@ func poolValue(p Pool, key string) string {
 		return quote(p.LocalThreshold.String())
 	case "max_user_connections":
 		return itoa(p.MaxUserConnections)
+	case "max_db_connections":
+		return itoa(p.MaxDBConnections)
 	}
 	return ""
 }

@@ -54,6 +54,7 @@ func TestPrecedence(t *testing.T) {
 		{"local_threshold", `"30ms"`, "localThresholdMS=20", `"10ms"`, func(p Pool) any { return p.LocalThreshold },
 			15 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond, 10 * time.Millisecond, ""},
 		{"max_user_connections", "5", "", "3", func(p Pool) any { return p.MaxUserConnections }, 0, 5, nil, 3, ""},
+		{"max_db_connections", "50", "", "20", func(p Pool) any { return p.MaxDBConnections }, 0, 50, nil, 20, ""},
 	}
 	if len(keys) != len(poolKeys) {
 		t.Fatalf("test covers %d keys, there are %d", len(keys), len(poolKeys))
@@ -200,6 +201,8 @@ func TestPassThroughRefusedWhereItCannotWork(t *testing.T) {
 		"[mongobouncer]\nauth_type = \"scram\"\nauth_file = \"u.txt\"\n[databases.\"*\"]\nconnection_string = \"mongodb://svc:pw@h/\"\npass_through = true\n": "has credentials",
 		"[mongobouncer]\nuser_pool_idle_timeout = \"-1s\"\n[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n":                                         "must not be negative",
 		"[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\nmax_user_connections = -1\n":                                                                "max_user_connections",
+		"[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\nmax_db_connections = -1\n":                                                                  "max_db_connections",
+		"[mongobouncer]\nmax_user_client_conn = -1\n[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n":                                                "max_user_client_conn",
 	} {
 		_, err := Parse([]byte(doc), "p.toml")
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "p.toml:") {
@@ -249,5 +252,24 @@ max_pool_size = 10
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%q: error %v, want %q", bad.doc, err, bad.want)
 		}
+	}
+}
+
+// TestMaxUserClientConn: a global key (as PgBouncer's), 0 by default.
+func TestMaxUserClientConn(t *testing.T) {
+	for doc, want := range map[string]int{
+		"[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n":                                           0,
+		"[mongobouncer]\nmax_user_client_conn = 7\n[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n": 7,
+	} {
+		cfg, err := Parse([]byte(doc), "p.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Global.MaxUserClientConn != want {
+			t.Errorf("%s: max_user_client_conn %d, want %d", doc, cfg.Global.MaxUserClientConn, want)
+		}
+	}
+	if _, err := Parse([]byte("[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\nmax_user_client_conn = 3\n"), "p.toml"); err == nil {
+		t.Error("max_user_client_conn accepted in a route")
 	}
 }

@@ -136,6 +136,9 @@ func (v *validator) global() {
 	if g.MaxClientConn < 0 {
 		v.add(at("max_client_conn"), ErrInvalidValue, fmt.Sprintf("max_client_conn = %d: must be 0 (no limit) or more", g.MaxClientConn))
 	}
+	if g.MaxUserClientConn < 0 {
+		v.add(at("max_user_client_conn"), ErrInvalidValue, fmt.Sprintf("max_user_client_conn = %d: must be 0 (no limit) or more", g.MaxUserClientConn))
+	}
 	if g.MaxPreLoginMessageSize < MinMaxMessageSize || g.MaxPreLoginMessageSize > MaxMaxMessageSize {
 		v.add(at("max_prelogin_message_size"), ErrInvalidValue, fmt.Sprintf("max_prelogin_message_size = %d: must be from %d to %d bytes", g.MaxPreLoginMessageSize, MinMaxMessageSize, MaxMaxMessageSize))
 	}
@@ -442,6 +445,9 @@ func poolIssues(p Pool) []poolIssue {
 	}
 	if p.MaxUserConnections < 0 {
 		one("max_user_connections", "must be 0 (only max_pool_size) or more")
+	}
+	if p.MaxDBConnections < 0 {
+		one("max_db_connections", "must be 0 (no cap) or more")
 	}
 	if p.MaxConnecting < 1 {
 		one("max_connecting", "must be at least 1 (2 is the usual value)")

@@ -83,6 +83,7 @@ type Metrics struct {
 	requestErrors   *prometheus.CounterVec   // route
 	upstreamErrors  *prometheus.CounterVec   // route, code
 	tlsRefused      *prometheus.CounterVec   // reason
+	userRefused     prometheus.Counter       // max_user_client_conn refusals
 	auth            authSeries               // failures by reason, lookups by result
 	loginTimeouts   *prometheus.CounterVec   // reason
 	panics          *prometheus.CounterVec   // path
@@ -178,6 +179,10 @@ func New() *Metrics {
 	}, []string{"route", "code"})
 
 	m.auth = newAuthSeries()
+	m.userRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: "client", Name: "user_limit_refused_total",
+		Help: "Client logins refused because the user had max_user_client_conn clients logged in already.",
+	})
 	m.tlsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Subsystem: "client", Name: "tls_refused_total",
 		Help: "Client connections refused at their TLS step, by reason: plain (a plain client while tls_mode = \"require\"), handshake (a failed or timed-out TLS handshake).",
@@ -209,7 +214,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
-		m.tlsRefused, m.loginTimeouts, m.panics, clientsCurrent, clientsTotal, m.auth.failures, m.auth.lookups,
+		m.tlsRefused, m.userRefused, m.loginTimeouts, m.panics, clientsCurrent, clientsTotal, m.auth.failures, m.auth.lookups,
 		poolCollector{m}, serverCollector{&m.serverSrc}, loopCollector{&m.loopSrc},
 	)
 	return m

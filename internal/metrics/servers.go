@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
 )
 
 // ServerRole is one upstream server of a route as the topology sees it now:
@@ -26,6 +28,9 @@ type ServerRole struct {
 	// Limit is the adaptive limit of the route's pool for this server
 	// (max_pool_size = "auto"), nil for a fixed-size pool.
 	Limit *AdaptiveLimit
+	// DB is the server's max_db_connections budget (pool.Share) over the
+	// route's pools: mongobouncer_db_connections and its kin.
+	DB pool.ShareStats
 }
 
 // AdaptiveLimit is the state of one pool's adaptive limit: the data of
@@ -66,6 +71,21 @@ var (
 	descPoolLimitDrops = prometheus.NewDesc(Namespace+"_pool_limit_drops_total",
 		"Operations the adaptive limit counted as drops: timeouts, network errors and overload refusals (462, SystemOverloadedError).",
 		[]string{"route", "server"}, nil)
+	descDBMax = prometheus.NewDesc(Namespace+"_db_connections_max",
+		"max_db_connections of the route, per upstream server: the cap on the connections of the route's pool and all its user pools together; 0 means no cap.",
+		[]string{"route", "server"}, nil)
+	descDBConns = prometheus.NewDesc(Namespace+"_db_connections",
+		"Connections counted against max_db_connections on each upstream server, over the route's pool and all its user pools (pending, idle and in use).",
+		[]string{"route", "server"}, nil)
+	descDBWaiting = prometheus.NewDesc(Namespace+"_db_connections_waiting_pools",
+		"Pools (the route's or a user's) whose next checkout waits for a max_db_connections slot now.",
+		[]string{"route", "server"}, nil)
+	descDBWaits = prometheus.NewDesc(Namespace+"_db_connections_waits_total",
+		"Times a pool had to wait for a max_db_connections slot.",
+		[]string{"route", "server"}, nil)
+	descDBEvictions = prometheus.NewDesc(Namespace+"_db_connections_evictions_total",
+		"Idle connections of one pool closed so that another pool waiting at max_db_connections gets a slot.",
+		[]string{"route", "server"}, nil)
 )
 
 // serverCollector exports the servers of the registered ServerSource at
@@ -94,6 +114,11 @@ func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPoolLimitMinRTT
 	ch <- descPoolLimitGradient
 	ch <- descPoolLimitDrops
+	ch <- descDBMax
+	ch <- descDBConns
+	ch <- descDBWaiting
+	ch <- descDBWaits
+	ch <- descDBEvictions
 }
 
 // Collect implements prometheus.Collector.
@@ -123,5 +148,10 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descPoolLimitGradient, prometheus.GaugeValue, l.Gradient, k.route, k.server)
 			ch <- prometheus.MustNewConstMetric(descPoolLimitDrops, prometheus.CounterValue, float64(l.Drops), k.route, k.server)
 		}
+		ch <- prometheus.MustNewConstMetric(descDBMax, prometheus.GaugeValue, float64(s.DB.Max), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBConns, prometheus.GaugeValue, float64(s.DB.Used), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBWaiting, prometheus.GaugeValue, float64(s.DB.Waiting), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBWaits, prometheus.CounterValue, float64(s.DB.Waits), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBEvictions, prometheus.CounterValue, float64(s.DB.Evictions), k.route, k.server)
 	}
 }

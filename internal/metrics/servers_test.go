@@ -6,6 +6,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
 )
 
 const (
@@ -221,5 +223,28 @@ func TestAdaptiveLimitSeries(t *testing.T) {
 	drops := families(t, m)["mongobouncer_pool_limit_drops_total"]
 	if drops == nil || len(drops.GetMetric()) != 1 || drops.GetMetric()[0].GetCounter().GetValue() != 3 {
 		t.Errorf("drops = %v, want one counter at 3", drops)
+	}
+}
+
+// The max_db_connections series carry the source's pool.ShareStats.
+func TestDBConnectionSeries(t *testing.T) {
+	m := New()
+	f := &fakeServers{}
+	m.SetServerSource(f.source)
+	f.set(ServerRole{Route: "orders", Server: "db1:27017", Role: "primary",
+		DB: pool.ShareStats{Max: 20, Used: 17, Waiting: 2, Waits: 9, Evictions: 4}})
+	key := "route=orders,server=db1:27017"
+	for name, want := range map[string]float64{"mongobouncer_db_connections_max": 20, "mongobouncer_db_connections": 17,
+		"mongobouncer_db_connections_waiting_pools": 2} {
+		if got := series(t, m, name); got[key] != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	mfs := families(t, m)
+	for name, want := range map[string]float64{"mongobouncer_db_connections_waits_total": 9, "mongobouncer_db_connections_evictions_total": 4} {
+		mf := mfs[name]
+		if mf == nil || len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetCounter().GetValue() != want {
+			t.Errorf("%s = %v, want %v", name, mf, want)
+		}
 	}
 }

@@ -66,6 +66,11 @@ type Options struct {
 	// Monitor receives every pool event. nil means no events and no event cost.
 	// See Monitor for the calling contract. Default nil.
 	Monitor Monitor
+	// Share, when set, is a connection budget this pool shares with other pools of
+	// the same server (share.go): a new connection needs a slot of it besides
+	// MaxPoolSize. It needs the maintenance goroutine (MaintenanceInterval >= 0).
+	// Default nil.
+	Share *Share
 	// Logger, when set, receives the CMAP "Connection Pool Logging" messages at Debug
 	// level through NewLogMonitor (in addition to Monitor). Default nil.
 	Logger *slog.Logger

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -70,6 +71,20 @@ type Pool struct {
 	lb        bool
 	created   *Options // the options given to New, shown in PoolCreated
 	interval  time.Duration
+	share     *Share // nil: no budget shared with other pools
+
+	// For the Share (share.go), which never takes mu: idleN mirrors len(idle)
+	// (written under mu), evictReq counts evictions it asked for (taken by
+	// maintenance), grantN mirrors shareGrant.
+	idleN    atomic.Int32
+	evictReq atomic.Int32
+	grantN   atomic.Int32
+	queuedN  atomic.Bool  // mirrors shareQueued
+	connN    atomic.Int32 // mirrors len(conns)
+	// Guarded by share.mu (not mu): queued in the Share, and slots granted to
+	// this pool and not yet used.
+	shareQueued bool
+	shareGrant  int
 
 	baseCtx    context.Context    // parent of every establishment; cancelled by Close
 	baseCancel context.CancelFunc // cancels baseCtx
@@ -79,7 +94,8 @@ type Pool struct {
 
 	// mu guards everything below, and the guarded fields of every Conn and waiter of
 	// this pool. It is never held while dialing, closing a socket or calling
-	// OnBackgroundError; it is held while calling the Monitor.
+	// OnBackgroundError; it is held while calling the Monitor. Lock order: mu, then
+	// share.mu (a leaf); never two pools' mu at once.
 	mu               sync.Mutex
 	opts             Options // current options (limits change with SetLimits)
 	state            State
@@ -119,6 +135,9 @@ func New(address string, c Connector, opts Options) (*Pool, error) {
 	if opts.MaintenanceInterval == 0 {
 		opts.MaintenanceInterval = DefaultMaintenanceInterval
 	}
+	if opts.Share != nil && opts.MaintenanceInterval < 0 {
+		return nil, fmt.Errorf("%w: a Share needs the maintenance goroutine (MaintenanceInterval >= 0)", ErrInvalidOptions)
+	}
 	var logMon Monitor
 	if opts.Logger != nil {
 		logMon = NewLogMonitor(opts.Logger)
@@ -135,6 +154,10 @@ func New(address string, c Connector, opts Options) (*Pool, error) {
 		done:      make(chan struct{}),
 		opts:      opts,
 		conns:     make(map[int64]*Conn),
+		share:     opts.Share,
+	}
+	if p.share != nil {
+		p.share.join(p)
 	}
 	if p.lb {
 		p.services = make(map[bson.ObjectID]*serviceGen)
@@ -313,10 +336,14 @@ func (p *Pool) Close() {
 	}
 	p.state = StateClosed
 	evicted := p.queue.detach()
+	if p.share != nil {
+		p.share.leave(p) // before closing: the freed slots go to pools that wait
+	}
 	for n := len(p.idle); n > 0; n = len(p.idle) {
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
+		p.shareIdleLocked()
 		p.closeLocked(c, ReasonPoolClosed, nil)
 	}
 	for _, c := range p.conns {
@@ -506,6 +533,11 @@ func (p *Pool) checkIn(c *Conn, lease uint64) error {
 		p.closeLocked(c, ReasonPoolClosed, nil)
 	case c.interrupted.Load() || p.staleLocked(c):
 		p.closeLocked(c, ReasonStale, nil)
+	case p.shareReclaimLocked():
+		// Other pools of the Share wait, and nobody here does or this pool
+		// holds more than its part: make room (share.go).
+		p.closeLocked(c, ReasonIdle, nil)
+		p.share.checkedInEviction()
 	default:
 		p.inUse--
 		p.makeAvailableLocked(c)
@@ -563,6 +595,7 @@ func (p *Pool) dispatchLocked() {
 	for p.state == StateReady {
 		w := p.queue.front()
 		if w == nil || p.limitedLocked() {
+			p.shareSettleLocked()
 			return
 		}
 		if c := p.popAvailableLocked(); c != nil {
@@ -583,7 +616,11 @@ func (p *Pool) dispatchLocked() {
 			continue
 		}
 		if !p.canCreateLocked() {
+			p.shareSettleLocked()
 			return
+		}
+		if p.share != nil && !p.share.acquire(p) {
+			return // p waits in the Share; a grant wakes maintenance, which dispatches
 		}
 		p.queue.remove(w)
 		c := p.createLocked(false)
@@ -601,6 +638,7 @@ func (p *Pool) popAvailableLocked() *Conn {
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
+		p.shareIdleLocked()
 		if p.staleLocked(c) {
 			p.closeLocked(c, ReasonStale, nil)
 			continue
@@ -641,6 +679,7 @@ func (p *Pool) makeAvailableLocked(c *Conn) {
 		c.idleSince = monoNow()
 	}
 	p.idle = append(p.idle, c)
+	p.shareIdleLocked()
 }
 
 // deliverLocked completes waiter w with connection c (already handed out).
@@ -707,6 +746,7 @@ func (p *Pool) createLocked(background bool) *Conn {
 	p.nextID++
 	c := &Conn{pool: p, id: p.nextID, generation: p.generation, state: connPending, background: background}
 	p.conns[c.id] = c
+	p.shareConnsLocked()
 	p.pending++
 	if p.mon != nil {
 		c.createdAt = monoNow()
@@ -854,6 +894,9 @@ func (p *Pool) completePendingLocked(c *Conn, up Upstream, sid bson.ObjectID) {
 		p.deliverLocked(w, c)
 	case p.staleLocked(c):
 		p.closeLocked(c, ReasonStale, nil)
+	case p.shareReclaimLocked():
+		p.closeLocked(c, ReasonIdle, nil)
+		p.share.checkedInEviction()
 	default:
 		p.makeAvailableLocked(c)
 	}
@@ -877,6 +920,7 @@ func (p *Pool) closeLocked(c *Conn, reason Reason, err error) {
 	}
 	c.state = connClosed
 	delete(p.conns, c.id)
+	p.shareConnsLocked()
 	if c.hasServiceID {
 		if s := p.services[c.serviceID]; s != nil {
 			if s.count--; s.count <= 0 {
@@ -890,6 +934,9 @@ func (p *Pool) closeLocked(c *Conn, reason Reason, err error) {
 	}
 	if p.mon != nil {
 		p.emitLocked(Event{Type: ConnectionClosed, ConnectionID: c.id, Generation: c.generation, Reason: reason, Err: err})
+	}
+	if p.share != nil {
+		p.share.release() // after the event: events never count more than the Share
 	}
 	if c.up != nil && !c.upClosed {
 		c.upClosed = true
@@ -934,7 +981,13 @@ func (p *Pool) unavailableLocked() (error, Reason) {
 
 func (p *Pool) timeoutErrLocked(cause error, start instant) *WaitQueueTimeoutError {
 	c := p.countsLocked()
+	var shared ShareStats
+	if p.share != nil {
+		shared = p.share.Stats() // lock order: p.mu, then the Share's
+	}
 	return &WaitQueueTimeoutError{
+		SharedMax:        shared.Max,
+		SharedUsed:       shared.Used,
 		Address:          p.address,
 		Cause:            cause,
 		Waited:           waited(start),

@@ -81,7 +81,11 @@ func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.Compr
 		doc = errorReply(115, "CommandNotSupported",
 			fmt.Sprintf("mongobouncer: %s is not supported: log in with saslStart (SCRAM-SHA-256 or SCRAM-SHA-1)", req.name()))
 	}
-	return c.replyError(responseTo, compressed, compID, req, doc)
+	err := c.replyError(responseTo, compressed, compID, req, doc)
+	if err == nil && c.loginRefused {
+		err = errUserClientLimit // over max_user_client_conn: the reply said why
+	}
+	return err
 }
 
 // saslStart begins a SCRAM conversation from a saslStart command (or a
@@ -162,6 +166,9 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 	if id := conv.Identity(); id != nil && c.ident != id {
 		// A new login, or the same user's again (a fresh ClientKey).
 		if c.ident == nil {
+			if refused := c.admitUser(id.ID()); refused != nil {
+				return refused
+			}
 			c.loggedIn(id)
 		}
 		c.ident = id
@@ -205,7 +212,11 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 		return errorReply(18, "AuthenticationFailed", "mongobouncer: this connection is logged in already; a connection has one user")
 	}
 	if c.ident == nil {
-		c.ident = &auth.Identity{User: subject, DB: externalDB, Mechanism: mechX509}
+		id := &auth.Identity{User: subject, DB: externalDB, Mechanism: mechX509}
+		if refused := c.admitUser(id.ID()); refused != nil {
+			return refused
+		}
+		c.ident = id
 		c.loggedIn(c.ident)
 	}
 	idx, doc := bsoncore.AppendDocumentStart(nil)

@@ -114,6 +114,12 @@ type client struct {
 	// of the pass-through secrets (Server.pass), which a request looks up
 	// without allocating. Owner only.
 	passKey any
+	// counted is set when the login was counted for max_user_client_conn
+	// (userlimit.go), as countedUser; loginRefused when it was refused.
+	// Owner only.
+	counted      bool
+	countedUser  auth.UserID
+	loginRefused bool
 	// mechsAsked is set by a hello that asked saslSupportedMechs before
 	// the client logged in: a login follows (loginDue).
 	mechsAsked bool
@@ -278,6 +284,7 @@ func (c *client) finalize(err error) {
 	} else {
 		c.log.Info("client disconnected", attrs...)
 	}
+	c.releaseUser()
 	s := c.s
 	s.clientsMu.Lock()
 	delete(s.clients, c)

@@ -35,6 +35,9 @@ type Options struct {
 	// message's declared size) from a client that has not logged in; 0
 	// means DefaultMaxPreLoginMessageSize (max_prelogin_message_size).
 	MaxPreLoginMessageSize int
+	// MaxUserClientConn caps the clients logged in as one user; 0 means no
+	// cap (max_user_client_conn; SetUserClientLimit changes it).
+	MaxUserClientConn int
 	// ClientIdleTimeout closes clients idle that long; 0 means never.
 	ClientIdleTimeout time.Duration
 	// ClientLoginTimeout closes a client that has sent no whole message
@@ -153,6 +156,9 @@ type Server struct {
 	// one per user (passthrough.go).
 	pass passUsers
 
+	// userClients counts logged-in clients per user (max_user_client_conn).
+	userClients userClients
+
 	clientsMu sync.Mutex // guards listeners, clients and closed
 	listeners map[net.Listener]struct{}
 	// acceptors counts the Serve loops running; none starts once draining
@@ -249,6 +255,7 @@ func New(opts Options) (*Server, error) {
 		sweepKick: make(chan struct{}, 1),
 	}
 	s.maxClients.Store(int64(opts.MaxClientConn))
+	s.SetUserClientLimit(opts.MaxUserClientConn)
 	s.preLoginMax.Store(int64(opts.MaxPreLoginMessageSize))
 	s.idleTimeout.Store(int64(opts.ClientIdleTimeout))
 	s.SetLoginTimeout(opts.ClientLoginTimeout)

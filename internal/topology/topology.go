@@ -160,7 +160,13 @@ func New(name string, o Options) (*Topology, error) {
 // monitor is started by startMonitorLocked. Called with mu held.
 func (t *Topology) addServerLocked(addr string) (*Server, error) {
 	s := newServer(t, addr)
+	share, err := pool.NewShare(t.opts.MaxDBConnections)
+	if err != nil {
+		return nil, fmt.Errorf("pool for %s: %w", addr, err)
+	}
+	s.share = share
 	po := t.opts.Pool
+	po.Share = share
 	// The pool calls this without its lock held, so clearing from it is
 	// safe. Errors are *pool.ConnectionError: handled like a failed
 	// checkout, with the generation check.
@@ -212,6 +218,23 @@ func (t *Topology) Multi() bool { return t.multi.Load() }
 
 // Servers returns the topology's current servers, sorted by address.
 func (t *Topology) Servers() []*Server { return slices.Clone(t.sel.Load().all) }
+
+// SetMaxDBConnections changes max_db_connections live (a reload): on every
+// current server, and for the servers discovered from now on.
+func (t *Topology) SetMaxDBConnections(n int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n < 0 {
+		return fmt.Errorf("%w: MaxDBConnections %d must be >= 0", pool.ErrInvalidOptions, n)
+	}
+	t.opts.MaxDBConnections = n
+	for _, s := range t.servers {
+		if err := s.SetMaxDBConnections(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // ServerByAddress returns the current server whose (normalized, see
 // Options.Hosts) address is addr, or nil. Cursors and transactions use it to

@@ -88,6 +88,7 @@ func (s *Server) UserPool(user auth.UserID, a upstream.Authenticator) (*pool.Poo
 	up := &userPool{user: user}
 	up.used.Store(now)
 	po := t.opts.Pool
+	po.Share = s.share // the server's budget, with its main pool and the other users'
 	po.MinPoolSize = 0
 	if n := t.opts.MaxUserConnections; n > 0 && (po.MaxPoolSize == 0 || n < po.MaxPoolSize) {
 		po.MaxPoolSize = n
