@@ -29,6 +29,9 @@ import (
 //     taken under either of the above.
 //  4. That pool's Monitor, which the pool calls under its lock (metrics'
 //     locks: see metrics' poolMonitor).
+//  5. The server's pool.Share lock (max_db_connections), a leaf a pool
+//     takes under its own lock; it takes no other lock and reaches other
+//     pools only through atomics (pool's share.go).
 //
 // mu is never held across a network round trip, a pool checkout or Close
 // of a pool (which may run callbacks that call back into the topology);
