@@ -9,6 +9,7 @@
 //	mongobouncer-bench -spawn bin/mongobouncer -clients 100 -idle 10000
 //	mongobouncer-bench -spawn bin/mongobouncer -ref haproxy,relay-epoll -clients 1,10,100,1000
 //	mongobouncer-bench -spawn bin/mongobouncer -idle 1000,5000,10000,19000 -idle-repeat 3
+//	mongobouncer-bench restart -mongobouncer bin/mongobouncer -scenario rolling|upgrade -uri plain|lb -runs 3
 //
 // With -spawn, the tool starts a fast fake upstream (this binary again, in
 // a process of its own) and the given mongobouncer binary in front of it,
@@ -18,6 +19,10 @@
 // TCP mode (started here on a configuration written here) and the
 // project's copy-only relays. With several -clients counts a summary table
 // closes the output.
+//
+// The restart subcommand (restart.go) measures what an application sees
+// while mongobouncer instances are restarted under its load, or upgraded
+// in place.
 //
 // The logic lives in internal/loadgen; this is flag parsing and printing.
 package main
@@ -91,6 +96,9 @@ type seriesEntry struct {
 // run parses args, runs what they ask for and returns the exit status:
 // 0 on success, 1 when a measurement failed, 2 on bad usage.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "restart" {
+		return runRestart(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("mongobouncer-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
