@@ -79,10 +79,10 @@ func TestCheckWrites(t *testing.T) {
 	cut := []WriteKey{k(0, 4), k(1, 4)}
 	stored := []WriteKey{
 		k(0, 1), k(0, 2), k(0, 2), k(0, 2), // (0,2) stored three times: 2 duplicates
-		k(1, 1),                            // (1,2) acknowledged but lost
-		k(0, 3),                            // failed, yet stored
-		k(1, 4),                            // cut by the run's end: stored or not, no matter
-		k(7, 7),                            // nobody wrote it
+		k(1, 1), // (1,2) acknowledged but lost
+		k(0, 3), // failed, yet stored
+		k(1, 4), // cut by the run's end: stored or not, no matter
+		k(7, 7), // nobody wrote it
 	}
 	got := CheckWrites(acked, failed, cut, stored)
 	want := WriteCheck{Acked: 4, Failed: 2, Stored: 8, Lost: 1, Duplicated: 2, AppliedDespiteError: 1, Unexpected: 1}
