@@ -131,7 +131,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: mongobouncer-bench -direct ADDR -proxied ADDR [flags]\n"+
 			"       mongobouncer-bench -proxied ADDR -idle K -pid PID [flags]\n"+
-			"       mongobouncer-bench -spawn BINARY [-ref haproxy,relays] [flags]\n\n")
+			"       mongobouncer-bench -spawn BINARY [-ref haproxy,relays] [flags]\n"+
+			"       mongobouncer-bench restart -mongobouncer BINARY [-scenario rolling|upgrade] [-uri plain|lb] [flags] (restart -h)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
