@@ -119,6 +119,8 @@ func TestErrorText(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", mongo.CommandError{Code: 91, Name: "ShutdownInProgress", Labels: []string{"RetryableWriteError"}}),
 			"insert: ShutdownInProgress (91) [RetryableWriteError]"},
 		{mongo.WriteException{WriteErrors: []mongo.WriteError{{Code: 11000, Message: "E11000 duplicate key"}}}, "insert: DuplicateKey (11000)"},
+		{mongo.CommandError{Message: "connection(127.0.0.1:4242[-3]) incomplete read of message header: EOF", Labels: []string{"NetworkError", "RetryableWriteError"}},
+			"insert: connection(ADDR) incomplete read of message header: EOF [NetworkError,RetryableWriteError]"},
 		{mongo.ErrNoDocuments, "insert: acknowledged document not found"},
 		{errors.New("connection(127.0.0.1:4242[-17]) incomplete read of message header: EOF"),
 			"insert: connection(ADDR) incomplete read of message header: EOF"},

@@ -304,6 +304,9 @@ func ErrorText(op string, err error) string {
 	var ce mongo.CommandError
 	var we mongo.WriteException
 	switch {
+	case errors.As(err, &ce) && ce.Name == "" && ce.Code == 0:
+		// The driver's wrapping of a network error: its text says what.
+		return fmt.Sprintf("%s: %s%s", op, NormalizeErrorText(ce.Message), labels(ce.Labels))
 	case errors.As(err, &ce):
 		return fmt.Sprintf("%s: %s (%d)%s", op, ce.Name, ce.Code, labels(ce.Labels))
 	case errors.As(err, &we) && len(we.WriteErrors) > 0:
