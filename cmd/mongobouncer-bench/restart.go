@@ -373,6 +373,9 @@ func printRun(w io.Writer, r restartRun) {
 		r.Run, r.Scenario, r.URI, r.Network, r.Window.Seconds(), r.OKOps)
 	if r.Error != "" {
 		fmt.Fprintf(w, "  FAILED: %s\n", r.Error)
+		if r.OKOps == 0 && len(r.Exits) == 0 {
+			return // failed before the load: nothing measured
+		}
 	}
 	fmt.Fprintf(w, "  application errors: %d\n", r.ErrorsTotal)
 	for _, g := range r.Errors {
@@ -430,6 +433,10 @@ func reasons(m map[string]int) string {
 
 // printSummary prints the medians as one table row.
 func printSummary(w io.Writer, o restartOpts, s restartSummary) {
+	if s.Runs == 0 {
+		fmt.Fprintf(w, "\nno run completed: no medians\n")
+		return
+	}
 	fmt.Fprintf(w, "\nmedian of %d runs:\n", s.Runs)
 	fmt.Fprintf(w, "| scenario | URI | errors | lost | duplicated | applied despite error | longest gap | driver conns closed | pool clears | fresh conns refused/reset/other | driver refused/reset | non-zero exits |\n")
 	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")

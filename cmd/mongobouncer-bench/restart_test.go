@@ -94,3 +94,26 @@ func TestRestartRollingSmoke(t *testing.T) {
 		t.Fatalf("no summary table:\n%s", stderr.String())
 	}
 }
+
+// The medians skip the runs that failed and count non-zero exits.
+func TestRestartSummarize(t *testing.T) {
+	run := func(errs, lost, closed int, gap time.Duration, codes ...int) restartRun {
+		r := restartRun{ErrorsTotal: errs, Writes: loadgen.WriteCheck{Lost: lost}, Gap: loadgen.Gap{Length: gap},
+			Conns: loadgen.ConnStats{ClosedTotal: closed}}
+		for _, c := range codes {
+			r.Exits = append(r.Exits, exitInfo{Code: c})
+		}
+		return r
+	}
+	failed := run(99, 99, 99, time.Hour, 1, 1)
+	failed.Error = "p1 exited before it was ready"
+	got := summarize([]restartRun{run(1, 0, 129, 300*time.Millisecond, 0, 0), failed,
+		run(8, 2, 80, 100*time.Millisecond, 0, 1), run(3, 0, 100, 200*time.Millisecond, 0, 0)})
+	want := restartSummary{Runs: 3, Errors: 3, Lost: 0, Gap: 200 * time.Millisecond, ConnsClosed: 100, NonZeroExits: 0}
+	if got != want {
+		t.Fatalf("summarize = %+v\nwant %+v", got, want)
+	}
+	if got := summarize([]restartRun{failed}); got.Runs != 0 {
+		t.Fatalf("only a failed run: %+v", got)
+	}
+}
