@@ -220,6 +220,7 @@ func StartHAProxy(ctx context.Context, o HAProxyOptions) (*HAProxy, error) {
 	// (its CPU time is read from /proc) and its exit is seen here.
 	h.cmd = exec.Command(bin, "-db", "-f", cfgPath)
 	h.cmd.Stdout, h.cmd.Stderr = h.stderr, h.stderr
+	killWithParent(h.cmd)
 	if err := h.cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start %s: %w", bin, err)
