@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -390,6 +391,13 @@ func printRun(w io.Writer, r restartRun) {
 	k := r.Conns
 	fmt.Fprintf(w, "  driver connections: %d created, %d closed %s, %d pool clears, %d heartbeats failed, %d refused, %d reset\n",
 		k.Created, k.ClosedTotal, reasons(k.Closed), k.PoolCleared, k.HeartbeatFailed, k.Refused, k.Reset)
+	if len(k.CommandsFailed) > 0 {
+		fmt.Fprintf(w, "  commands failed on the wire (retried by the driver or among the errors above):\n")
+		keys := slices.Sorted(maps.Keys(k.CommandsFailed))
+		for _, t := range keys {
+			fmt.Fprintf(w, "    %5d x %s\n", k.CommandsFailed[t], t)
+		}
+	}
 	if len(k.CheckOutFailed) > 0 {
 		fmt.Fprintf(w, "  driver check-outs failed: %s\n", reasons(k.CheckOutFailed))
 	}

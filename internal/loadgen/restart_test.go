@@ -5,11 +5,13 @@
 package loadgen
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
@@ -141,5 +143,31 @@ func TestMedian(t *testing.T) {
 	}
 	if got := Median[int](nil); got != 0 {
 		t.Errorf("none: %d", got)
+	}
+}
+
+// The monitors count by reason; a command cut by the run's end (its
+// context cancelled) is not a failure.
+func TestConnCounter(t *testing.T) {
+	c := &connCounter{s: ConnStats{Closed: map[string]int{}, CheckOutFailed: map[string]int{}, CommandsFailed: map[string]int{}}}
+	c.pool(&event.PoolEvent{Type: event.ConnectionCreated})
+	c.pool(&event.PoolEvent{Type: event.ConnectionClosed, Reason: event.ReasonStale})
+	c.pool(&event.PoolEvent{Type: event.ConnectionClosed, Reason: event.ReasonError, Error: errors.New("read: connection reset by peer")})
+	c.pool(&event.PoolEvent{Type: event.ConnectionPoolCleared})
+	c.heartbeatFailed(&event.ServerHeartbeatFailedEvent{Failure: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")})
+	failed := func(name string, err error) *event.CommandFailedEvent {
+		e := &event.CommandFailedEvent{Failure: err}
+		e.CommandName = name
+		return e
+	}
+	c.commandFailed(context.Background(), failed("find", errors.New("(ShutdownInProgress) mongobouncer: shutting down")))
+	c.commandFailed(context.Background(), failed("find", errors.New("(ShutdownInProgress) mongobouncer: shutting down")))
+	c.commandFailed(context.Background(), failed("insert", fmt.Errorf("incomplete read: %w", context.Canceled)))
+	got := c.snapshot()
+	want := ConnStats{Created: 1, Closed: map[string]int{"stale": 1, "error": 1}, ClosedTotal: 2, PoolCleared: 1,
+		CheckOutFailed: map[string]int{}, HeartbeatFailed: 1, Refused: 1, Reset: 1,
+		CommandsFailed: map[string]int{"find: (ShutdownInProgress) mongobouncer: shutting down": 2}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("counts %+v\nwant %+v", got, want)
 	}
 }

@@ -42,8 +42,9 @@ const (
 type RestartLoadConfig struct {
 	// URI is the application's connection string (the balancer's or the
 	// proxy's address, with loadBalanced=true or without). Nothing else
-	// is set on the client but the pool and server monitors, the app name
-	// and maxPoolSize: retryWrites and retryReads keep their defaults.
+	// is set on the client but the pool, server and command monitors,
+	// the app name and maxPoolSize: retryWrites and retryReads keep
+	// their defaults.
 	URI string
 	// Writers and Readers are the concurrent clients of each kind.
 	Writers, Readers int
@@ -76,6 +77,11 @@ type ConnStats struct {
 	// the connection was refused or reset by the peer.
 	Refused int `json:"refused"`
 	Reset   int `json:"reset"`
+	// CommandsFailed counts the commands that failed on the wire, by
+	// command and error text (command monitoring): a failure the driver
+	// retried successfully is here and not among the application's
+	// errors.
+	CommandsFailed map[string]int `json:"commands_failed,omitempty"`
 }
 
 // connCounter is the monitors' state.
@@ -103,6 +109,16 @@ func (c *connCounter) pool(e *event.PoolEvent) {
 	}
 }
 
+func (c *connCounter) commandFailed(_ context.Context, e *event.CommandFailedEvent) {
+	text := e.Failure.Error()
+	if errors.Is(e.Failure, context.Canceled) || strings.Contains(text, context.Canceled.Error()) {
+		return // the run's end, which cancels the clients' contexts
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.s.CommandsFailed[e.CommandName+": "+NormalizeErrorText(text)]++
+}
+
 func (c *connCounter) heartbeatFailed(e *event.ServerHeartbeatFailedEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -126,6 +142,7 @@ func (c *connCounter) snapshot() ConnStats {
 	s := c.s
 	s.Closed = cloneMap(c.s.Closed)
 	s.CheckOutFailed = cloneMap(c.s.CheckOutFailed)
+	s.CommandsFailed = cloneMap(c.s.CommandsFailed)
 	return s
 }
 
@@ -185,10 +202,11 @@ func StartRestartLoad(ctx context.Context, cfg RestartLoadConfig, ledger *Ledger
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	conns := &connCounter{s: ConnStats{Closed: map[string]int{}, CheckOutFailed: map[string]int{}}}
+	conns := &connCounter{s: ConnStats{Closed: map[string]int{}, CheckOutFailed: map[string]int{}, CommandsFailed: map[string]int{}}}
 	opts := options.Client().ApplyURI(cfg.URI).SetAppName("mongobouncer-bench-restart").
 		SetPoolMonitor(&event.PoolMonitor{Event: conns.pool}).
-		SetServerMonitor(&event.ServerMonitor{ServerHeartbeatFailed: conns.heartbeatFailed})
+		SetServerMonitor(&event.ServerMonitor{ServerHeartbeatFailed: conns.heartbeatFailed}).
+		SetMonitor(&event.CommandMonitor{Failed: conns.commandFailed})
 	if cfg.MaxPoolSize > 0 {
 		opts.SetMaxPoolSize(cfg.MaxPoolSize)
 	}
