@@ -76,7 +76,7 @@ var layers = map[string]layer{
 	"internal/app": {4, []string{"admin", "auth", "config", "metrics", "pool", "proxy", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
 	// Floor 5: the commands.
 	"cmd/mongobouncer":       {5, []string{"app", "auth", "config", "sdnotify", "upstream"}, false},
-	"cmd/mongobouncer-bench": {5, []string{"loadgen", "testutil/fakemongo", "uring"}, false},
+	"cmd/mongobouncer-bench": {5, []string{"loadgen", "testutil/childproc", "testutil/devmongo", "testutil/fakemongo", "uring"}, false},
 	"cmd/mongobouncer-demo":  {5, []string{"loadgen", "testutil/devmongo"}, false},
 }
 

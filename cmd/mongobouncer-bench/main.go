@@ -9,6 +9,7 @@
 //	mongobouncer-bench -spawn bin/mongobouncer -clients 100 -idle 10000
 //	mongobouncer-bench -spawn bin/mongobouncer -ref haproxy,relay-epoll -clients 1,10,100,1000
 //	mongobouncer-bench -spawn bin/mongobouncer -idle 1000,5000,10000,19000 -idle-repeat 3
+//	mongobouncer-bench restart -mongobouncer bin/mongobouncer -scenario rolling|upgrade -uri plain|lb -runs 3
 //	mongobouncer-bench -sweep 2,4,8,16,32,64,auto -bouncer bin/mongobouncer -upstream 127.0.0.1:27017 \
 //	    -workload find-insert -clients 10,100,1000 -slow-delay 5ms -slow-at 10s -slow-for 10s -plot limit.png
 //
@@ -27,6 +28,10 @@
 // TCP mode (started here on a configuration written here) and the
 // project's copy-only relays. With several -clients counts a summary table
 // closes the output.
+//
+// The restart subcommand (restart.go) measures what an application sees
+// while mongobouncer instances are restarted under its load, or upgraded
+// in place.
 //
 // The logic lives in internal/loadgen; this is flag parsing and printing.
 package main
@@ -102,6 +107,9 @@ type seriesEntry struct {
 // run parses args, runs what they ask for and returns the exit status:
 // 0 on success, 1 when a measurement failed, 2 on bad usage.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "restart" {
+		return runRestart(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("mongobouncer-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -143,7 +151,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: mongobouncer-bench -direct ADDR -proxied ADDR [flags]\n"+
 			"       mongobouncer-bench -proxied ADDR -idle K -pid PID [flags]\n"+
-			"       mongobouncer-bench -spawn BINARY [-ref haproxy,relays] [flags]\n\n")
+			"       mongobouncer-bench -spawn BINARY [-ref haproxy,relays] [flags]\n"+
+			"       mongobouncer-bench restart -mongobouncer BINARY [-scenario rolling|upgrade] [-uri plain|lb] [flags] (restart -h)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -111,7 +111,7 @@ func sweepOne(ctx context.Context, s sweep, clients int, size string) (sweepRow,
 		return sweepRow{}, err
 	}
 	defer relay.Close()
-	b, err := startBouncer(s.bin, relay.Addr(), size, s.mode, s.loop)
+	b, err := startSweepBouncer(s.bin, relay.Addr(), size, s.mode, s.loop)
 	if err != nil {
 		return sweepRow{}, err
 	}
@@ -162,16 +162,16 @@ func slowDown(ctx context.Context, relay *loadgen.Relay, start time.Time, at, du
 	sleepUntil(start.Add(at + dur))
 }
 
-// bouncer is a spawned mongobouncer with its admin HTTP listener.
-type bouncer struct {
+// sweepBouncer is a spawned mongobouncer with its admin HTTP listener.
+type sweepBouncer struct {
 	child  *child
 	listen string
 	admin  string
 }
 
-// startBouncer starts bin in front of upstream with max_pool_size size
+// startSweepBouncer starts bin in front of upstream with max_pool_size size
 // and an admin listener for /metrics, and waits until it accepts clients.
-func startBouncer(bin, upstream, size, mode string, loop bool) (*bouncer, error) {
+func startSweepBouncer(bin, upstream, size, mode string, loop bool) (*sweepBouncer, error) {
 	listen, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -197,7 +197,7 @@ func startBouncer(bin, upstream, size, mode string, loop bool) (*bouncer, error)
 		}
 		if conn, err := net.DialTimeout("tcp", listen, 200*time.Millisecond); err == nil {
 			conn.Close()
-			return &bouncer{child: c, listen: listen, admin: admin}, nil
+			return &sweepBouncer{child: c, listen: listen, admin: admin}, nil
 		}
 		if time.Now().After(deadline) {
 			c.stop()
@@ -205,16 +205,6 @@ func startBouncer(bin, upstream, size, mode string, loop bool) (*bouncer, error)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // writeSweepTable prints one count's rows with each size's throughput and
