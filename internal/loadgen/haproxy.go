@@ -42,6 +42,9 @@ type HAProxyOptions struct {
 	Listen string
 	// Upstream is the server every client connection is relayed to.
 	Upstream string
+	// Balance, when set, replaces Upstream: client connections are
+	// balanced over these servers (HAProxyBalancedConfig).
+	Balance []string
 	// Threads is nbthread; 0 means one per CPU.
 	Threads int
 	// MaxConn is maxconn, the client connections HAProxy accepts at once;
@@ -131,7 +134,7 @@ func StartHAProxy(ctx context.Context, o HAProxyOptions) (*HAProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Upstream == "" {
+	if o.Upstream == "" && len(o.Balance) == 0 {
 		return nil, fmt.Errorf("%w: HAProxy needs an upstream address", ErrInvalidConfig)
 	}
 	if o.Threads <= 0 {
@@ -155,6 +158,9 @@ func StartHAProxy(ctx context.Context, o HAProxyOptions) (*HAProxy, error) {
 	}
 	h := &HAProxy{dir: dir, addr: o.Listen, exited: make(chan struct{}), stderr: &headWriter{max: 4096},
 		Config: HAProxyConfig(o.Listen, o.Upstream, o.Threads, o.MaxConn)}
+	if len(o.Balance) > 0 {
+		h.Config = HAProxyBalancedConfig(o.Listen, o.Balance, o.Threads, o.MaxConn)
+	}
 	cfgPath := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(cfgPath, []byte(h.Config), 0o600); err != nil {
 		_ = os.RemoveAll(dir)
