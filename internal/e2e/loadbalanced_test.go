@@ -321,3 +321,38 @@ func TestLoadBalancedServiceIDAcrossReloadAndRestart(t *testing.T) {
 		t.Fatalf("after the restart the driver recorded serviceId %v, want the new process's %v", last.service, restarted)
 	}
 }
+
+// The load-balancer specification asks a service to abort a transaction
+// when the connection it is pinned to closes: a load-balanced driver never
+// continues it on another connection. In every pool mode, a client that
+// said loadBalanced and disconnects mid-transaction has it aborted
+// upstream.
+func TestLoadBalancedClientGoneAbortsItsTransaction(t *testing.T) {
+	eachIO(t, func(t *testing.T) {
+		for _, m := range lbModes {
+			t.Run(m, func(t *testing.T) {
+				up := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, InMemory: true})
+				_, addr := bouncer(t, up.URI(), mode(m, 2))
+				c := dialRaw(t, addr)
+				r := c.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "loadBalanced", Value: true}, {Key: "$db", Value: "admin"}})
+				if _, ok := r.Lookup("serviceId").ObjectIDOK(); !ok {
+					t.Fatalf("no serviceId: %v", r)
+				}
+				lsid := newLSID(0x7b)
+				for i, start := range []bool{true, false} {
+					if r := c.cmd(txnCmd("insert", lsid, 1, start)); okOf(r) != 1 {
+						t.Fatalf("insert %d: %v", i, r)
+					}
+				}
+				c.c.Close()
+				waitFor(t, "the transaction aborted upstream", func() bool {
+					txs := up.Transactions()
+					return len(txs) == 1 && txs[0].State == fakemongo.TxnAborted
+				})
+				if txs := up.Transactions(); txs[0].AbortedBy != "abortTransaction" {
+					t.Fatalf("aborted by %q, want abortTransaction", txs[0].AbortedBy)
+				}
+			})
+		}
+	})
+}
