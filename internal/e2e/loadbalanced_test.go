@@ -356,3 +356,39 @@ func TestLoadBalancedClientGoneAbortsItsTransaction(t *testing.T) {
 		}
 	})
 }
+
+// An operator checks which applications use loadBalanced=true: showClients
+// (and /admin/clients) marks their connections loadBalanced, and no other.
+func TestShowClientsMarksLoadBalancedClients(t *testing.T) {
+	oneIO(t)
+	up := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, InMemory: true})
+	a, addr, _ := fileBouncer(t, baseTOML(up.URI(), ""))
+	waitUsable(t, a, 1)
+	lb := driver(t, addr, lbURI+"&appName=lb-app")
+	plain := driver(t, addr, "&appName=plain-app")
+	ctx := ctxT(t, 20*time.Second)
+	for _, c := range []*mongo.Client{lb, plain} {
+		must(t, c.Ping(ctx, nil))
+	}
+	raw := adminCmd(t, plain, bson.D{{Key: "showClients", Value: 1}})
+	var reply struct {
+		Clients []struct {
+			AppName      string `bson:"appName"`
+			LoadBalanced bool   `bson:"loadBalanced"`
+		} `bson:"clients"`
+	}
+	must(t, bson.Unmarshal(raw, &reply))
+	seen := map[string]int{}
+	for _, c := range reply.Clients {
+		switch {
+		case c.AppName == "lb-app" && !c.LoadBalanced:
+			t.Errorf("a loadBalanced=true driver's connection is not marked loadBalanced: %v", raw)
+		case c.AppName != "lb-app" && c.LoadBalanced:
+			t.Errorf("a %q connection is marked loadBalanced: %v", c.AppName, raw)
+		}
+		seen[c.AppName]++
+	}
+	if seen["lb-app"] == 0 || seen["plain-app"] == 0 {
+		t.Fatalf("showClients lacks a driver's connections: %v", raw)
+	}
+}

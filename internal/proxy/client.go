@@ -79,7 +79,7 @@ type client struct {
 	// its replies go back as an OP_REPLY (legacy.go). Such a request is
 	// always the goroutine's.
 	legacy bool
-	lb     bool // the client is in load-balanced mode
+	lb     bool // the client is in load-balanced mode; guarded by sessMu (SHOW CLIENTS reads it)
 	maxMsg int
 	nextID int32 // requestID of our own replies
 	// state is a clientState, written by setPhaseLocked, read by SHOW

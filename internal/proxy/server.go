@@ -560,6 +560,9 @@ type ClientInfo struct {
 	State        string // idle | waiting | active | pinned
 	PinnedServer string
 	Requests     uint64
+	// LoadBalanced is set when the client's handshake said loadBalanced
+	// (a driver with loadBalanced=true, behind a balancer).
+	LoadBalanced bool
 }
 
 // Clients returns a snapshot of the connected clients, oldest first.
@@ -587,6 +590,7 @@ func (c *client) describeSession(ci *ClientInfo) {
 	defer c.sessMu.Unlock()
 	ci.AppName = c.appName
 	ci.User = c.user
+	ci.LoadBalanced = c.lb
 	for _, p := range c.pins {
 		if p.conn != nil {
 			ci.PinnedServer = p.srv.Address()
