@@ -25,6 +25,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/app"
 	"github.com/mongobouncer/mongobouncer/internal/loadgen"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/devmongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 )
 
@@ -98,13 +99,13 @@ func appClients(inst *app.App) map[int64]bool {
 	return ids
 }
 
-// runBalancedDrain starts two mongobouncers over up behind HAProxy, runs a
+// runBalancedDrain starts two mongobouncers over upURI behind HAProxy, runs a
 // driver (URI options extra) doing inserts and reads through HAProxy,
 // drains the first instance and counts what the driver closed.
-func runBalancedDrain(t *testing.T, up *fakemongo.Server, extra string) drainResult {
-	a := newBouncer(t, up.URI(), mode("transaction", 10), slog.LevelError)
+func runBalancedDrain(t *testing.T, upURI string, extra string) drainResult {
+	a := newBouncer(t, upURI, mode("transaction", 10), slog.LevelError)
 	t.Cleanup(func() { _ = a.Close(ctxT(t, 10*time.Second)) })
-	b, addrB := bouncer(t, up.URI(), mode("transaction", 10))
+	b, addrB := bouncer(t, upURI, mode("transaction", 10))
 	addrA := a.Addrs()[0].String()
 	sidA, sidB := serviceIDOf(t, addrA), serviceIDOf(t, addrB)
 	h, err := loadgen.StartHAProxy(ctxT(t, 15*time.Second), loadgen.HAProxyOptions{
@@ -118,7 +119,8 @@ func runBalancedDrain(t *testing.T, up *fakemongo.Server, extra string) drainRes
 	c := driverWith(t, h.Addr(), "&maxPoolSize=16&appName="+lbDrainApp+extra, func(o *options.ClientOptions) {
 		o.SetPoolMonitor(pools.monitor())
 	})
-	coll := c.Database("lbdrain").Collection("items")
+	// A collection per run: a real server keeps the previous run's ids.
+	coll := c.Database("lbdrain").Collection(fmt.Sprintf("items_%d", time.Now().UnixNano()))
 
 	// The workload: 8 clients, each inserting a document and reading it
 	// back, bounded in count and time.
@@ -237,9 +239,25 @@ func TestDrainBehindABalancerLoadBalancedAgainstPlainURI(t *testing.T) {
 		t.Skipf("haproxy not installed (make haproxy): %v", err)
 	}
 	up := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, InMemory: true})
+	compareBalancedDrains(t, up.URI())
+}
+
+// The same against FerretDB (MONGOBOUNCER_DEVMONGO), a real server's
+// latencies.
+func TestDrainBehindABalancerDevmongo(t *testing.T) {
+	oneIO(t)
+	if _, err := loadgen.FindHAProxy(""); err != nil {
+		t.Skipf("haproxy not installed (make haproxy): %v", err)
+	}
+	compareBalancedDrains(t, devmongo.Start(t).URI())
+}
+
+// compareBalancedDrains runs the drain of runBalancedDrain with the plain
+// URI, then with loadBalanced=true, and checks the difference.
+func compareBalancedDrains(t *testing.T, upURI string) {
 	var plain, lb drainResult
-	t.Run("plain", func(t *testing.T) { plain = runBalancedDrain(t, up, "") })
-	t.Run("loadBalanced", func(t *testing.T) { lb = runBalancedDrain(t, up, lbURI) })
+	t.Run("plain", func(t *testing.T) { plain = runBalancedDrain(t, upURI, "") })
+	t.Run("loadBalanced", func(t *testing.T) { lb = runBalancedDrain(t, upURI, lbURI) })
 	if t.Failed() {
 		return
 	}
