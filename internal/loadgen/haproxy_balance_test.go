@@ -1,5 +1,9 @@
 package loadgen
 
+// Tests of HAProxy as a balancer over several instances
+// (haproxy_balance.go): its configuration, and connections spread over two
+// servers and redispatched when one closes.
+
 import (
 	"context"
 	"os"
