@@ -11,6 +11,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -390,5 +391,30 @@ func TestShowClientsMarksLoadBalancedClients(t *testing.T) {
 	}
 	if seen["lb-app"] == 0 || seen["plain-app"] == 0 {
 		t.Fatalf("showClients lacks a driver's connections: %v", raw)
+	}
+}
+
+// The Node driver in load-balanced mode (testdata/node_loadbalanced.js):
+// cursors and transactions pinned to one connection with this process's
+// serviceId, in every pool mode.
+func TestLoadBalancedNodeDriver(t *testing.T) {
+	modules := nodeModulesPath(t)
+	script, err := filepath.Abs(filepath.Join("testdata", "node_loadbalanced.js"))
+	must(t, err)
+	oneIO(t)
+	for _, m := range lbModes {
+		t.Run(m, func(t *testing.T) {
+			up := fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, InMemory: true})
+			_, addr := bouncer(t, up.URI(), mode(m, 2))
+			sid := serviceIDOf(t, addr)
+			runNodeTool(t, []string{"NODE_PATH=" + modules}, "node", script, "mongodb://"+addr+"/?loadBalanced=true", sid.Hex())
+			var states []string
+			for _, tx := range up.Transactions() {
+				states = append(states, tx.State.String())
+			}
+			if fmt.Sprint(states) != "[committed aborted]" {
+				t.Fatalf("upstream transactions %v, want [committed aborted]", states)
+			}
+		})
 	}
 }
