@@ -315,6 +315,7 @@ func TestLoadBalancedServiceIDAcrossReloadAndRestart(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no successful command after the restart: %v", err)
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	cmds, _ = log.take()
 	last := cmds[len(cmds)-1]
