@@ -322,5 +322,5 @@ func (c *client) setHelloInfo(name string, loadBalanced bool) {
 	c.sessMu.Lock()
 	defer c.sessMu.Unlock()
 	c.appName = name
-	c.lb = loadBalanced
+	c.lbMode.Store(loadBalanced)
 }

@@ -545,7 +545,7 @@ func (s *Server) drained() bool {
 func (c *client) busy() bool {
 	c.sessMu.Lock()
 	defer c.sessMu.Unlock()
-	return c.phase != phaseIdle || len(c.open) > 0
+	return c.phase != phaseIdle || len(c.open) > 0 || c.hasLBCursorsLocked()
 }
 
 // ClientInfo describes one connected client (SHOW CLIENTS).
@@ -590,7 +590,7 @@ func (c *client) describeSession(ci *ClientInfo) {
 	defer c.sessMu.Unlock()
 	ci.AppName = c.appName
 	ci.User = c.user
-	ci.LoadBalanced = c.lb
+	ci.LoadBalanced = c.lbMode.Load()
 	for _, p := range c.pins {
 		if p.conn != nil {
 			ci.PinnedServer = p.srv.Address()
