@@ -136,6 +136,9 @@ type ClientInfo struct {
 	State        ClientState `json:"state" bson:"state"`
 	PinnedServer string      `json:"pinnedServer,omitempty" bson:"pinnedServer,omitempty"`
 	Requests     uint64      `json:"requests" bson:"requests"`
+	// LoadBalanced marks a client whose handshake said loadBalanced: true
+	// (absent otherwise).
+	LoadBalanced bool `json:"loadBalanced,omitempty" bson:"loadBalanced,omitempty"`
 }
 
 // ServerConnInfo is one upstream connection: SHOW SERVERS.

@@ -83,7 +83,7 @@ func (a *App) Clients() []admin.ClientInfo {
 	for i, c := range cs {
 		out[i] = admin.ClientInfo{ID: c.ID, Addr: c.Addr, AppName: c.AppName, User: c.User, Listener: c.Listener,
 			ConnectedAt: c.ConnectedAt, State: admin.ClientState(c.State), PinnedServer: c.PinnedServer,
-			Requests: c.Requests}
+			Requests: c.Requests, LoadBalanced: c.LoadBalanced}
 	}
 	return out
 }

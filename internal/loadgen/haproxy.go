@@ -42,6 +42,9 @@ type HAProxyOptions struct {
 	Listen string
 	// Upstream is the server every client connection is relayed to.
 	Upstream string
+	// Balance, when set, replaces Upstream: client connections are
+	// balanced over these servers (HAProxyBalancedConfig).
+	Balance []string
 	// Threads is nbthread; 0 means one per CPU.
 	Threads int
 	// MaxConn is maxconn, the client connections HAProxy accepts at once;
@@ -185,7 +188,7 @@ func StartHAProxy(ctx context.Context, o HAProxyOptions) (*HAProxy, error) {
 	if o.Config != "" && o.Listen == "" {
 		return nil, fmt.Errorf("%w: an HAProxy configuration given whole needs its Listen address", ErrInvalidConfig)
 	}
-	if o.Upstream == "" && o.Config == "" {
+	if o.Upstream == "" && o.Config == "" && len(o.Balance) == 0 {
 		return nil, fmt.Errorf("%w: HAProxy needs an upstream address", ErrInvalidConfig)
 	}
 	if o.Threads <= 0 {
@@ -208,7 +211,11 @@ func StartHAProxy(ctx context.Context, o HAProxyOptions) (*HAProxy, error) {
 		return nil, err
 	}
 	h := &HAProxy{dir: dir, addr: o.Listen, exited: make(chan struct{}), stderr: &headWriter{max: 4096}, Config: o.Config}
-	if h.Config == "" {
+	switch {
+	case h.Config != "":
+	case len(o.Balance) > 0:
+		h.Config = HAProxyBalancedConfig(o.Listen, o.Balance, o.Threads, o.MaxConn)
+	default:
 		h.Config = HAProxyConfig(o.Listen, o.Upstream, o.Threads, o.MaxConn)
 	}
 	cfgPath := filepath.Join(dir, "haproxy.cfg")

@@ -79,7 +79,15 @@ type client struct {
 	// its replies go back as an OP_REPLY (legacy.go). Such a request is
 	// always the goroutine's.
 	legacy bool
-	lb     bool // the client is in load-balanced mode
+	// lbMode is set by the client's first hello when it says loadBalanced
+	// (written once, read by whoever serves the client and by SHOW
+	// CLIENTS).
+	lbMode atomic.Bool
+	// lbCursors are the cursors a load-balanced client opened here and has
+	// not finished: a drain waits for them (lbcursor.go). Guarded by
+	// sessMu.
+	lbCursors map[int64]struct{}
+
 	maxMsg int
 	nextID int32 // requestID of our own replies
 	// state is a clientState, written by setPhaseLocked, read by SHOW
@@ -131,7 +139,7 @@ type client struct {
 	checkOutFn   func(*pool.Conn, error)
 	checkedOutCh chan checkOutResult
 
-	sessMu sync.Mutex // guards appName, user, pins, open and phase; see doc.go for the lock order
+	sessMu sync.Mutex // guards appName, user, pins, open, lbCursors and phase; see doc.go for the lock order
 	// appName is the client's application name from its handshake.
 	appName string
 	// user is ident's "user@db", for SHOW CLIENTS.

@@ -172,8 +172,7 @@ func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Docum
 	lim := c.s.waitLimits()
 	if !c.hello {
 		c.hello = true
-		c.setAppName(hr.appName)
-		c.lb = hr.loadBalanced
+		c.setHelloInfo(hr.appName, hr.loadBalanced)
 		c.log = c.log.With("appName", hr.appName)
 	}
 	if int(lim.maxMsg) < c.maxMsg {
@@ -317,10 +316,11 @@ func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID,
 	return nil
 }
 
-// setAppName records the application name the client's hello gave, for
-// SHOW CLIENTS.
-func (c *client) setAppName(name string) {
+// setHelloInfo records the application name and the load-balanced mode
+// the client's first hello gave, for SHOW CLIENTS.
+func (c *client) setHelloInfo(name string, loadBalanced bool) {
 	c.sessMu.Lock()
 	defer c.sessMu.Unlock()
 	c.appName = name
+	c.lbMode.Store(loadBalanced)
 }

@@ -107,7 +107,7 @@ func (x *exchange) prepare(route *Route, msgLen int, reqID int32) {
 	x.route, x.srv, x.need, x.pc, x.pinned, x.pool = route, nil, nil, nil, false, nil
 	x.key, x.inTxn = x.req.key()
 	x.killIDs, x.addRP = nil, false
-	if x.req.info.kind == kindKillCursors && route.multi() {
+	if x.req.info.kind == kindKillCursors && (route.multi() || c.lbMode.Load()) {
 		x.killIDs = cursorIDs(c.msg.Body)
 	}
 	x.reqID, x.replies, x.retried = reqID, 0, false
@@ -421,6 +421,7 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 // track updates cursor and transaction affinity from one reply.
 func (x *exchange) track(ri replyInfo) {
 	c, route, req := x.c, x.route, &x.req
+	c.noteLBCursor(req, ri, x.killIDs)
 	if route.multi() {
 		switch {
 		case req.info.kind == kindGetMore && ri.cursorID == 0:

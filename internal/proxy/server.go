@@ -588,7 +588,7 @@ func (s *Server) drained() bool {
 func (c *client) busy() bool {
 	c.sessMu.Lock()
 	defer c.sessMu.Unlock()
-	return c.phase != phaseIdle || len(c.open) > 0
+	return c.phase != phaseIdle || len(c.open) > 0 || c.hasLBCursorsLocked()
 }
 
 // ClientInfo describes one connected client (SHOW CLIENTS).
@@ -603,6 +603,9 @@ type ClientInfo struct {
 	State        string // idle | waiting | active | pinned
 	PinnedServer string
 	Requests     uint64
+	// LoadBalanced is set when the client's handshake said loadBalanced
+	// (a driver with loadBalanced=true, behind a balancer).
+	LoadBalanced bool
 }
 
 // Clients returns a snapshot of the connected clients, oldest first.
@@ -630,6 +633,7 @@ func (c *client) describeSession(ci *ClientInfo) {
 	defer c.sessMu.Unlock()
 	ci.AppName = c.appName
 	ci.User = c.user
+	ci.LoadBalanced = c.lbMode.Load()
 	for _, p := range c.pins {
 		if p.conn != nil {
 			ci.PinnedServer = p.srv.Address()
