@@ -77,7 +77,10 @@ func TestDriverSeesDrainAtOnce(t *testing.T) {
 		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 		a, addr := bouncer(t, up.URI(), mode("transaction", 2))
 		var w sdamWatch
-		cl := driverWith(t, addr, "&heartbeatFrequencyMS=10000&serverMonitoringMode=stream", func(o *options.ClientOptions) {
+		cl := driverWith(t, addr, "&heartbeatFrequencyMS=10000", func(o *options.ClientOptions) {
+			// Go driver v2.9.3 parses serverMonitoringMode in a URI but
+			// does not apply it: set it here.
+			o.SetServerMonitoringMode(options.ServerMonitoringModeStream)
 			o.SetServerMonitor(w.monitor())
 		})
 		if err := cl.Ping(ctxT(t, 10*time.Second), nil); err != nil {
@@ -110,16 +113,14 @@ func TestDriverPollsWithTopologyVersion(t *testing.T) {
 		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
 		a, addr := bouncer(t, up.URI(), mode("transaction", 2))
 		var w sdamWatch
-		cl := driverWith(t, addr, "&heartbeatFrequencyMS=500&serverMonitoringMode=poll", func(o *options.ClientOptions) {
+		cl := driverWith(t, addr, "&heartbeatFrequencyMS=500", func(o *options.ClientOptions) {
+			o.SetServerMonitoringMode(options.ServerMonitoringModePoll)
 			o.SetServerMonitor(w.monitor())
 		})
 		if err := cl.Ping(ctxT(t, 10*time.Second), nil); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "3 polled heartbeats", func() bool {
-			t.Logf("polled %d awaited %d failed %d %v", w.polled.Load(), w.awaited.Load(), w.failed.Load(), w.lastFail.Load())
-			return w.polled.Load() >= 3
-		})
+		waitFor(t, "3 polled heartbeats", func() bool { return w.polled.Load() >= 3 })
 		if n, f := w.awaited.Load(), w.failed.Load(); n != 0 || f != 0 || a.Server().HellosWaiting() != 0 {
 			t.Errorf("poll mode: %d streamed, %d failed (%v), %d waiting hellos; want 0", n, f, w.lastFail.Load(), a.Server().HellosWaiting())
 		}
@@ -140,7 +141,8 @@ func TestInsertDuringDrainIsRetried(t *testing.T) {
 		a, addrA := bouncer(t, up.URI(), mode("transaction", 4))
 		_, addrB := bouncer(t, up.URI(), mode("transaction", 4))
 		var got91 atomic.Int64
-		cl := driverWith(t, addrA+","+addrB, "&heartbeatFrequencyMS=10000&serverMonitoringMode=poll&localThresholdMS=1000", func(o *options.ClientOptions) {
+		cl := driverWith(t, addrA+","+addrB, "&heartbeatFrequencyMS=10000&localThresholdMS=1000", func(o *options.ClientOptions) {
+			o.SetServerMonitoringMode(options.ServerMonitoringModePoll)
 			o.SetMonitor(&event.CommandMonitor{Failed: func(_ context.Context, e *event.CommandFailedEvent) {
 				if strings.Contains(e.Failure.Error(), "ShutdownInProgress") {
 					got91.Add(1)
@@ -201,7 +203,8 @@ func TestStreamingMonitorOutlivesLoginTimeout(t *testing.T) {
 		waitUsable(t, a, 1)
 		var w sdamWatch
 		// The application logs in; its monitor, as every driver's, does not.
-		cl := driverWith(t, addr, "&heartbeatFrequencyMS=2000&serverMonitoringMode=stream", func(o *options.ClientOptions) {
+		cl := driverWith(t, addr, "&heartbeatFrequencyMS=2000", func(o *options.ClientOptions) {
+			o.SetServerMonitoringMode(options.ServerMonitoringModeStream)
 			o.SetServerMonitor(w.monitor())
 			o.SetAuth(options.Credential{AuthSource: "admin", Username: "app", Password: authUsers["app"]})
 		})
@@ -217,6 +220,32 @@ func TestStreamingMonitorOutlivesLoginTimeout(t *testing.T) {
 		}
 		if err := cl.Ping(ctxT(t, 10*time.Second), nil); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// A streaming monitor gets a reply each heartbeat, for as long as it
+// streams, in stream mode and in the default (auto) mode.
+func TestDriverStreamsHeartbeats(t *testing.T) {
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		a, addr := bouncer(t, up.URI(), mode("transaction", 2))
+		for _, m := range []string{options.ServerMonitoringModeStream, options.ServerMonitoringModeAuto} {
+			var w sdamWatch
+			cl := driverWith(t, addr, "&heartbeatFrequencyMS=500", func(o *options.ClientOptions) {
+				o.SetServerMonitoringMode(m)
+				o.SetServerMonitor(w.monitor())
+			})
+			if err := cl.Ping(ctxT(t, 10*time.Second), nil); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "5 streamed heartbeats", func() bool { return w.awaited.Load() >= 5 })
+			if f := w.failed.Load(); f != 0 {
+				t.Errorf("%s: %d heartbeats failed (%v)", m, f, w.lastFail.Load())
+			}
+			if a.Server().HellosWaiting() < 1 {
+				t.Errorf("%s: no hello streaming", m)
+			}
 		}
 	})
 }
