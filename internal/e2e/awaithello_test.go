@@ -7,7 +7,13 @@ package e2e
 // outlives client_login_timeout.
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,6 +105,8 @@ func TestDriverSeesDrainAtOnce(t *testing.T) {
 		waitFor(t, "the driver to mark mongobouncer Unknown", func() bool { return !w.unknownAt().IsZero() })
 		if d := w.unknownAt().Sub(began); d > time.Second {
 			t.Errorf("the driver saw the drain %v after it began, want under 1s (heartbeat 10s)", d)
+		} else {
+			t.Logf("the driver saw the drain %v after it began", d)
 		}
 		if err := <-done; err != nil {
 			t.Errorf("shutdown: %v", err)
@@ -246,6 +254,58 @@ func TestDriverStreamsHeartbeats(t *testing.T) {
 			if a.Server().HellosWaiting() < 1 {
 				t.Errorf("%s: no hello streaming", m)
 			}
+		}
+	})
+}
+
+// The Node driver streams its monitoring too (serverMonitoringMode
+// stream, heartbeat 10s), and marks mongobouncer Unknown within a second of
+// the drain's start.
+func TestNodeDriverSeesDrainAtOnce(t *testing.T) {
+	modules := nodeModulesPath(t)
+	script, err := filepath.Abs(filepath.Join("testdata", "node_drain.js"))
+	must(t, err)
+	eachIO(t, func(t *testing.T) {
+		up := fakemongo.Start(t, fakemongo.Options{InMemory: true})
+		a, addr := bouncer(t, up.URI(), mode("transaction", 2))
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", script, "mongodb://"+addr+"/test", "stream")
+		home := t.TempDir()
+		cmd.Env = append(os.Environ(), "HOME="+home, "NODE_PATH="+modules)
+		cmd.Dir = home
+		cmd.WaitDelay = 5 * time.Second
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		stdin, err := cmd.StdinPipe()
+		must(t, err)
+		stdout, err := cmd.StdoutPipe()
+		must(t, err)
+		must(t, cmd.Start())
+		defer func() { _ = cmd.Wait() }()
+		lines := bufio.NewScanner(stdout)
+		if !lines.Scan() || lines.Text() != "ready" {
+			t.Fatalf("node: %q, want ready; stderr:\n%s", lines.Text(), stderr.String())
+		}
+		waitFor(t, "the Node driver's streaming hello", func() bool { return a.Server().HellosWaiting() >= 1 })
+		_, err = io.WriteString(stdin, "go\n")
+		must(t, err)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			done <- a.GracefulClose(ctx)
+		}()
+		if !lines.Scan() {
+			t.Fatalf("node ended without a line; stderr:\n%s", stderr.String())
+		}
+		var ms, awaited int
+		if _, err := fmt.Sscanf(lines.Text(), "unknown %d awaited %d", &ms, &awaited); err != nil || ms < 0 || ms > 1000 {
+			t.Errorf("node: %q (%v), want the server Unknown within 1000ms of the drain", lines.Text(), err)
+		}
+		t.Logf("node: %s", lines.Text())
+		if err := <-done; err != nil {
+			t.Errorf("shutdown: %v", err)
 		}
 	})
 }
