@@ -284,17 +284,56 @@ func (c *client) awaitChange(processID bson.ObjectID, counter int64, d time.Dura
 	if cur != counter || d <= 0 {
 		return nil
 	}
+	gone, stop := c.watchPeer()
+	defer stop()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-changed:
 	case <-t.C:
+	case <-gone:
+		return errClientGone
 	case <-s.stopping:
 		if !s.draining.Load() {
 			return errClientGone
 		}
 	}
 	return nil
+}
+
+// watchPeer reads the client's socket while its hello waits, so that a
+// client that closes its connection (a driver closes its monitor's at
+// will) frees its goroutine and its max_client_conn slot at once rather
+// than at the next reply's write. gone is closed when the connection ends;
+// a byte that comes (a client sends nothing while its hello is answered,
+// but nothing is lost if it does) is kept in rbuf for the next read, and
+// ends the watch only. stop ends the watch and returns once the reader
+// has, with no read deadline left on the connection.
+func (c *client) watchPeer() (gone <-chan struct{}, stop func()) {
+	if c.rhi == len(c.rbuf) {
+		return nil, func() {}
+	}
+	nc := c.nc
+	ch := make(chan struct{})
+	done := make(chan struct{})
+	var got int
+	go func() {
+		defer close(done)
+		// Owned by this goroutine until done is closed: the client's
+		// goroutine waits in awaitChange and touches neither.
+		n, err := nc.Read(c.rbuf[c.rhi : c.rhi+1])
+		got = n
+		if n == 0 && err != nil && !isTimeout(err) {
+			close(ch)
+		}
+	}()
+	return ch, func() {
+		_ = nc.SetReadDeadline(time.Now())
+		<-done
+		c.rhi += got
+		_ = nc.SetReadDeadline(time.Time{})
+		c.deadline = false
+	}
 }
 
 // serveHello answers an OP_MSG hello: at once, or after the awaitable

@@ -243,3 +243,52 @@ func TestStreamingHelloOutlivesLoginTimeout(t *testing.T) {
 		}
 	})
 }
+
+// A client that closes its connection while its hello waits is gone at
+// once, not at the next reply's write: its goroutine and its
+// max_client_conn slot are free.
+func TestClosedWhileWaitingIsGoneAtOnce(t *testing.T) {
+	eachModel(t, func(t *testing.T, o rigOptions) {
+		r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		plain, stream := r.client(0), r.client(0)
+		tv := topologyVersionOf(t, plain.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
+		plain.sendFlags(0, awaitHello(tv, 50_000))
+		stream.sendFlags(wire.FlagExhaustAllowed, awaitHello(tv, 50_000))
+		wait.Until(t, "two hellos waiting", 5*time.Second, time.Millisecond, func() bool { return r.s.HellosWaiting() == 2 })
+		plain.c.Close()
+		stream.c.Close()
+		wait.Until(t, "both clients gone", 2*time.Second, time.Millisecond, func() bool {
+			return r.s.HellosWaiting() == 0 && r.s.ClientCount() == 0
+		})
+	})
+}
+
+// A byte that comes while a hello waits is not lost: the wait goes on,
+// and the next request (its first byte sent early) is served whole.
+func TestByteDuringWaitIsKept(t *testing.T) {
+	eachModel(t, func(t *testing.T, o rigOptions) {
+		r := newRig(t, o, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+		cl := r.client(0)
+		tv := topologyVersionOf(t, cl.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
+		cl.sendFlags(0, awaitHello(tv, 500))
+		wait.Until(t, "a hello waiting", 5*time.Second, time.Millisecond, func() bool { return r.s.HellosWaiting() == 1 })
+		cl.id++
+		next := wire.AppendMsg(nil, cl.id, 0, 0, mustDoc(t, ping()))
+		if _, err := cl.c.Write(next[:1]); err != nil {
+			t.Fatal(err)
+		}
+		m, err := cl.recvMsg(5 * time.Second)
+		if err != nil || m.h.ResponseTo != cl.id-1 {
+			t.Fatalf("awaitable hello: %+v %v", m.h, err)
+		}
+		affOK(t, m.body)
+		if _, err := cl.c.Write(next[1:]); err != nil {
+			t.Fatal(err)
+		}
+		m, err = cl.recvMsg(5 * time.Second)
+		if err != nil || m.h.ResponseTo != cl.id {
+			t.Fatalf("ping after the hello: %+v %v", m.h, err)
+		}
+		affOK(t, m.body)
+	})
+}
