@@ -35,6 +35,7 @@ package proxy
 // Close ends every wait (stopping).
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -161,6 +162,47 @@ func (s *Server) quiesceReply() bsoncore.Document {
 		doc = out
 	}
 	return doc
+}
+
+// stampTopologyVersion rewrites in place the topologyVersion of a relayed
+// upstream reply body (a member's state change error) to ours, now, and
+// reports whether it did. A driver compares an error's topologyVersion
+// with the one it holds for the server that sent it, mongobouncer, and
+// ignores an error that is not newer: a member's stepdown is then what it
+// is to the client, a retryable error, and not a change of mongobouncer's
+// own state (which would make a streaming driver mark mongobouncer Unknown
+// until its next streamed heartbeat). A reply without a topologyVersion
+// (a server before 4.4), or with one of other types, is left as it is.
+func (s *Server) stampTopologyVersion(body []byte) bool {
+	if len(body) < 5 {
+		return false
+	}
+	rest := body[4 : len(body)-1]
+	for len(rest) > 0 {
+		el, next, ok := bsoncore.ReadElement(rest)
+		if !ok {
+			return false
+		}
+		rest = next
+		if el.Key() != "topologyVersion" {
+			continue
+		}
+		d, ok := el.Value().DocumentOK()
+		if !ok {
+			return false
+		}
+		pid, err1 := d.LookupErr("processId")
+		cnt, err2 := d.LookupErr("counter")
+		if err1 != nil || err2 != nil || pid.Type != bsoncore.TypeObjectID || len(pid.Data) != 12 ||
+			cnt.Type != bsoncore.TypeInt64 || len(cnt.Data) != 8 {
+			return false
+		}
+		// Data alias body.
+		copy(pid.Data, s.topo.processID[:])
+		binary.LittleEndian.PutUint64(cnt.Data, uint64(s.topo.counter.Load()))
+		return true
+	}
+	return false
 }
 
 // helloAwait is what a hello asks of the awaitable protocol.

@@ -242,3 +242,37 @@ func TestHelloDuringDrainIsQuiesce(t *testing.T) {
 		t.Fatalf("hello during the drain: topologyVersion %v", doc.Lookup("topologyVersion"))
 	}
 }
+
+// A member's state change error reaches the client with mongobouncer's
+// topologyVersion in place of the member's, bytes otherwise unchanged; a
+// reply without one, or with other types, is left alone.
+func TestStampTopologyVersion(t *testing.T) {
+	s := &Server{}
+	s.topo.init()
+	s.topo.bump()
+	member := bson.NewObjectID()
+	body := mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(10107)},
+		{Key: "topologyVersion", Value: bson.D{{Key: "processId", Value: member}, {Key: "counter", Value: int64(7)}}},
+		{Key: "errorLabels", Value: bson.A{"RetryableWriteError"}}})
+	n := len(body)
+	if !s.stampTopologyVersion(body) || len(body) != n {
+		t.Fatal("not stamped")
+	}
+	pid, _ := body.Lookup("topologyVersion", "processId").ObjectIDOK()
+	cnt, _ := body.Lookup("topologyVersion", "counter").Int64OK()
+	if pid != s.topo.processID || cnt != 1 || codeOf(body) != 10107 || !equalStrings(labelsOf(body), []string{"RetryableWriteError"}) {
+		t.Fatalf("stamped: %v", bson.Raw(body))
+	}
+	for _, d := range []bson.D{
+		{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(10107)}},
+		{{Key: "topologyVersion", Value: bson.D{{Key: "processId", Value: "x"}, {Key: "counter", Value: int64(1)}}}},
+		{{Key: "topologyVersion", Value: bson.D{{Key: "processId", Value: member}, {Key: "counter", Value: int32(1)}}}},
+		{{Key: "topologyVersion", Value: 3}},
+	} {
+		b := mustDoc(t, d)
+		orig := append([]byte(nil), b...)
+		if s.stampTopologyVersion(b) || string(b) != string(orig) {
+			t.Errorf("%v stamped", bson.Raw(orig))
+		}
+	}
+}
