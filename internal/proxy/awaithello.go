@@ -356,6 +356,9 @@ func (c *client) watchPeer() (gone <-chan struct{}, stop func()) {
 		return nil, func() {}
 	}
 	nc := c.nc
+	// The deadline of the read that brought the hello (client_idle_timeout,
+	// the login rule) does not bound the wait: the watch runs until stop.
+	_ = nc.SetReadDeadline(time.Time{})
 	ch := make(chan struct{})
 	done := make(chan struct{})
 	var got int
@@ -392,6 +395,9 @@ func (c *client) serveHello(responseTo int32, compressed bool, compID wire.Compr
 		}
 	}
 	hr := parseHello(body, req.name())
+	// Read before the reply is built: a change in between makes the next
+	// wait end at once (a reply twice, never a change missed).
+	counter := c.s.topo.counter.Load()
 	doc := c.answerHello(body, req.name())
 	if req.more {
 		return nil
@@ -405,26 +411,18 @@ func (c *client) serveHello(responseTo int32, compressed bool, compID wire.Compr
 	// that topologyVersion).
 	interval := max(a.maxAwait, minStreamInterval)
 	for {
-		counter := c.s.topo.counter.Load()
 		if err := c.boundedReply(responseTo, wire.FlagMoreToCome, compressed, compID, req.name(), doc); err != nil {
 			return err
 		}
 		responseTo = c.nextID
 		putBuffer(c.out)
 		c.out = nil
-		began := time.Now()
+		// Only a change answers sooner than interval, which is at least
+		// minStreamInterval.
 		if err := c.awaitChange(c.s.topo.processID, counter, interval); err != nil {
 			return err
 		}
-		if c.s.topo.counter.Load() == counter {
-			// Woken by the timer: the floor holds even then (only a
-			// change answers sooner).
-			if rest := minStreamInterval - time.Since(began); rest > 0 {
-				if err := c.awaitChange(c.s.topo.processID, counter, rest); err != nil {
-					return err
-				}
-			}
-		}
+		counter = c.s.topo.counter.Load()
 		doc = c.helloState(hr)
 		if okOf(doc) != 1 {
 			// The last reply: without moreToCome.
