@@ -117,6 +117,15 @@ func TestStreamingHello(t *testing.T) {
 		if d := time.Since(began); d < 1700*time.Millisecond || d > 5*time.Second {
 			t.Errorf("3 streamed replies in %v, want one per 600ms", d)
 		}
+		// The stream holds its client's goroutine only: another client is
+		// served meanwhile, by the loop where there is one.
+		other := r.client(0)
+		for range 3 {
+			affOK(t, other.cmd(ping()))
+		}
+		if n := r.s.HellosWaiting(); n != 1 {
+			t.Errorf("%d hellos waiting, want the stream's", n)
+		}
 	})
 }
 
