@@ -65,9 +65,10 @@
 //     drivers' own: epollDriver.tabMu, ringUp.mu, and flusher.mu (linger_linux.go).
 //  5. Metrics (the Observer), which take no lock of ours.
 //
-// Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu
-// and passAuth.setMu (a pass-through user's secret) are leaves: nothing
-// else is taken while one is held.
+// Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu,
+// passAuth.setMu (a pass-through user's secret) and topoState.mu (the
+// topologyVersion of hello replies) are leaves: nothing else is taken
+// while one is held.
 //
 // # Panics
 //
