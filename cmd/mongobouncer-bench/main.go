@@ -133,6 +133,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		slowFor    = fs.Duration("slow-for", 0, "-sweep: how long the slowdown lasts")
 		plotPath   = fs.String("plot", "", "-sweep: write the adaptive limit over time to this PNG (suffixed -N per client count when there are several)")
 		rotate     = fs.Int("sweep-rotate", 0, "-sweep: start the size order at this index, so that repeated runs alternate which size goes first")
+		modelArg   = fs.String("model", "", "-sweep against a capacity model in this process instead of -upstream: WORKERS,SERVICE[,CONTENTION] (8,5ms,0.3: 8 commands served at once, 5 ms each, each 30 % slower per 8 commands beyond 8 in the server)")
+		autoBinArg = fs.String("auto-bin", "", "-sweep: NAME=PATH,... mongobouncer builds for sizes auto-NAME (another limiter algorithm, linked in with -ldflags -X)")
 		scrape     = fs.Duration("scrape", 250*time.Millisecond, "-sweep: how often the adaptive limit is read from /metrics")
 	)
 	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client), driver (insert/find/update through the Go driver) or find-insert (80 % findOne by _id, 20 % insertOne, through the Go driver)")
@@ -165,10 +167,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		switch {
 		case err != nil:
 			return usage("-sweep: %v", err)
-		case *sweepBin == "" || *upstream == "":
-			return usage("-sweep needs -bouncer and -upstream")
+		case *sweepBin == "" || (*upstream == "") == (*modelArg == ""):
+			return usage("-sweep needs -bouncer and one of -upstream and -model")
 		case *slowDelay > 0 && (*slowFor <= 0 || *slowAt+*slowFor > cfg.Duration):
 			return usage("-slow-delay needs -slow-for > 0 and the slowdown within -duration")
+		}
+		autoBins, err := parseAutoBins(*autoBinArg)
+		if err != nil {
+			return usage("-auto-bin: %v", err)
+		}
+		if *modelArg != "" {
+			c, err := parseModel(*modelArg)
+			if err != nil {
+				return usage("-model: %v", err)
+			}
+			m, err := startModel(c)
+			if err != nil {
+				fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)
+				return 1
+			}
+			defer m.Close()
+			*upstream = m.Addr()
 		}
 		level := slog.LevelWarn
 		if *verbose {
@@ -185,7 +204,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		var out output
 		out.Sweep, err = runSweep(ctx, sweep{cfg: cfg, counts: slices.DeleteFunc(clientCounts, func(n int) bool { return n == 0 }),
-			sizes: sizes, bin: *sweepBin, upstream: *upstream, mode: *bMode, loop: *bLoop, slowDelay: *slowDelay,
+			sizes: sizes, bin: *sweepBin, autoBins: autoBins, upstream: *upstream, mode: *bMode, loop: *bLoop, slowDelay: *slowDelay,
 			slowAt: *slowAt, slowFor: *slowFor, plot: *plotPath, rotate: *rotate, scrape: *scrape}, table)
 		if err != nil {
 			out.Error = err.Error()

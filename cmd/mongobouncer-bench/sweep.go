@@ -28,11 +28,14 @@ const limitMetric = "mongobouncer_pool_limit"
 
 // sweep is what runSweep measures.
 type sweep struct {
-	cfg      loadgen.Config
-	counts   []int
-	sizes    []string // "2", "4", ..., "auto"
-	bin      string   // the mongobouncer binary
-	upstream string   // host:port of the upstream (FerretDB)
+	cfg    loadgen.Config
+	counts []int
+	sizes  []string // "2", "4", ..., "auto", "auto-NAME"
+	bin    string   // the mongobouncer binary
+	// autoBins are the binaries of "auto-NAME" sizes, by NAME: builds
+	// whose "auto" uses another algorithm (-auto-bin).
+	autoBins map[string]string
+	upstream string // host:port of the upstream (FerretDB)
 	mode     string
 	loop     bool
 	// The slowdown: from slowAt after a run's start, for slowFor, the
@@ -53,7 +56,12 @@ type sweepRow struct {
 	Limit []loadgen.Point `json:"limit,omitempty"`
 }
 
-// parseSizes parses -sweep: pool sizes of 1 or more, or "auto".
+// isAuto reports whether a -sweep size is adaptive ("auto" or
+// "auto-NAME").
+func isAuto(size string) bool { return size == "auto" || strings.HasPrefix(size, "auto-") }
+
+// parseSizes parses -sweep: pool sizes of 1 or more, "auto", or
+// "auto-NAME" (auto with the -auto-bin binary called NAME).
 func parseSizes(s string) ([]string, error) {
 	var out []string
 	for part := range strings.SplitSeq(s, ",") {
@@ -61,7 +69,7 @@ func parseSizes(s string) ([]string, error) {
 		if part == "" {
 			continue
 		}
-		if n, err := strconv.Atoi(part); part != "auto" && (err != nil || n < 1) {
+		if n, err := strconv.Atoi(part); !isAuto(part) && (err != nil || n < 1) {
 			return nil, fmt.Errorf("bad pool size %q (want a number of 1 or more, or auto)", part)
 		}
 		out = append(out, part)
@@ -111,7 +119,14 @@ func sweepOne(ctx context.Context, s sweep, clients int, size string) (sweepRow,
 		return sweepRow{}, err
 	}
 	defer relay.Close()
-	b, err := startBouncer(s.bin, relay.Addr(), size, s.mode, s.loop)
+	bin, poolSize := s.bin, size
+	if name, ok := strings.CutPrefix(size, "auto-"); ok {
+		if bin, ok = s.autoBins[name]; !ok {
+			return sweepRow{}, fmt.Errorf("no -auto-bin for %q", name)
+		}
+		poolSize = "auto"
+	}
+	b, err := startBouncer(bin, relay.Addr(), poolSize, s.mode, s.loop)
 	if err != nil {
 		return sweepRow{}, err
 	}
@@ -123,7 +138,7 @@ func sweepOne(ctx context.Context, s sweep, clients int, size string) (sweepRow,
 	defer cancel()
 	var limit chan []loadgen.Point
 	cfg.OnStart = func(start time.Time) {
-		if size == "auto" {
+		if isAuto(size) {
 			limit = make(chan []loadgen.Point, 1)
 			go func() {
 				limit <- loadgen.WatchMetric(runCtx, "http://"+b.admin+"/metrics", limitMetric, start, s.scrape)
@@ -222,7 +237,7 @@ func freeAddr() (string, error) {
 func writeSweepTable(w io.Writer, clients int, s sweep, rows []sweepRow) {
 	best := -1
 	for i, r := range rows {
-		if r.Size != "auto" && (best < 0 || r.Result.OpsPerSec > rows[best].Result.OpsPerSec) {
+		if !isAuto(r.Size) && (best < 0 || r.Result.OpsPerSec > rows[best].Result.OpsPerSec) {
 			best = i
 		}
 	}
@@ -268,7 +283,7 @@ func writeSweepPlot(path string, s sweep, clients int, rows []sweepRow) error {
 	}
 	for _, r := range rows {
 		if len(r.Limit) > 0 {
-			p.Series = append(p.Series, loadgen.PlotSeries{Name: "limit", Points: r.Limit, Color: loadgen.PlotColors[len(p.Series)%len(loadgen.PlotColors)]})
+			p.Series = append(p.Series, loadgen.PlotSeries{Name: r.Size, Points: r.Limit, Color: loadgen.PlotColors[len(p.Series)%len(loadgen.PlotColors)]})
 		}
 	}
 	if len(p.Series) == 0 {
