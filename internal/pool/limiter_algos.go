@@ -1,10 +1,10 @@
 package pool
 
-// The other adaptive-limit algorithms measured against Gradient2 (limiter.go)
-// for max_pool_size = "auto": Vegas and AIMD as Netflix's concurrency-limits
-// defines them, fed the same windows of samples. Which one "auto" uses is
-// limiterAlgorithm; docs/pool.md and docs/performance.md say how they were
-// compared and why the default is what it is.
+// The adaptive-limit algorithms beside Gradient2 (limiter.go) for
+// max_pool_size = "auto": Vegas, which "auto" uses, and AIMD, as Netflix's
+// concurrency-limits defines them, fed the same windows of samples. Which
+// one "auto" uses is limiterAlgorithm; docs/pool.md and docs/performance.md
+// say how they were compared and why Vegas.
 
 import (
 	"math"
@@ -32,22 +32,24 @@ const (
 	AlgorithmAIMD      = "aimd"
 )
 
-// limiterAlgorithm is the algorithm "auto" uses. It is a variable, not a
-// setting, so that the sweep (cmd/mongobouncer-bench) can build binaries
-// with another one (go build -ldflags "-X
-// github.com/mongobouncer/mongobouncer/internal/pool.limiterAlgorithm=vegas")
-// and compare them; an unknown name means the default.
-var limiterAlgorithm = AlgorithmGradient2
+// limiterAlgorithm is the algorithm "auto" uses: Vegas, chosen by the
+// capacity-model sweep of docs/performance.md (the only one of the three
+// within 0.95x of the best fixed size's throughput there). It is a
+// variable, not a setting, so that the sweep (cmd/mongobouncer-bench) can
+// build binaries with another one (go build -ldflags "-X
+// github.com/mongobouncer/mongobouncer/internal/pool.limiterAlgorithm=gradient2")
+// and compare them again; an unknown name means Vegas.
+var limiterAlgorithm = AlgorithmVegas
 
 // newAdaptiveLimiter returns the limiter limiterAlgorithm names.
 func newAdaptiveLimiter(o LimiterOptions) limiter {
 	switch limiterAlgorithm {
-	case AlgorithmVegas:
-		return NewVegasLimiter(o)
+	case AlgorithmGradient2:
+		return NewLimiter(o)
 	case AlgorithmAIMD:
 		return NewAIMDLimiter(o)
 	}
-	return NewLimiter(o)
+	return NewVegasLimiter(o)
 }
 
 // window aggregates samples into one update, as Limiter does: at least

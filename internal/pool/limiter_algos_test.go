@@ -113,7 +113,7 @@ func TestNewAdaptiveLimiterFollowsAlgorithm(t *testing.T) {
 	defer func(old string) { limiterAlgorithm = old }(limiterAlgorithm)
 	for name, want := range map[string]string{
 		AlgorithmGradient2: "*pool.Limiter", AlgorithmVegas: "*pool.VegasLimiter",
-		AlgorithmAIMD: "*pool.AIMDLimiter", "unknown": "*pool.Limiter",
+		AlgorithmAIMD: "*pool.AIMDLimiter", "unknown": "*pool.VegasLimiter",
 	} {
 		limiterAlgorithm = name
 		if got := typeName(newAdaptiveLimiter(LimiterOptions{})); got != want {
