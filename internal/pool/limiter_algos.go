@@ -30,6 +30,9 @@ const (
 	AlgorithmGradient2 = "gradient2"
 	AlgorithmVegas     = "vegas"
 	AlgorithmAIMD      = "aimd"
+	// AlgorithmVegasTight is Vegas keeping a shorter queue at the
+	// upstream: α = 2·log10 L, β = 4·log10 L (vegasTightAlpha, ...).
+	AlgorithmVegasTight = "vegas-tight"
 )
 
 // limiterAlgorithm is the algorithm "auto" uses: Vegas, chosen by the
@@ -48,6 +51,10 @@ func newAdaptiveLimiter(o LimiterOptions) limiter {
 		return NewLimiter(o)
 	case AlgorithmAIMD:
 		return NewAIMDLimiter(o)
+	case AlgorithmVegasTight:
+		l := NewVegasLimiter(o)
+		l.alpha, l.beta = vegasTightAlpha, vegasTightBeta
+		return l
 	}
 	return NewVegasLimiter(o)
 }
@@ -132,6 +139,13 @@ func (b bounds) clamp(v float64) float64 { return math.Max(b.floor, math.Min(b.c
 // at least 1, in whole steps.
 func log10Root(limit float64) float64 { return math.Max(1, math.Floor(math.Log10(limit))) }
 
+// Vegas's queue bounds as multiples of log10(limit): concurrency-limits'
+// (3, 6), and the tighter pair measured beside them.
+const (
+	vegasAlpha, vegasBeta           = 3, 6
+	vegasTightAlpha, vegasTightBeta = 2, 4
+)
+
 // vegasProbe is how many windows, times the limit, pass before the
 // no-load RTT is forgotten and measured again (concurrency-limits'
 // probeMultiplier, counted in windows here).
@@ -144,6 +158,8 @@ const vegasProbe = 30
 // takes log10(limit) off. The no-load RTT is the lowest window mean, reset
 // every vegasProbe × limit windows. Not safe for concurrent use (Pool.mu).
 type VegasLimiter struct {
+	alpha     float64 // the queue below which the limit grows, × log10(limit)
+	beta      float64 // the queue above which it falls, × log10(limit); also the fast step
 	b         bounds
 	w         window
 	limit     float64
@@ -156,7 +172,7 @@ type VegasLimiter struct {
 // NewVegasLimiter returns a VegasLimiter with o's bounds and window.
 func NewVegasLimiter(o LimiterOptions) *VegasLimiter {
 	b, initial := newBounds(o)
-	return &VegasLimiter{b: b, w: newWindow(o), limit: initial}
+	return &VegasLimiter{alpha: vegasAlpha, beta: vegasBeta, b: b, w: newWindow(o), limit: initial}
 }
 
 // Limit returns the current limit.
@@ -217,10 +233,10 @@ func (l *VegasLimiter) update() {
 	queue := math.Ceil(l.limit * (1 - l.noLoad/rtt))
 	switch {
 	case queue <= lg:
-		l.limit += 6 * lg
-	case queue < 3*lg:
+		l.limit += l.beta * lg
+	case queue < l.alpha*lg:
 		l.limit += lg
-	case queue > 6*lg:
+	case queue > l.beta*lg:
 		l.limit -= lg
 	}
 	l.limit = l.b.clamp(l.limit)
