@@ -30,9 +30,6 @@ const (
 	AlgorithmGradient2 = "gradient2"
 	AlgorithmVegas     = "vegas"
 	AlgorithmAIMD      = "aimd"
-	// AlgorithmVegasTight is Vegas keeping a shorter queue at the
-	// upstream: α = 2·log10 L, β = 4·log10 L (vegasTightAlpha, ...).
-	AlgorithmVegasTight = "vegas-tight"
 )
 
 // limiterAlgorithm is the algorithm "auto" uses: Vegas, chosen by the
@@ -51,10 +48,6 @@ func newAdaptiveLimiter(o LimiterOptions) limiter {
 		return NewLimiter(o)
 	case AlgorithmAIMD:
 		return NewAIMDLimiter(o)
-	case AlgorithmVegasTight:
-		l := NewVegasLimiter(o)
-		l.alpha, l.beta = vegasTightAlpha, vegasTightBeta
-		return l
 	}
 	return NewVegasLimiter(o)
 }
@@ -139,12 +132,9 @@ func (b bounds) clamp(v float64) float64 { return math.Max(b.floor, math.Min(b.c
 // at least 1, in whole steps.
 func log10Root(limit float64) float64 { return math.Max(1, math.Floor(math.Log10(limit))) }
 
-// Vegas's queue bounds as multiples of log10(limit): concurrency-limits'
-// (3, 6), and the tighter pair measured beside them.
-const (
-	vegasAlpha, vegasBeta           = 3, 6
-	vegasTightAlpha, vegasTightBeta = 2, 4
-)
+// Vegas's queue bounds as multiples of log10(limit), concurrency-limits'
+// (a tighter 2 and 4 measured no better: docs/performance.md).
+const vegasAlpha, vegasBeta = 3, 6
 
 // vegasProbe is how many windows, times the limit, pass before the
 // no-load RTT is forgotten and measured again (concurrency-limits'
