@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/loadgen"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 )
 
 func main() {
@@ -134,6 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		plotPath   = fs.String("plot", "", "-sweep: write the adaptive limit over time to this PNG (suffixed -N per client count when there are several)")
 		rotate     = fs.Int("sweep-rotate", 0, "-sweep: start the size order at this index, so that repeated runs alternate which size goes first")
 		modelArg   = fs.String("model", "", "-sweep against a capacity model in this process instead of -upstream: WORKERS,SERVICE[,CONTENTION] (8,5ms,0.3: 8 commands served at once, 5 ms each, each 30 % slower per 8 commands beyond 8 in the server)")
+		slowWork   = fs.Int("slow-workers", 0, "-sweep -model: the other slowdown, a background job taking this many of the model's workers from -slow-at for -slow-for")
 		autoBinArg = fs.String("auto-bin", "", "-sweep: NAME=PATH,... mongobouncer builds for sizes auto-NAME (another limiter algorithm, linked in with -ldflags -X)")
 		scrape     = fs.Duration("scrape", 250*time.Millisecond, "-sweep: how often the adaptive limit is read from /metrics")
 	)
@@ -169,13 +171,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return usage("-sweep: %v", err)
 		case *sweepBin == "" || (*upstream == "") == (*modelArg == ""):
 			return usage("-sweep needs -bouncer and one of -upstream and -model")
-		case *slowDelay > 0 && (*slowFor <= 0 || *slowAt+*slowFor > cfg.Duration):
-			return usage("-slow-delay needs -slow-for > 0 and the slowdown within -duration")
+		case (*slowDelay > 0 || *slowWork > 0) && (*slowFor <= 0 || *slowAt+*slowFor > cfg.Duration):
+			return usage("-slow-delay and -slow-workers need -slow-for > 0 and the slowdown within -duration")
+		case *slowWork > 0 && *modelArg == "":
+			return usage("-slow-workers needs -model")
 		}
 		autoBins, err := parseAutoBins(*autoBinArg)
 		if err != nil {
 			return usage("-auto-bin: %v", err)
 		}
+		var model *fakemongo.Server
 		if *modelArg != "" {
 			c, err := parseModel(*modelArg)
 			if err != nil {
@@ -187,7 +192,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			defer m.Close()
-			*upstream = m.Addr()
+			*upstream, model = m.Addr(), m
 		}
 		level := slog.LevelWarn
 		if *verbose {
@@ -204,7 +209,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		var out output
 		out.Sweep, err = runSweep(ctx, sweep{cfg: cfg, counts: slices.DeleteFunc(clientCounts, func(n int) bool { return n == 0 }),
-			sizes: sizes, bin: *sweepBin, autoBins: autoBins, upstream: *upstream, mode: *bMode, loop: *bLoop, slowDelay: *slowDelay,
+			sizes: sizes, bin: *sweepBin, autoBins: autoBins, model: model, slowWorkers: *slowWork, upstream: *upstream, mode: *bMode, loop: *bLoop, slowDelay: *slowDelay,
 			slowAt: *slowAt, slowFor: *slowFor, plot: *plotPath, rotate: *rotate, scrape: *scrape}, table)
 		if err != nil {
 			out.Error = err.Error()

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/loadgen"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 )
 
 // limitMetric is the adaptive limit's series in mongobouncer's /metrics.
@@ -41,9 +42,13 @@ type sweep struct {
 	// The slowdown: from slowAt after a run's start, for slowFor, the
 	// relay holds every reply back by slowDelay (0: no slowdown).
 	slowDelay, slowAt, slowFor time.Duration
-	plot                       string // PNG path ("": none); one per count, suffixed with it when several
-	rotate                     int    // start the size order at this index (alternates repeated runs)
-	scrape                     time.Duration
+	// slowWorkers, with the capacity model, is the other slowdown: a
+	// background job takes this many of its workers for the same span.
+	slowWorkers int
+	model       *fakemongo.Server // the -model upstream, nil with -upstream
+	plot        string            // PNG path ("": none); one per count, suffixed with it when several
+	rotate      int               // start the size order at this index (alternates repeated runs)
+	scrape      time.Duration
 }
 
 // sweepRow is one size's run at one client count.
@@ -144,8 +149,14 @@ func sweepOne(ctx context.Context, s sweep, clients int, size string) (sweepRow,
 				limit <- loadgen.WatchMetric(runCtx, "http://"+b.admin+"/metrics", limitMetric, start, s.scrape)
 			}()
 		}
-		if s.slowDelay > 0 {
-			go slowDown(runCtx, relay, start, s.slowAt, s.slowFor, s.slowDelay)
+		switch {
+		case s.slowWorkers > 0 && s.model != nil:
+			var release func()
+			go during(runCtx, start, s.slowAt, s.slowFor,
+				func() { release = s.model.Occupy(runCtx, s.slowWorkers) }, func() { release() })
+		case s.slowDelay > 0:
+			go during(runCtx, start, s.slowAt, s.slowFor,
+				func() { relay.SetDelay(s.slowDelay) }, func() { relay.SetDelay(0) })
 		}
 	}
 	res, err := loadgen.Run(ctx, b.listen, cfg)
@@ -157,8 +168,9 @@ func sweepOne(ctx context.Context, s sweep, clients int, size string) (sweepRow,
 	return row, err
 }
 
-// slowDown delays the relay's replies from at to at+dur after start.
-func slowDown(ctx context.Context, relay *loadgen.Relay, start time.Time, at, dur, delay time.Duration) {
+// during calls on at at after start and off at at+dur (or when ctx ends,
+// if on was called).
+func during(ctx context.Context, start time.Time, at, dur time.Duration, on, off func()) {
 	sleepUntil := func(t time.Time) bool {
 		timer := time.NewTimer(time.Until(t))
 		defer timer.Stop()
@@ -169,11 +181,11 @@ func slowDown(ctx context.Context, relay *loadgen.Relay, start time.Time, at, du
 			return true
 		}
 	}
-	defer relay.SetDelay(0)
 	if !sleepUntil(start.Add(at)) {
 		return
 	}
-	relay.SetDelay(delay)
+	on()
+	defer off()
 	sleepUntil(start.Add(at + dur))
 }
 
@@ -242,7 +254,9 @@ func writeSweepTable(w io.Writer, clients int, s sweep, rows []sweepRow) {
 		}
 	}
 	slow := "none"
-	if s.slowDelay > 0 {
+	if s.slowWorkers > 0 {
+		slow = fmt.Sprintf("%d workers taken from %v to %v", s.slowWorkers, s.slowAt, s.slowAt+s.slowFor)
+	} else if s.slowDelay > 0 {
 		slow = fmt.Sprintf("+%v per reply from %v to %v", s.slowDelay, s.slowAt, s.slowAt+s.slowFor)
 	}
 	fmt.Fprintf(w, "\n== %d clients, %s workload, %v per size, slowdown %s\n", clients, s.cfg.Workload, s.cfg.Duration, slow)
@@ -277,7 +291,10 @@ func writeSweepTable(w io.Writer, clients int, s sweep, rows []sweepRow) {
 // shaded.
 func writeSweepPlot(path string, s sweep, clients int, rows []sweepRow) error {
 	p := loadgen.Plot{Title: fmt.Sprintf("adaptive pool limit, %d clients, %s", clients, s.cfg.Workload)}
-	if s.slowDelay > 0 {
+	if s.slowWorkers > 0 {
+		p.Title += fmt.Sprintf(", %d workers taken (shaded)", s.slowWorkers)
+		p.Shade = [][2]time.Duration{{s.slowAt, s.slowAt + s.slowFor}}
+	} else if s.slowDelay > 0 {
 		p.Title += fmt.Sprintf(", +%v per reply (shaded)", s.slowDelay)
 		p.Shade = [][2]time.Duration{{s.slowAt, s.slowAt + s.slowFor}}
 	}

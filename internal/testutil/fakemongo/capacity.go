@@ -9,6 +9,8 @@ package fakemongo
 // measured against it (cmd/mongobouncer-bench -model).
 
 import (
+	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -84,4 +86,38 @@ func underCapacity(cmd string) bool {
 		return false
 	}
 	return true
+}
+
+// Occupy takes n of the capacity model's workers away from commands, as a
+// heavy background job would, and counts them as outstanding for the
+// contention; it returns once it holds them (it queues behind commands
+// already waiting) or ctx ends, and release gives them back. Without a
+// model it does nothing.
+func (s *Server) Occupy(ctx context.Context, n int) (release func()) {
+	m := s.capacity
+	if m == nil || n <= 0 {
+		return func() {}
+	}
+	held := 0
+take:
+	for held < n {
+		select {
+		case m.workers <- struct{}{}:
+			held++
+			m.outstanding.Add(1)
+		case <-ctx.Done():
+			break take
+		case <-s.killed:
+			break take
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for range held {
+				<-m.workers
+			}
+			m.outstanding.Add(-int64(held))
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package fakemongo
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -45,5 +46,33 @@ func TestCapacityContentionStretchesService(t *testing.T) {
 	}
 	if newCapacity(&Capacity{Workers: 4}) != nil || newCapacity(nil) != nil {
 		t.Error("a model without a service time must be off")
+	}
+}
+
+// TestCapacityOccupy: with 2 of 3 workers taken by a background job, three
+// pings of 50 ms run one at a time; after release they run together.
+func TestCapacityOccupy(t *testing.T) {
+	s := Start(t, Options{Capacity: &Capacity{Workers: 3, Service: 50 * time.Millisecond}})
+	clients := []*rawClient{dialRaw(t, s), dialRaw(t, s), dialRaw(t, s)}
+	round := func() time.Duration {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, c := range clients {
+			wg.Go(func() { mustOK(t, c.roundTrip(d{{"ping", 1}, {"$db", "admin"}})) })
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	release := s.Occupy(context.Background(), 2)
+	if el := round(); el < 150*time.Millisecond {
+		t.Fatalf("3 pings with 1 free worker took %v, want at least 150ms", el)
+	}
+	release()
+	release() // a second call does nothing
+	if el := round(); el > 5*time.Second {
+		t.Fatalf("3 pings on 3 free workers took %v", el)
+	}
+	if got := s.capacity.outstanding.Load(); got != 0 {
+		t.Fatalf("outstanding %d after release, want 0", got)
 	}
 }
