@@ -11,6 +11,8 @@
 //	mongobouncer-bench -spawn bin/mongobouncer -idle 1000,5000,10000,19000 -idle-repeat 3
 //	mongobouncer-bench -sweep 2,4,8,16,32,64,auto -bouncer bin/mongobouncer -upstream 127.0.0.1:27017 \
 //	    -workload find-insert -clients 10,100,1000 -slow-delay 5ms -slow-at 10s -slow-for 10s -plot limit.png
+//	mongobouncer-bench -sweep 8,16,auto,auto-gradient2 -bouncer bin/mongobouncer -auto-bin gradient2=/tmp/mb-g2 \
+//	    -model 8,5ms,0.3 -clients 100 -slow-workers 6 -slow-at 10s -slow-for 10s
 //
 // With -sweep, the tool starts one mongobouncer per pool size in turn
 // (fixed sizes and "auto"), each in front of -upstream through a relay of
@@ -18,6 +20,9 @@
 // the workload through it, and prints each size's throughput and p99
 // against the best fixed size's; for "auto" it records the adaptive limit
 // from mongobouncer's /metrics and draws it over time as a PNG (-plot).
+// -model replaces -upstream with fakemongo's capacity model in this
+// process (k workers of a fixed service time), where the right size is
+// known; -auto-bin adds builds whose "auto" uses another algorithm.
 //
 // With -spawn, the tool starts a fast fake upstream (this binary again, in
 // a process of its own) and the given mongobouncer binary in front of it,
