@@ -52,9 +52,9 @@ func (s clientState) String() string {
 // client is one driver connection.
 //
 // Ownership: the fields without a comment of their own are owned by whoever
-// serves the client, its goroutine or the loop thread holding lc.ownMu
-// (lc.state says which); the hand-over between them happens under
-// lc.ownMu. sessMu guards the session state that other clients touch when
+// serves the client, its goroutine or the loop thread holding lc.Mu
+// (lc.State says which); the hand-over between them happens under
+// lc.Mu. sessMu guards the session state that other clients touch when
 // they end a transaction this client began, and that SHOW CLIENTS and
 // Shutdown read.
 type client struct {
@@ -91,12 +91,7 @@ type client struct {
 	// serves the client, read by the idle sweeper.
 	lastRoute atomic.Pointer[Route]
 
-	hdr [wire.HeaderLen]byte
-	// rbuf holds bytes read from the client but not yet consumed
-	// (rbuf[rlo:rhi]); small enough to keep idle clients cheap, large
-	// enough for most commands to arrive in one read.
-	rbuf     [512]byte
-	rlo, rhi int
+	hdr      [wire.HeaderLen]byte
 	deadline bool    // a read deadline is set on nc
 	in       *buffer // the request being handled
 	aux      *buffer // decompressed request
@@ -245,14 +240,14 @@ func (c *client) finish(err error) {
 // closeOwned marks a client its goroutine owns closed for the loop, which
 // forgets it, under ownMu.
 func (c *client) closeOwned() {
-	c.lc.ownMu.Lock()
-	defer c.lc.ownMu.Unlock()
-	c.lc.state = lsClosed
+	c.lc.Mu.Lock()
+	defer c.lc.Mu.Unlock()
+	c.lc.State = lsClosed
 	c.lingerOnClose()
 	c.loopForget()
 }
 
-// finishLocked ends a client the loop owns, holding c.lc.ownMu. Such a client
+// finishLocked ends a client the loop owns, holding c.lc.Mu. Such a client
 // has no transaction open and nothing pinned, so cleanup does no I/O.
 func (c *client) finishLocked(err error) {
 	c.cleanup()
@@ -296,24 +291,22 @@ func (c *client) read() ([]byte, error) {
 	// The wait for a message is bounded by client_idle_timeout and the
 	// login rule; a message begun, by partialDeadline (logintimeout.go).
 	w := c.armRead()
-	for c.rhi-c.rlo < wire.HeaderLen {
-		if c.rlo > 0 {
-			c.rhi = copy(c.rbuf[:], c.rbuf[c.rlo:c.rhi])
-			c.rlo = 0
-		}
-		if c.rhi > 0 {
+	win := &c.lc.Win
+	for win.Len() < wire.HeaderLen {
+		win.Compact()
+		if win.Hi > 0 {
 			c.partialDeadline(&w)
 		}
-		n, err := c.nc.Read(c.rbuf[c.rhi:])
-		c.rhi += n
-		if err != nil && c.rhi-c.rlo < wire.HeaderLen {
+		n, err := c.nc.Read(win.Free())
+		win.Hi += n
+		if err != nil && win.Len() < wire.HeaderLen {
 			if c.stillWaiting(&w, err) {
 				continue
 			}
 			return nil, c.readFailed(&w, err)
 		}
 	}
-	hdr := c.rbuf[c.rlo : c.rlo+wire.HeaderLen]
+	hdr := win.Pending()[:wire.HeaderLen]
 	h, err := wire.ParseHeader(hdr)
 	if err != nil {
 		return nil, c.protocolError(int32(binary.LittleEndian.Uint32(hdr[4:])), err)
@@ -322,15 +315,11 @@ func (c *client) read() ([]byte, error) {
 	if limit := c.readLimit(); n < wire.HeaderLen || n > limit {
 		return nil, c.protocolError(h.RequestID, c.sizeError(n, limit))
 	}
-	avail := c.rhi - c.rlo
-	if n <= avail {
+	if n <= win.Len() {
 		c.in = getBuffer(n)
 		b := c.in.b[:n]
-		copy(b, c.rbuf[c.rlo:c.rlo+n])
-		c.rlo += n
-		if c.rlo == c.rhi {
-			c.rlo, c.rhi = 0, 0
-		}
+		copy(b, win.Pending())
+		win.Consume(n)
 		c.noteMessage(&w)
 		return b, nil
 	}
@@ -339,8 +328,8 @@ func (c *client) read() ([]byte, error) {
 	// stalled senders of huge headers cost what they sent.
 	c.in = getBuffer(min(n, initialBodyBuffer))
 	b := c.in.b[:0]
-	b = append(b, c.rbuf[c.rlo:c.rhi]...)
-	c.rlo, c.rhi = 0, 0
+	b = append(b, win.Pending()...)
+	win.Reset()
 	c.partialDeadline(&w)
 	for len(b) < n {
 		if len(b) == cap(b) {
@@ -359,6 +348,14 @@ func (c *client) read() ([]byte, error) {
 	c.in.b = b[:0]
 	c.noteMessage(&w)
 	return b, nil
+}
+
+// appendReply appends our own reply to the client's request responseTo,
+// an OP_MSG of body, to dst: the one framing of every reply we build, on
+// either path.
+func (c *client) appendReply(dst []byte, responseTo int32, body []byte) []byte {
+	c.nextID++
+	return wire.AppendMsg(dst, c.nextID, responseTo, 0, body)
 }
 
 // useRoute records route as the client's most recent one.

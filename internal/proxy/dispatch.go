@@ -254,9 +254,8 @@ var okReply = func() bsoncore.Document {
 
 // reply sends a reply body we built.
 func (c *client) reply(responseTo int32, compressed bool, compID wire.CompressorID, name string, body bsoncore.Document) error {
-	c.nextID++
 	c.out = getBuffer(len(body) + 64)
-	msg := wire.AppendMsg(c.out.b[:0], c.nextID, responseTo, 0, body)
+	msg := c.appendReply(c.out.b[:0], responseTo, body)
 	c.out.b = msg[:0]
 	return c.writeRaw(msg, compressed, compID, name)
 }

@@ -47,8 +47,8 @@ func (c *client) lingerOnClose() {
 	lc.lingered = true
 	fd, err := -1, error(nil)
 	switch {
-	case lc.sock != nil && lc.sock.fd() >= 0:
-		fd, err = sysconn.DupFd(lc.sock.fd())
+	case lc.Fd() >= 0:
+		fd, err = sysconn.DupFd(lc.Fd())
 	case c.nc != nil:
 		nc := c.nc
 		if t, ok := nc.(*tlsClientConn); ok {

@@ -313,7 +313,7 @@ func (c *client) loopLoginExpired(now time.Duration, timeout time.Duration) (rea
 	if timeout <= 0 {
 		return "", 0
 	}
-	if at := c.lt.partAt; at > 0 && c.rhi > c.rlo && now-at > timeout {
+	if at := c.lt.partAt; at > 0 && c.lc.Win.Hi > c.lc.Win.Lo && now-at > timeout {
 		return LoginTimeoutPartialMessage, now - at
 	}
 	switch {
@@ -339,7 +339,7 @@ func (c *client) loopLoginExpired(now time.Duration, timeout time.Duration) (rea
 // bytes, whether rbuf holds the start of a message and since when.
 func (c *client) loopNotePartial() {
 	switch {
-	case c.rhi == c.rlo:
+	case c.lc.Win.Hi == c.lc.Win.Lo:
 		c.lt.partAt = 0
 	case c.lt.partAt == 0:
 		c.lt.partAt = monoNow()
@@ -349,9 +349,9 @@ func (c *client) loopNotePartial() {
 // expireRead makes the pending read of a client its goroutine owns return
 // now, under ownMu (the loop may own it instead).
 func (c *client) expireRead() {
-	c.lc.ownMu.Lock()
-	defer c.lc.ownMu.Unlock()
-	if c.lc.state == lsGoroutine && c.nc != nil {
+	c.lc.Mu.Lock()
+	defer c.lc.Mu.Unlock()
+	if c.lc.State == lsGoroutine && c.nc != nil {
 		_ = c.nc.SetReadDeadline(time.Now())
 	}
 }

@@ -75,9 +75,9 @@ func TestLoginTimeoutRules(t *testing.T) {
 				m := monoNow() + time.Hour
 				c.lc.lastActive = m
 				c.lt.convAt = time.Now().Add(-ago - base.Sub(convAt))
-				c.rlo, c.rhi, c.lt.partAt = 0, 0, 0
+				c.lc.Win.Lo, c.lc.Win.Hi, c.lt.partAt = 0, 0, 0
 				if tc.part {
-					c.rhi = 8
+					c.lc.Win.Hi = 8
 					c.lt.partAt = m - base.Sub(partAt)
 				}
 				why, _ := c.loopLoginExpired(m+ago, tc.timeout)

@@ -182,9 +182,9 @@ func (r *loopRig) only() *client {
 func (r *loopRig) waitState(c *client, want loopState) {
 	r.t.Helper()
 	wait.Until(r.t, "loop state", 10*time.Second, time.Millisecond, func() bool {
-		c.lc.ownMu.Lock()
-		defer c.lc.ownMu.Unlock()
-		return c.lc.state == want
+		c.lc.Mu.Lock()
+		defer c.lc.Mu.Unlock()
+		return c.lc.State == want
 	})
 }
 
@@ -390,14 +390,14 @@ func TestLoopStates(t *testing.T) {
 			go func() { done <- b.cmd(ping()) }()
 			states := func() (up, waiting int) {
 				for _, c := range cs {
-					c.lc.ownMu.Lock()
-					switch c.lc.state {
+					c.lc.Mu.Lock()
+					switch c.lc.State {
 					case lsUpstream:
 						up++
 					case lsWaiting:
 						waiting++
 					}
-					c.lc.ownMu.Unlock()
+					c.lc.Mu.Unlock()
 				}
 				return up, waiting
 			}

@@ -118,9 +118,9 @@ func (c *client) endGoroutine() {
 // callback would block its loop thread for good.
 func (c *client) releaseIfLoopOwned() bool {
 	lc := &c.lc
-	lc.ownMu.Lock()
-	defer lc.ownMu.Unlock()
-	if lc.state == lsGoroutine {
+	lc.Mu.Lock()
+	defer lc.Mu.Unlock()
+	if lc.State == lsGoroutine {
 		return false
 	}
 	panicPoint("release-loop-owned", &c.x.req)

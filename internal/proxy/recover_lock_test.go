@@ -64,7 +64,7 @@ func TestPanicInReleaseOwnedLeavesOwnMuUnlocked(t *testing.T) {
 	c := authClient(t)
 	var logs strings.Builder // written by the goroutine, read after done
 	c.log = slog.New(slog.NewTextHandler(&logs, nil))
-	c.lc.state = lsClosed // finish closed it before the panic
+	c.lc.State = lsClosed // finish closed it before the panic
 	hook := func(at, _ string) {
 		if at == "release-loop-owned" {
 			panic("test panic in releaseOwned")
@@ -89,8 +89,8 @@ func TestPanicInReleaseOwnedLeavesOwnMuUnlocked(t *testing.T) {
 	if !strings.Contains(logs.String(), "test panic in releaseOwned") {
 		t.Fatalf("releaseOwned did not panic; log:\n%s", logs.String())
 	}
-	if !c.lc.ownMu.TryLock() {
+	if !c.lc.Mu.TryLock() {
 		t.Fatalf("ownMu is left held after a panic in the recovery; log:\n%s", logs.String())
 	}
-	c.lc.ownMu.Unlock()
+	c.lc.Mu.Unlock()
 }

@@ -160,8 +160,8 @@ func (c *client) startTLS() error {
 		return errTLSRefused
 	}
 	raw := c.nc
-	pre := append([]byte(nil), c.rbuf[c.rlo:c.rhi]...)
-	c.rlo, c.rhi = 0, 0
+	pre := append([]byte(nil), c.lc.Win.Buf[c.lc.Win.Lo:c.lc.Win.Hi]...)
+	c.lc.Win.Lo, c.lc.Win.Hi = 0, 0
 	tc := tls.Server(&replayConn{Conn: raw, pre: pre}, ts.Config)
 	if err := tc.Handshake(); err != nil {
 		c.s.tlsHandshakeFailed.Add(1)
@@ -183,8 +183,8 @@ func (c *client) startTLS() error {
 // setTLSConn makes the client's connection tc, over raw, under ownMu:
 // disconnect reads c.nc under it.
 func (c *client) setTLSConn(tc *tls.Conn, raw net.Conn) {
-	c.lc.ownMu.Lock()
-	defer c.lc.ownMu.Unlock()
+	c.lc.Mu.Lock()
+	defer c.lc.Mu.Unlock()
 	c.nc = &tlsClientConn{Conn: tc, raw: raw}
 	c.tlsConn = tc
 }
@@ -198,12 +198,12 @@ func (c *client) setTLSConn(tc *tls.Conn, raw net.Conn) {
 // first request is a hello of a few hundred.
 func (c *client) sniffTLS() (bool, error) {
 	for {
-		if isTLS, decided := tlsRecordStart(c.rbuf[:c.rhi]); decided {
+		if isTLS, decided := tlsRecordStart(c.lc.Win.Buf[:c.lc.Win.Hi]); decided {
 			return isTLS, nil
 		}
-		n, err := c.nc.Read(c.rbuf[c.rhi:])
-		c.rhi += n
-		if _, decided := tlsRecordStart(c.rbuf[:c.rhi]); err != nil && !decided {
+		n, err := c.nc.Read(c.lc.Win.Buf[c.lc.Win.Hi:])
+		c.lc.Win.Hi += n
+		if _, decided := tlsRecordStart(c.lc.Win.Buf[:c.lc.Win.Hi]); err != nil && !decided {
 			return false, err
 		}
 	}
@@ -226,21 +226,21 @@ func tlsRecordStart(b []byte) (isTLS, decided bool) {
 // rbuf.
 func (c *client) refusePlain(reason string) {
 	_ = c.nc.SetDeadline(time.Now().Add(2 * time.Second))
-	for c.rhi < wire.HeaderLen {
-		n, err := c.nc.Read(c.rbuf[c.rhi:])
-		c.rhi += n
-		if err != nil && c.rhi < wire.HeaderLen {
+	for c.lc.Win.Hi < wire.HeaderLen {
+		n, err := c.nc.Read(c.lc.Win.Buf[c.lc.Win.Hi:])
+		c.lc.Win.Hi += n
+		if err != nil && c.lc.Win.Hi < wire.HeaderLen {
 			return
 		}
 	}
-	h, err := wire.ParseHeader(c.rbuf[:wire.HeaderLen])
+	h, err := wire.ParseHeader(c.lc.Win.Buf[:wire.HeaderLen])
 	if err != nil {
 		return
 	}
-	if rest := int(h.MessageLength) - c.rhi; rest > 0 && rest <= maxRefusedRequest {
+	if rest := int(h.MessageLength) - c.lc.Win.Hi; rest > 0 && rest <= maxRefusedRequest {
 		_, _ = io.CopyN(io.Discard, c.nc, int64(rest))
 	}
-	c.rlo, c.rhi = 0, 0
+	c.lc.Win.Lo, c.lc.Win.Hi = 0, 0
 	doc := errorReply(6, "HostUnreachable", reason)
 	if h.OpCode == wire.OpQuery {
 		c.writeLegacyReply(h.RequestID, true, legacyError(doc))

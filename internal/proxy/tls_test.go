@@ -87,9 +87,9 @@ func (r *tlsRig) clientsBy() (tlsStates, plainStates []loopState) {
 	r.s.clientsMu.Lock()
 	defer r.s.clientsMu.Unlock()
 	for c := range r.s.clients {
-		c.lc.ownMu.Lock()
-		st, isTLS := c.lc.state, c.tlsConn != nil
-		c.lc.ownMu.Unlock()
+		c.lc.Mu.Lock()
+		st, isTLS := c.lc.State, c.tlsConn != nil
+		c.lc.Mu.Unlock()
 		if isTLS {
 			tlsStates = append(tlsStates, st)
 		} else {
@@ -247,7 +247,7 @@ func TestSniffTLSDecides(t *testing.T) {
 		if err != nil || got != c.tls {
 			t.Errorf("% x: tls %v (%v), want %v", c.in, got, err, c.tls)
 		}
-		if cl.rhi == 0 {
+		if cl.lc.Win.Hi == 0 {
 			t.Errorf("% x: the bytes read were not kept", c.in)
 		}
 	}
