@@ -2,7 +2,7 @@ package evloop
 
 // The io_uring driver of the event loop. It makes no read system call and
 // no epoll_wait: every socket the loop waits on has a receive in flight on
-// a loop thread's ring (a client's into its rbuf while it is idle, an
+// a loop thread's ring (an endpoint's into its window while it is idle, an
 // upstream connection's into the reply buffer while a request is out on
 // it), and a thread submits the receives it prepared and collects the
 // completions of its ring in one io_uring_enter per batch. A request sent
@@ -13,7 +13,7 @@ package evloop
 // request, and the preemption that often follows it when the write wakes
 // the upstream: the thread sends and sleeps in one io_uring_enter. A reply
 // goes to its client the same way, linked to the receive of the client's
-// next request, when it fits the client's rbuf and the client has nothing
+// next request, when it fits the client's window and the client has nothing
 // else to serve (sendReply): the common request-reply round costs the
 // thread no write call at all. Larger replies, replies to pipelining
 // clients and requests sent off the loop threads stay plain non-blocking

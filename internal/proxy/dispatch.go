@@ -220,7 +220,6 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 	case admitAnswer:
 		return c.answer(h.RequestID, compressed, compID, req)
 	}
-	c.useRoute(route)
 	return c.forward(route, msg, h, compressed, compID)
 }
 

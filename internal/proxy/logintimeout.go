@@ -103,7 +103,7 @@ type loginClock struct {
 	// client has not logged in (auth on).
 	msgAt time.Time
 	// partAt (monoNow) is when the loop saw the first bytes of the message
-	// now in rbuf, 0 when rbuf holds no partial message.
+	// now in the read window, 0 when it holds no partial message.
 	partAt time.Duration
 }
 
@@ -336,7 +336,7 @@ func (c *client) loopLoginExpired(now time.Duration, timeout time.Duration) (rea
 }
 
 // loopNotePartial records, as the loop waits for more of the client's
-// bytes, whether rbuf holds the start of a message and since when.
+// bytes, whether the read window holds the start of a message and since when.
 func (c *client) loopNotePartial() {
 	switch {
 	case c.lc.Win.Hi == c.lc.Win.Lo:

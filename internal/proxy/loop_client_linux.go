@@ -329,7 +329,7 @@ func (lc *loopClient) checkedOut(th evloop.Thread, msg []byte, pc *pool.Conn, er
 	}
 	u, never := c.s.loopUpFor(pc.Upstream())
 	if u == nil {
-		// The request is still in rbuf; it starts over on a goroutine.
+		// The request is still in the window; it starts over on a goroutine.
 		// When the loop can never use this upstream's sockets (TLS,
 		// compression), the route's requests stay on goroutines; a
 		// failure of this one socket (closed by the pool meanwhile, no

@@ -113,7 +113,7 @@ const maxRefusedRequest = 64 * 1024
 
 // startTLS runs on the client's goroutine before its first request. With
 // TLS off, or for a unix socket client, it does nothing. Otherwise it reads the client's first bytes
-// into rbuf, under the handshake timeout: a plain client keeps them there
+// into the read window, under the handshake timeout: a plain client keeps them there
 // for its first request (allow) or is refused (require); a TLS client's
 // bytes are replayed into the handshake, and c.nc becomes the TLS
 // connection.
@@ -189,7 +189,7 @@ func (c *client) setTLSConn(tc *tls.Conn, raw net.Conn) {
 	c.tlsConn = tc
 }
 
-// sniffTLS reads a new client's first bytes into rbuf until they tell a
+// sniffTLS reads a new client's first bytes into the read window until they tell a
 // TLS handshake record from a MongoDB message. The first byte alone does
 // not: 0x16 is also the low byte of a message length (a 278-byte hello
 // starts with it). A TLS record continues with the version 3.1 to 3.4 (TLS
@@ -223,7 +223,7 @@ func tlsRecordStart(b []byte) (isTLS, decided bool) {
 
 // refusePlain answers a plain client's first request with an error that
 // says TLS is required, then the caller closes it. Its first bytes are in
-// rbuf.
+// the read window.
 func (c *client) refusePlain(reason string) {
 	_ = c.nc.SetDeadline(time.Now().Add(2 * time.Second))
 	for c.lc.Win.Hi < wire.HeaderLen {
