@@ -14,8 +14,9 @@ import (
 	"testing"
 )
 
-// clientLocks are the client's locks the recovery takes.
-var clientLocks = map[string]bool{"sessMu": true, "ownMu": true}
+// clientLocks are the client's locks the recovery takes: sessMu, and
+// its endpoint's Mu (c.lc.Mu, "ownMu").
+var clientLocks = map[string]bool{"sessMu": true, "Mu": true}
 
 // clientLockCall returns the mutex expression (e.g. "c.lc.Mu") when call
 // is a method call on one of clientLocks, and the method's name.
