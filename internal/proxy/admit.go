@@ -177,7 +177,7 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 		// Only the commands of an open transaction may still run (on any
 		// client connection: drivers pin the server, not the connection):
 		// everything else goes to another mongobouncer.
-		if !inTxn || !c.isOpen(key) && c.s.txnRoute(key) == nil {
+		if !inTxn || !c.sess.isOpen(key) && c.s.txnRoute(key) == nil {
 			return refuse(errorReply(91, "ShutdownInProgress", "mongobouncer: shutting down"))
 		}
 	}

@@ -225,14 +225,7 @@ func (c *client) loggedIn(id *auth.Identity) {
 	// The login rule is over: keep no finished conversation for the
 	// connection's life (logintimeout.go).
 	c.lt.conv, c.lt.convAt = nil, time.Time{}
-	c.setUser(id.ID().String())
-}
-
-// setUser records who the client logged in as, for SHOW CLIENTS.
-func (c *client) setUser(user string) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	c.user = user
+	c.sess.setUser(id.ID().String())
 }
 
 // peerSubject is who a MONGODB-X509 login is: the RFC 2253 subject of the

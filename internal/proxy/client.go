@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,13 +77,10 @@ type client struct {
 	// legacy is set while a command that came as an OP_QUERY is served:
 	// its replies go back as an OP_REPLY (legacy.go). Such a request is
 	// always the goroutine's.
-	legacy bool
-	lb     bool // the client is in load-balanced mode
-	maxMsg int
-	nextID int32 // requestID of our own replies
-	// state is a clientState, written by setPhaseLocked, read by SHOW
-	// CLIENTS from other goroutines.
-	state    atomic.Uint32
+	legacy   bool
+	lb       bool // the client is in load-balanced mode
+	maxMsg   int
+	nextID   int32 // requestID of our own replies
 	requests atomic.Uint64
 	// lastRoute is the route of the client's most recent request, whose
 	// client_idle_timeout applies to it (idleTimeout). Written by whoever
@@ -120,20 +116,9 @@ type client struct {
 	checkOutFn   func(*pool.Conn, error)
 	checkedOutCh chan checkOutResult
 
-	sessMu sync.Mutex // guards appName, user, pins, open and phase; see doc.go for the lock order
-	// appName is the client's application name from its handshake.
-	appName string
-	// user is ident's "user@db", for SHOW CLIENTS.
-	user string
-	// pins holds at most one pinned connection per route.
-	pins []pin
-	// open are the transactions begun through this client that have not
-	// ended; they are aborted if the client disconnects.
-	open map[txnKey]*Route
-	// phase is where the client's request is: written by the owner under
-	// sessMu (setPhaseLocked), read by the owner freely and by others under
-	// sessMu.
-	phase phase
+	// sess is the client's session: pins, open transactions, phase, and
+	// what SHOW CLIENTS shows (guarded by its sessMu).
+	sess session
 
 	// lc is the event-loop state; it says whether the goroutine or the loop
 	// owns the client.

@@ -172,7 +172,7 @@ func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Docum
 	lim := c.s.waitLimits()
 	if !c.hello {
 		c.hello = true
-		c.setAppName(hr.appName)
+		c.sess.setAppName(hr.appName)
 		c.lb = hr.loadBalanced
 		c.log = c.log.With("appName", hr.appName)
 	}
@@ -313,12 +313,4 @@ func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID,
 		return errClientGone
 	}
 	return nil
-}
-
-// setAppName records the application name the client's hello gave, for
-// SHOW CLIENTS.
-func (c *client) setAppName(name string) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	c.appName = name
 }

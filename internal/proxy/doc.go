@@ -50,7 +50,7 @@
 //
 //  1. loopClient.Mu, "ownMu" (a client's event-loop ownership: its
 //     evloop.Endpoint's lock).
-//  2. client.sessMu (a client's pins, open transactions and phase). Another
+//  2. session.sessMu (c.sess: a client's pins, open transactions and phase). Another
 //     client's sessMu is never taken while one is held: a transaction ended
 //     through another client is handed over after the first is released.
 //     Server.clientsMu comes before sessMu (SHOW CLIENTS, the drain check)

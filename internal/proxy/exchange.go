@@ -121,7 +121,7 @@ func (x *exchange) started() {
 	c := x.c
 	c.requests.Add(1)
 	c.useRoute(x.route)
-	c.setPhase(phaseActive)
+	c.sess.setPhase(phaseActive)
 }
 
 // forget drops a prepared request that never started.
@@ -261,9 +261,9 @@ func (x *exchange) usePin(need *topology.Server, take bool) bool {
 // lookPin is usePin's part under sessMu.
 func (x *exchange) lookPin(need *topology.Server, take bool) bool {
 	c := x.c
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	p := c.pinLocked(x.route)
+	c.sess.sessMu.Lock()
+	defer c.sess.sessMu.Unlock()
+	p := c.sess.pinLocked(x.route)
 	ok := p != nil && p.conn != nil && (need == nil || need == p.srv)
 	if ok && take {
 		x.srv, x.pc, x.pinned = p.srv, p.conn, true
@@ -298,8 +298,8 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 		_ = pc.Pool().CheckIn(pc)
 		return true, nil
 	}
-	if c.phase != phaseActive { // only the owner writes phase: no lock to read it
-		c.setPhase(phaseActive)
+	if c.sess.phase != phaseActive { // only the owner writes phase: no lock to read it
+		c.sess.setPhase(phaseActive)
 	}
 	if err != nil {
 		if x.pool != nil {
@@ -313,9 +313,9 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	route.held.Add(1)
 	x.pc = pc
 	mode := route.PoolMode()
-	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && c.hasOpen(route))))
-	if pinNow && (x.need == nil || !route.multi() || c.pinServer(route) == nil || c.pinServer(route) == srv) {
-		c.setPin(route, srv, pc)
+	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && c.sess.hasOpen(route))))
+	if pinNow && (x.need == nil || !route.multi() || c.sess.pinServer(route) == nil || c.sess.pinServer(route) == srv) {
+		c.sess.setPin(route, srv, pc)
 		x.pinned = true
 	}
 	x.holding()
@@ -338,7 +338,7 @@ func (x *exchange) checkOut(done func(*pool.Conn, error)) (pc *pool.Conn, queued
 	x.pool = p
 	pc, queued, err = p.CheckOutFunc(done)
 	if queued {
-		x.c.setPhase(phaseWaiting)
+		x.c.sess.setPhase(phaseWaiting)
 	}
 	return pc, queued, err
 }
@@ -354,7 +354,7 @@ func (x *exchange) undo() {
 	x.route.checkIn(x.pc)
 	x.pc = nil
 	x.c.requests.Add(^uint64(0))
-	x.c.setPhase(phaseIdle)
+	x.c.sess.setPhase(phaseIdle)
 	x.route, x.srv = nil, nil
 }
 
@@ -436,12 +436,12 @@ func (x *exchange) track(ri replyInfo) {
 		if route.multi() {
 			route.txns.delete(x.key)
 		}
-		c.s.endTxn(x.key, c)
+		c.s.endTxn(x.key, &c.sess)
 	case !ri.ok:
 		// The server aborts a transaction on a command error. Keep the
 		// server affinity (the driver will still send abortTransaction)
 		// but free the connection.
-		c.s.endTxn(x.key, c)
+		c.s.endTxn(x.key, &c.sess)
 	}
 }
 
@@ -453,23 +453,23 @@ func (x *exchange) release() {
 	c, route, pc := x.c, x.route, x.pc
 	pinned := x.pinned
 	x.pc = nil
-	if !c.replyingKeepsPin(route, pc, pinned) {
+	if !c.sess.replyingKeepsPin(route, pc, pinned) {
 		route.checkIn(pc)
 	}
 }
 
 // replyingKeepsPin is release's part under sessMu: the client is replying,
 // and keeps pc pinned if it was and still needs it.
-func (c *client) replyingKeepsPin(route *Route, pc *pool.Conn, pinned bool) bool {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	if pinned && route.PoolMode() != ModeSession && !c.hasOpenLocked(route) {
-		if p := c.pinLocked(route); p != nil && p.conn == pc {
+func (ss *session) replyingKeepsPin(route *Route, pc *pool.Conn, pinned bool) bool {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	if pinned && route.PoolMode() != ModeSession && !ss.hasOpenLocked(route) {
+		if p := ss.pinLocked(route); p != nil && p.conn == pc {
 			p.conn = nil
 			pinned = false
 		}
 	}
-	c.setPhaseLocked(phaseReplying)
+	ss.setPhaseLocked(phaseReplying)
 	return pinned
 }
 
@@ -495,7 +495,7 @@ func (x *exchange) fail(err error) bsoncore.Document {
 		// No reply will say the transaction began; left open it would keep
 		// the client's transaction-mode pins and hold Shutdown's drain. (If
 		// the command did reach the server, it expires there.)
-		c.s.endTxn(x.key, c)
+		c.s.endTxn(x.key, &c.sess)
 	}
 	x.ok = false
 	if x.req.more {
@@ -527,19 +527,19 @@ func (x *exchange) abandon(err error) {
 func (x *exchange) dropConn() {
 	c, pc := x.c, x.pc
 	x.pc = nil
-	c.unpinReplying(x.route, pc)
+	c.sess.unpinReplying(x.route, pc)
 	x.route.checkIn(pc)
 }
 
 // unpinReplying is dropConn's part under sessMu: pc is pinned no more, and
 // the client is replying.
-func (c *client) unpinReplying(route *Route, pc *pool.Conn) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	if p := c.pinLocked(route); p != nil && p.conn == pc {
+func (ss *session) unpinReplying(route *Route, pc *pool.Conn) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	if p := ss.pinLocked(route); p != nil && p.conn == pc {
 		p.conn = nil
 	}
-	c.setPhaseLocked(phaseReplying)
+	ss.setPhaseLocked(phaseReplying)
 }
 
 // end finishes the request once its reply (or error reply) was written, or
@@ -552,7 +552,7 @@ func (x *exchange) end() {
 	if x.route == nil {
 		return
 	}
-	checkInPins(c.idleTakingPins())
+	checkInPins(c.sess.idleTakingPins())
 	name := x.req.info.name
 	if !x.req.info.known {
 		name = "other" // bounded label cardinality
@@ -564,48 +564,48 @@ func (x *exchange) end() {
 // idleTakingPins is end's part under sessMu: the client is idle, and its
 // transaction-mode pins no transaction holds are returned, to be checked
 // in (checkInPins).
-func (c *client) idleTakingPins() []pin {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	back := c.takePinsLocked(func(p *pin) bool { return p.route.PoolMode() != ModeSession })
-	c.setPhaseLocked(phaseIdle)
+func (ss *session) idleTakingPins() []pin {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	back := ss.takePinsLocked(func(p *pin) bool { return p.route.PoolMode() != ModeSession })
+	ss.setPhaseLocked(phaseIdle)
 	return back
 }
 
 // setPhase moves the client's request to p.
-func (c *client) setPhase(p phase) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	c.setPhaseLocked(p)
+func (ss *session) setPhase(p phase) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	ss.setPhaseLocked(p)
 }
 
 // setPhaseLocked is the one place a client's phase changes; it holds
 // sessMu. Only the client's owner calls it, so the owner may read phase
 // without the lock; others read it under sessMu.
-func (c *client) setPhaseLocked(p phase) {
-	c.phase = p
-	c.stateLocked()
+func (ss *session) setPhaseLocked(p phase) {
+	ss.phase = p
+	ss.stateLocked()
 }
 
 // stateLocked sets the SHOW CLIENTS state from the phase and the pins; it
 // holds sessMu.
-func (c *client) stateLocked() {
+func (ss *session) stateLocked() {
 	st := stateIdle
-	switch c.phase {
+	switch ss.phase {
 	case phaseWaiting:
 		st = stateWaiting
 	case phaseActive, phaseReplying:
 		st = stateActive
 	default:
-		if c.hasPinLocked() {
+		if ss.hasPinLocked() {
 			st = statePinned
 		}
 	}
-	if clientState(c.state.Load()) != st {
-		c.state.Store(uint32(st))
+	if clientState(ss.state.Load()) != st {
+		ss.state.Store(uint32(st))
 	}
 }
 
 // busyLocked reports whether the client's request holds or waits for a
 // connection: its pins are then not others' to release. It holds sessMu.
-func (c *client) busyLocked() bool { return c.phase == phaseWaiting || c.phase == phaseActive }
+func (ss *session) busyLocked() bool { return ss.phase == phaseWaiting || ss.phase == phaseActive }

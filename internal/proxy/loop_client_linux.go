@@ -77,7 +77,7 @@ func (c *client) enterLoop() (entered bool) {
 	lc := &c.lc
 	// A TLS client never: the loop reads and writes the raw socket. Nor
 	// a client in the middle of logging in (loginDue).
-	if lc.off || c.tlsConn != nil || c.hasPinOrOpen() || c.loginDue() {
+	if lc.off || c.tlsConn != nil || c.sess.hasPinOrOpen() || c.loginDue() {
 		return false
 	}
 	l := c.s.loopsFor()

@@ -247,7 +247,7 @@ func TestWaitingMeansWaitingForAConnection(t *testing.T) {
 		if o.loop {
 			r.waitState(ca, lsIdle)
 		}
-		state := func(c *client) clientState { return clientState(c.state.Load()) }
+		state := func(c *client) clientState { return clientState(c.sess.state.Load()) }
 
 		g := make(chan struct{})
 		gate.Store(&g)

@@ -195,8 +195,8 @@ func testPanicAt(t *testing.T, o rigOptions, at, leave string) {
 		state.Store(int32(vc.lc.State))
 		switch leave {
 		case "sessMu":
-			vc.sessMu.Lock()
-			return vc.sessMu.Unlock
+			vc.sess.sessMu.Lock()
+			return vc.sess.sessMu.Unlock
 		case "ownMu":
 			vc.lc.Mu.Lock()
 			return vc.lc.Mu.Unlock
@@ -447,9 +447,9 @@ func TestPanicInATransactionClosesItsPin(t *testing.T) {
 			return d
 		}
 		affOK(t, victim.cmd(txn("find", true)))
-		vc.sessMu.Lock()
-		pinned := vc.hasPinLocked()
-		vc.sessMu.Unlock()
+		vc.sess.sessMu.Lock()
+		pinned := vc.sess.hasPinLocked()
+		vc.sess.sessMu.Unlock()
 		if !pinned {
 			t.Fatal("no pin after a transaction's first command")
 		}

@@ -139,7 +139,7 @@ func (c *client) releaseRequest() {
 		pc.MarkErrored(errPanicked)
 		x.dropConn()
 	}
-	c.setPhase(phaseIdle)
+	c.sess.setPhase(phaseIdle)
 	x.route, x.srv, x.need, x.pinned = nil, nil, nil, false
 }
 

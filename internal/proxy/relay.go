@@ -19,7 +19,7 @@ import (
 func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
 	x := &c.x
 	x.begin(route, len(msg), h.RequestID)
-	if len(c.pins) > 0 {
+	if len(c.sess.pins) > 0 {
 		c.dropStalePins()
 	}
 	err := c.relay(msg, compressed, compID)

@@ -185,8 +185,8 @@ type Server struct {
 	loopsOff bool       // the loop failed to start, or the server closed
 
 	txnMu sync.Mutex // guards txnOwners
-	// txnOwners maps an open transaction to the client that began it.
-	txnOwners map[txnKey]*client
+	// txnOwners maps an open transaction to the session that began it.
+	txnOwners map[txnKey]*session
 
 	// tls is the client TLS in force (SetTLS); new clients read it.
 	tls atomic.Pointer[ClientTLS]
@@ -543,9 +543,9 @@ func (s *Server) drained() bool {
 // busy reports whether the client has a request in flight or a
 // transaction open.
 func (c *client) busy() bool {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	return c.phase != phaseIdle || len(c.open) > 0
+	c.sess.sessMu.Lock()
+	defer c.sess.sessMu.Unlock()
+	return c.sess.phase != phaseIdle || len(c.sess.open) > 0
 }
 
 // ClientInfo describes one connected client (SHOW CLIENTS).
@@ -573,7 +573,7 @@ func (s *Server) Clients() []ClientInfo {
 	out := make([]ClientInfo, 0, len(cs))
 	for _, c := range cs {
 		ci := ClientInfo{ID: c.id, Addr: c.remote, Listener: c.listener, ConnectedAt: c.connected,
-			State: clientState(c.state.Load()).String(), Requests: c.requests.Load()}
+			State: clientState(c.sess.state.Load()).String(), Requests: c.requests.Load()}
 		c.describeSession(&ci)
 		out = append(out, ci)
 	}
@@ -583,11 +583,11 @@ func (s *Server) Clients() []ClientInfo {
 
 // describeSession fills in what sessMu guards of ci.
 func (c *client) describeSession(ci *ClientInfo) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	ci.AppName = c.appName
-	ci.User = c.user
-	for _, p := range c.pins {
+	c.sess.sessMu.Lock()
+	defer c.sess.sessMu.Unlock()
+	ci.AppName = c.sess.appName
+	ci.User = c.sess.user
+	for _, p := range c.sess.pins {
 		if p.conn != nil {
 			ci.PinnedServer = p.srv.Address()
 			break
