@@ -68,7 +68,7 @@ type admission struct {
 func refuse(doc bsoncore.Document) admission { return admission{kind: admitRefuse, reply: doc} }
 
 // preLogin reports whether the client must log in and has not yet.
-func (c *client) preLogin() bool { return c.s.opts.Auth != nil && c.ident == nil }
+func (c *client) preLogin() bool { return c.login.pending(c.s) }
 
 // readLimit is the largest message the client may send now: the
 // listener's (or its route's) max_message_size, and before a login
@@ -145,7 +145,7 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 		return admission{kind: admitAnswer}
 	}
 	if a := c.s.opts.Auth; a != nil {
-		if c.ident == nil {
+		if c.login.ident == nil {
 			if isPreLoginAnswered(req) {
 				if c.s.draining.Load() {
 					// As for a logged-in client: a load balancer's health
@@ -157,9 +157,9 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 			return refuse(errorReply(13, "Unauthorized",
 				fmt.Sprintf("mongobouncer: command %s requires authentication: log in first (saslStart)", logName(req.name()))))
 		}
-		if string(req.db) == AdminDatabase && !a.Users.IsAdmin(c.ident) {
+		if string(req.db) == AdminDatabase && !a.Users.IsAdmin(c.login.ident) {
 			return refuse(errorReply(13, "Unauthorized",
-				fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", c.ident.ID())))
+				fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", c.login.ident.ID())))
 		}
 	}
 	if len(req.db) == 0 {

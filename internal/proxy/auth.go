@@ -28,6 +28,28 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
+// login is a client's identity and its login in progress, owned by
+// whoever serves the client (logins themselves run on its goroutine).
+type login struct {
+	// ident is who the client logged in as, nil before; conv is its login
+	// conversation in progress.
+	ident *auth.Identity
+	conv  *auth.Conversation
+	// passKey is ident's auth.UserID, boxed once at the login: the key
+	// of the pass-through secrets (Server.pass), which a request looks up
+	// without allocating.
+	passKey any
+	// mechsAsked is set by a hello that asked saslSupportedMechs before
+	// the client logged in: a login follows (loginDue).
+	mechsAsked bool
+	// clock is what client_login_timeout remembers (logintimeout.go).
+	clock loginClock
+}
+
+// pending reports whether a client must still log in: authentication is
+// on (s's) and it has not.
+func (lg *login) pending(s *Server) bool { return s.opts.Auth != nil && lg.ident == nil }
+
 // ClientAuth makes clients log in. The zero value (Options.Auth nil) lets
 // every client in.
 type ClientAuth struct {
@@ -57,7 +79,7 @@ func authFailed() bsoncore.Document { return errorReply(18, "AuthenticationFaile
 
 // Identity returns who the client logged in as, or nil. The pass-through
 // work reads Identity().ClientKey to log in upstream as the same user.
-func (c *client) Identity() *auth.Identity { return c.ident }
+func (c *client) Identity() *auth.Identity { return c.login.ident }
 
 // handleAuth answers a login command (kindAuth).
 func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
@@ -107,19 +129,19 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 	skip, _ := body.Lookup("options", "skipEmptyExchange").BooleanOK()
 	ctx, cancel := context.WithTimeout(c.authContext(), authTimeout)
 	defer cancel()
-	c.conv = nil
+	c.login.conv = nil
 	conv, out, err := a.Users.Start(ctx, auth.Mechanism(mech), db, payload, skip)
 	if err != nil {
 		c.log.Info("client authentication failed", "db", logName(db), "mechanism", mech, "reason", "malformed client-first message")
 		return authFailed()
 	}
-	if other := (auth.UserID{User: conv.User(), DB: db}); c.ident != nil && c.ident.ID() != other {
-		c.log.Info("client authentication refused: one user per connection", "user", logName(c.ident.ID().String()), "other", logName(other.String()))
+	if other := (auth.UserID{User: conv.User(), DB: db}); c.login.ident != nil && c.login.ident.ID() != other {
+		c.log.Info("client authentication refused: one user per connection", "user", logName(c.login.ident.ID().String()), "other", logName(other.String()))
 		return errorReply(18, "AuthenticationFailed",
 			fmt.Sprintf("mongobouncer: this connection is logged in as %s already; a connection has one user: open another connection to log in as %s",
-				c.ident.ID(), other))
+				c.login.ident.ID(), other))
 	}
-	c.conv = conv
+	c.login.conv = conv
 	return saslReply(false, out)
 }
 
@@ -132,15 +154,15 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 // a login. It consumes the hello's hint, so a client that asks and never
 // logs in enters the loop after its next command.
 func (c *client) loginDue() bool {
-	asked := c.mechsAsked
-	c.mechsAsked = false
-	return c.conv != nil || asked
+	asked := c.login.mechsAsked
+	c.login.mechsAsked = false
+	return c.login.conv != nil || asked
 }
 
 // saslContinue takes the next step of the client's conversation.
 func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 	id, ok := body.Lookup("conversationId").AsInt64OK()
-	conv := c.conv
+	conv := c.login.conv
 	if conv == nil || !ok || id != 1 {
 		return errorReply(17, "ProtocolError", "mongobouncer: no SASL conversation with this conversationId on this connection: begin with saslStart")
 	}
@@ -150,7 +172,7 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 	}
 	out, done, err := conv.Step(payload)
 	if done {
-		c.conv = nil
+		c.login.conv = nil
 	}
 	if err != nil {
 		c.log.Info("client authentication failed", "user", logName(auth.UserID{User: conv.User(), DB: conv.DB()}.String()), "mechanism", string(conv.Mechanism()))
@@ -159,12 +181,12 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 		}
 		return authFailed()
 	}
-	if id := conv.Identity(); id != nil && c.ident != id {
+	if id := conv.Identity(); id != nil && c.login.ident != id {
 		// A new login, or the same user's again (a fresh ClientKey).
-		if c.ident == nil {
+		if c.login.ident == nil {
 			c.loggedIn(id)
 		}
-		c.ident = id
+		c.login.ident = id
 		c.s.noteLogin(id)
 	}
 	return saslReply(done, out)
@@ -201,12 +223,12 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "user is not the certificate subject")
 		return authFailed()
 	}
-	if c.ident != nil && !(c.ident.User == subject && c.ident.DB == externalDB) {
+	if c.login.ident != nil && !(c.login.ident.User == subject && c.login.ident.DB == externalDB) {
 		return errorReply(18, "AuthenticationFailed", "mongobouncer: this connection is logged in already; a connection has one user")
 	}
-	if c.ident == nil {
-		c.ident = &auth.Identity{User: subject, DB: externalDB, Mechanism: mechX509}
-		c.loggedIn(c.ident)
+	if c.login.ident == nil {
+		c.login.ident = &auth.Identity{User: subject, DB: externalDB, Mechanism: mechX509}
+		c.loggedIn(c.login.ident)
 	}
 	idx, doc := bsoncore.AppendDocumentStart(nil)
 	doc = bsoncore.AppendStringElement(doc, "dbname", externalDB)
@@ -221,10 +243,10 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 func (c *client) loggedIn(id *auth.Identity) {
 	c.log = c.log.With("user", logName(id.ID().String()))
 	c.log.Info("client logged in", "mechanism", string(id.Mechanism))
-	c.passKey = id.ID()
+	c.login.passKey = id.ID()
 	// The login rule is over: keep no finished conversation for the
 	// connection's life (logintimeout.go).
-	c.lt.conv, c.lt.convAt = nil, time.Time{}
+	c.login.clock.conv, c.login.clock.convAt = nil, time.Time{}
 	c.sess.setUser(id.ID().String())
 }
 
@@ -299,7 +321,7 @@ func (c *client) helloAuth(body, reply bsoncore.Document) bsoncore.Document {
 	}
 	var extra []byte
 	if v, err := body.LookupErr("saslSupportedMechs"); err == nil {
-		c.mechsAsked = c.ident == nil
+		c.login.mechsAsked = c.login.ident == nil
 		if s, ok := v.StringValueOK(); ok {
 			// A name over maxUserName is nobody's: it is not looked up,
 			// and the reply has no saslSupportedMechs.

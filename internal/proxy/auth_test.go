@@ -75,11 +75,11 @@ func TestLoginDue(t *testing.T) {
 	if c.loginDue() {
 		t.Fatal("the hello's hint outlived the next command")
 	}
-	c.conv = &auth.Conversation{}
+	c.login.conv = &auth.Conversation{}
 	if !c.loginDue() {
 		t.Fatal("a conversation in progress: no login due")
 	}
-	c.conv, c.ident = nil, &auth.Identity{User: "app", DB: "admin"}
+	c.login.conv, c.login.ident = nil, &auth.Identity{User: "app", DB: "admin"}
 	c.helloAuth(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}))
 	if c.loginDue() {
 		t.Fatal("a logged-in client's hello: login due")

@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -81,11 +80,6 @@ type client struct {
 	lb       bool // the client is in load-balanced mode
 	maxMsg   int
 	nextID   int32 // requestID of our own replies
-	requests atomic.Uint64
-	// lastRoute is the route of the client's most recent request, whose
-	// client_idle_timeout applies to it (idleTimeout). Written by whoever
-	// serves the client, read by the idle sweeper.
-	lastRoute atomic.Pointer[Route]
 
 	hdr      [wire.HeaderLen]byte
 	deadline bool    // a read deadline is set on nc
@@ -97,17 +91,9 @@ type client struct {
 	// on: the ones it may send OP_COMPRESSED with (checkCompressed).
 	comp uint8
 
-	// ident is who the client logged in as, nil before (auth.go); conv is
-	// its login conversation in progress.
-	ident *auth.Identity
-	conv  *auth.Conversation
-	// passKey is ident's auth.UserID, boxed once at the login: the key
-	// of the pass-through secrets (Server.pass), which a request looks up
-	// without allocating. Owner only.
-	passKey any
-	// mechsAsked is set by a hello that asked saslSupportedMechs before
-	// the client logged in: a login follows (loginDue).
-	mechsAsked bool
+	// login is who the client logged in as, and its login in progress
+	// (auth.go, logintimeout.go). Owner only.
+	login login
 
 	// x is the request being forwarded (exchange.go).
 	x exchange
@@ -123,8 +109,6 @@ type client struct {
 	// lc is the event-loop state; it says whether the goroutine or the loop
 	// owns the client.
 	lc loopClient
-	// lt is what client_login_timeout remembers (logintimeout.go).
-	lt loginClock
 
 	// tlsConn is the client's TLS connection, nil for a plain client (set
 	// by startTLS; such a client never enters the loop).
@@ -143,7 +127,7 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 		connected: time.Now(),
 		maxMsg:    s.opts.MaxMessageSize,
 	}
-	c.x.c = c
+	c.x.s, c.x.sess, c.x.login, c.x.id = s, &c.sess, &c.login, id
 	if only != "" {
 		// A route's own listener reads under the route's limit.
 		if r := s.Route(only); r != nil {
@@ -343,13 +327,6 @@ func (c *client) appendReply(dst []byte, responseTo int32, body []byte) []byte {
 	return wire.AppendMsg(dst, c.nextID, responseTo, 0, body)
 }
 
-// useRoute records route as the client's most recent one.
-func (c *client) useRoute(route *Route) {
-	if c.lastRoute.Load() != route {
-		c.lastRoute.Store(route)
-	}
-}
-
 // idleTimeout returns the client_idle_timeout that applies to the client
 // now, 0 for none: its listener's route's, else the route of its most
 // recent request (as that route is configured now), else the global one.
@@ -357,7 +334,7 @@ func (c *client) idleTimeout() time.Duration {
 	var r *Route
 	if c.only != "" {
 		r = c.s.Route(c.only)
-	} else if last := c.lastRoute.Load(); last != nil {
+	} else if last := c.sess.lastRoute.Load(); last != nil {
 		r = c.s.Route(last.Name)
 	}
 	if r != nil {

@@ -90,7 +90,7 @@ func FuzzAdmit(f *testing.F) {
 		}
 		c := &client{s: s}
 		if loggedIn {
-			c.ident = &auth.Identity{User: "app", DB: "admin"}
+			c.login.ident = &auth.Identity{User: "app", DB: "admin"}
 		}
 		var req request
 		req.inspect(body)
@@ -144,7 +144,7 @@ func FuzzPreLoginCompressed(f *testing.F) {
 	f.Fuzz(func(t *testing.T, msg []byte, comp uint8, loggedIn bool) {
 		c := &client{s: s, maxMsg: 128 << 10, comp: comp & 0xf}
 		if loggedIn {
-			c.ident = &auth.Identity{User: "app", DB: "admin"}
+			c.login.ident = &auth.Identity{User: "app", DB: "admin"}
 		}
 		limit := c.readLimit()
 		if want := 128 << 10; !loggedIn && limit != DefaultMaxPreLoginMessageSize || loggedIn && limit != want {

@@ -77,7 +77,7 @@ func (s *Server) SetLoginTimeout(d time.Duration) {
 	default:
 	}
 	for _, c := range s.snapshot() {
-		if !c.lt.armed.Load() {
+		if !c.login.clock.armed.Load() {
 			continue
 		}
 		c.expireRead()
@@ -96,7 +96,7 @@ type loginClock struct {
 	// started is set once a whole message has arrived.
 	started bool
 	// conv is the SASL conversation convAt is the start of: a saslStart
-	// (or a hello's speculativeAuthenticate) replaces c.conv.
+	// (or a hello's speculativeAuthenticate) replaces c.login.conv.
 	conv   *auth.Conversation
 	convAt time.Time
 	// msgAt is when the last whole message arrived, kept only while the
@@ -107,27 +107,23 @@ type loginClock struct {
 	partAt time.Duration
 }
 
-// mustLogIn reports whether the client is held to the login rule after its
-// first message: authentication is on and it has not logged in.
-func (c *client) mustLogIn() bool { return c.s.opts.Auth != nil && c.ident == nil }
-
 // noteMessage records that a whole message arrived, ending the wait w.
 func (c *client) noteMessage(w *readWait) {
 	if w.armed {
-		c.lt.armed.Store(false)
+		c.login.clock.armed.Store(false)
 	}
-	c.lt.started = true
-	if c.mustLogIn() {
-		c.lt.msgAt = time.Now()
+	c.login.clock.started = true
+	if c.preLogin() {
+		c.login.clock.msgAt = time.Now()
 	}
 }
 
 // noteConv records the start of a conversation begun since the last call:
 // the message that began it is the last one read.
 func (c *client) noteConv() {
-	if c.conv != c.lt.conv {
-		c.lt.conv = c.conv
-		c.lt.convAt = c.lt.msgAt
+	if c.login.conv != c.login.clock.conv {
+		c.login.clock.conv = c.login.conv
+		c.login.clock.convAt = c.login.clock.msgAt
 	}
 }
 
@@ -137,12 +133,12 @@ func (c *client) loginDeadline(now time.Time, timeout time.Duration) (time.Time,
 	switch {
 	case timeout <= 0:
 		return time.Time{}, ""
-	case !c.lt.started:
+	case !c.login.clock.started:
 		return c.connected.Add(timeout), LoginTimeoutFirstMessage
-	case !c.mustLogIn():
+	case !c.preLogin():
 		return time.Time{}, ""
-	case c.conv != nil && !c.lt.convAt.IsZero():
-		return c.lt.convAt.Add(timeout), LoginTimeoutSASL
+	case c.login.conv != nil && !c.login.clock.convAt.IsZero():
+		return c.login.clock.convAt.Add(timeout), LoginTimeoutSASL
 	}
 	return now.Add(timeout), LoginTimeoutNotLoggedIn
 }
@@ -163,10 +159,10 @@ type readWait struct {
 // message: client_idle_timeout's and the login rule's, whichever is first.
 func (c *client) armRead() readWait {
 	var w readWait
-	if !c.lt.started || c.mustLogIn() {
+	if !c.login.clock.started || c.preLogin() {
 		// Before the timeout is read: a SetLoginTimeout after this sees
 		// armed and wakes the read (see armDeadline).
-		c.lt.armed.Store(true)
+		c.login.clock.armed.Store(true)
 		w.armed = true
 	}
 	c.armDeadline(&w)
@@ -195,7 +191,7 @@ func (c *client) armDeadline(w *readWait) {
 // byte, or the login rule's deadline if first.
 func (c *client) computeDeadline(w *readWait) {
 	idle := c.idleTimeout()
-	needLogin := w.timeout > 0 && (!c.lt.started || c.mustLogIn())
+	needLogin := w.timeout > 0 && (!c.login.clock.started || c.preLogin())
 	w.deadline, w.byLogin, w.why = time.Time{}, false, ""
 	if w.since.IsZero() && (idle > 0 || needLogin || !w.partAt.IsZero()) {
 		w.since = time.Now()
@@ -270,7 +266,7 @@ func (c *client) stillWaiting(w *readWait, err error) bool {
 // deadline of the login rule is logged and counted.
 func (c *client) readFailed(w *readWait, err error) error {
 	if w.armed {
-		c.lt.armed.Store(false)
+		c.login.clock.armed.Store(false)
 	}
 	if !w.byLogin || !isTimeout(err) {
 		return errClientGone
@@ -280,7 +276,7 @@ func (c *client) readFailed(w *readWait, err error) error {
 	case LoginTimeoutFirstMessage:
 		waited = time.Since(c.connected)
 	case LoginTimeoutSASL:
-		waited = time.Since(c.lt.convAt)
+		waited = time.Since(c.login.clock.convAt)
 	case LoginTimeoutPartialMessage:
 		waited = time.Since(w.partAt)
 	default:
@@ -313,18 +309,18 @@ func (c *client) loopLoginExpired(now time.Duration, timeout time.Duration) (rea
 	if timeout <= 0 {
 		return "", 0
 	}
-	if at := c.lt.partAt; at > 0 && c.lc.Win.Hi > c.lc.Win.Lo && now-at > timeout {
+	if at := c.login.clock.partAt; at > 0 && c.lc.Win.Hi > c.lc.Win.Lo && now-at > timeout {
 		return LoginTimeoutPartialMessage, now - at
 	}
 	switch {
-	case !c.lt.started:
+	case !c.login.clock.started:
 		// The goroutine reads a client's first message; kept for safety.
 		if d := time.Since(c.connected); d > timeout {
 			return LoginTimeoutFirstMessage, d
 		}
-	case !c.mustLogIn():
-	case c.conv != nil && !c.lt.convAt.IsZero():
-		if d := time.Since(c.lt.convAt); d > timeout {
+	case !c.preLogin():
+	case c.login.conv != nil && !c.login.clock.convAt.IsZero():
+		if d := time.Since(c.login.clock.convAt); d > timeout {
 			return LoginTimeoutSASL, d
 		}
 	default:
@@ -340,9 +336,9 @@ func (c *client) loopLoginExpired(now time.Duration, timeout time.Duration) (rea
 func (c *client) loopNotePartial() {
 	switch {
 	case c.lc.Win.Hi == c.lc.Win.Lo:
-		c.lt.partAt = 0
-	case c.lt.partAt == 0:
-		c.lt.partAt = monoNow()
+		c.login.clock.partAt = 0
+	case c.login.clock.partAt == 0:
+		c.login.clock.partAt = monoNow()
 	}
 }
 

@@ -110,7 +110,7 @@ func (c *client) enterLoop() (entered bool) {
 	c.nc = nil
 	c.deadline = false
 	lc.lastActive = monoNow()
-	c.lt.partAt = 0 // a message the goroutine read whole
+	c.login.clock.partAt = 0 // a message the goroutine read whole
 	lc.Enter()
 	// The loop owns the client from here: a panic serving it is the loop's
 	// to recover (recover_linux.go), and the goroutine returns all the same.
@@ -183,7 +183,7 @@ func (lc *loopClient) serveOne(th evloop.Thread) {
 			return
 		}
 		if len(pending) >= n {
-			c.lt.partAt = 0
+			c.login.clock.partAt = 0
 			if !lc.request(th, pending[:n]) {
 				lc.toGoroutine()
 			}
@@ -225,7 +225,7 @@ func (lc *loopClient) request(th evloop.Thread, msg []byte) bool {
 		// again.
 		return false
 	}
-	x.prepare(route, len(msg), int32(binary.LittleEndian.Uint32(msg[4:])))
+	x.prepare(route, c.msg.Body, len(msg), int32(binary.LittleEndian.Uint32(msg[4:])))
 	if t, _ := x.target(false); t != targetCheckOut {
 		x.forget()
 		return false

@@ -373,8 +373,8 @@ func TestLoopStates(t *testing.T) {
 				affOK(t, cl.cmd(ping()))
 			}
 			r.waitState(c, lsIdle)
-			if c.requests.Load() != 3 || c.nc != nil {
-				t.Fatalf("%d requests, goroutine conn %v: want 3 served on the loop", c.requests.Load(), c.nc)
+			if c.sess.requests.Load() != 3 || c.nc != nil {
+				t.Fatalf("%d requests, goroutine conn %v: want 3 served on the loop", c.sess.requests.Load(), c.nc)
 			}
 			cl.c.Close()
 			wait.Until(t, "client gone", 5*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })

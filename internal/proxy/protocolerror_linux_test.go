@@ -38,7 +38,7 @@ func TestFailureExitClearsThePoolOnlyForNetworkErrors(t *testing.T) {
 		gen := srv.Pool().Stats().Generation
 		c.lc.Mu.Lock() // act as the client's owner
 		x := &c.x
-		x.begin(r.route, 0, 1)
+		x.begin(r.route, nil, 0, 1)
 		x.srv = srv
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		pc, err := srv.Pool().CheckOut(ctx)

@@ -18,7 +18,7 @@ import (
 // pool mode and affinity, and relays the reply or the whole exhaust stream.
 func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
 	x := &c.x
-	x.begin(route, len(msg), h.RequestID)
+	x.begin(route, c.msg.Body, len(msg), h.RequestID)
 	if len(c.sess.pins) > 0 {
 		c.dropStalePins()
 	}

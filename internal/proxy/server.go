@@ -573,7 +573,7 @@ func (s *Server) Clients() []ClientInfo {
 	out := make([]ClientInfo, 0, len(cs))
 	for _, c := range cs {
 		ci := ClientInfo{ID: c.id, Addr: c.remote, Listener: c.listener, ConnectedAt: c.connected,
-			State: clientState(c.sess.state.Load()).String(), Requests: c.requests.Load()}
+			State: clientState(c.sess.state.Load()).String(), Requests: c.sess.requests.Load()}
 		c.describeSession(&ci)
 		out = append(out, ci)
 	}

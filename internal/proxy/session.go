@@ -45,6 +45,19 @@ type session struct {
 	// state is a clientState, written by setPhaseLocked, read by SHOW
 	// CLIENTS from other goroutines without the lock.
 	state atomic.Uint32
+	// requests counts the client's forwarded requests (SHOW CLIENTS), and
+	// lastRoute is the route of the most recent one, whose
+	// client_idle_timeout applies to the client (idleTimeout): atomics,
+	// written by the owner, read by others without the lock.
+	requests  atomic.Uint64
+	lastRoute atomic.Pointer[Route]
+}
+
+// useRoute records route as the client's most recent one.
+func (ss *session) useRoute(route *Route) {
+	if ss.lastRoute.Load() != route {
+		ss.lastRoute.Store(route)
+	}
 }
 
 // setAppName records the application name the client's hello gave, for
@@ -129,13 +142,13 @@ func (ss *session) hasPinLocked() bool {
 	return false
 }
 
-// beginTxn records a transaction begun through this client.
-func (c *client) beginTxn(route *Route, srv *topology.Server, key txnKey) {
-	c.sess.setOpen(key, route)
+// beginTxn records a transaction begun through session ss.
+func (s *Server) beginTxn(ss *session, route *Route, srv *topology.Server, key txnKey) {
+	ss.setOpen(key, route)
 	if route.multi() {
 		route.txns.put(key, srv, time.Now())
 	}
-	c.s.setTxnOwner(key, &c.sess)
+	s.setTxnOwner(key, ss)
 }
 
 // setOpen records transaction key open on route.
@@ -278,7 +291,7 @@ func (c *client) abort(route *Route, key txnKey) {
 			srv = s
 		}
 		// As the client's user: the transaction is that user's upstream.
-		p, err := c.poolFor(route, srv)
+		p, err := c.login.poolFor(c.s, route, srv)
 		if err == nil {
 			pc, err = route.checkOut(ctx, p)
 		}
