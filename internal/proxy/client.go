@@ -76,10 +76,10 @@ type client struct {
 	// legacy is set while a command that came as an OP_QUERY is served:
 	// its replies go back as an OP_REPLY (legacy.go). Such a request is
 	// always the goroutine's.
-	legacy   bool
-	lb       bool // the client is in load-balanced mode
-	maxMsg   int
-	nextID   int32 // requestID of our own replies
+	legacy bool
+	lb     bool // the client is in load-balanced mode
+	maxMsg int
+	nextID int32 // requestID of our own replies
 
 	hdr      [wire.HeaderLen]byte
 	deadline bool    // a read deadline is set on nc
