@@ -94,7 +94,7 @@ func (ep *Endpoint) SendRequest(th Thread, u *Upstream, req, buf []byte) {
 	if f, ok := u.drv.(fusedDriver); ok && !ep.Stopped() && f.sendRequest(th, ep, req) {
 		return
 	}
-	n, err := u.io.write(u.rc, req)
+	n, err := u.io.writeVia(u.rc, req)
 	if err == nil && n < len(req) {
 		// A small request that does not fit the socket's send buffer: the
 		// upstream has stopped reading.

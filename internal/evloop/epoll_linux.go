@@ -251,7 +251,7 @@ func (d *epollDriver) recvReply(th Thread, ep *Endpoint) {
 	}
 	b := ep.lp.reply
 	room := len(b)
-	n, err := u.io.read(u.rc, b)
+	n, err := u.io.readVia(u.rc, b)
 	if err == syscall.EAGAIN {
 		eu.ready.Store(false)
 		return

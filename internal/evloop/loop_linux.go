@@ -36,7 +36,7 @@ var ErrStopped = errors.New("the event loop has stopped")
 // register sockets and to wait for bytes; it calls the core back
 // (Endpoint.received, Endpoint.replied, Endpoint.ready) holding the
 // endpoint's Mu. Plain writes are no driver's: they are the same write
-// call on every model (Endpoint.Write, Upstream.write).
+// call on every model (Endpoint.Write, rawIO.writeVia).
 type driver interface {
 	// attachClient registers an endpoint's socket, a descriptor the loop
 	// owns from now on.
@@ -70,7 +70,7 @@ type driver interface {
 // cannot on thread th.
 type fusedDriver interface {
 	// sendRequest sends req on the endpoint's upstream and waits for the
-	// reply, as Upstream.write then recvReply would. State AwaitReply.
+	// reply, as rawIO.writeVia then recvReply would. State AwaitReply.
 	sendRequest(th Thread, ep *Endpoint, req []byte) bool
 	// sendReply sends msg to the endpoint and waits for its next request,
 	// as Endpoint.Write then recvRequest would. State AwaitReply, the
@@ -314,11 +314,11 @@ func (r *rawIO) doWrite(fd uintptr) bool {
 	return true
 }
 
-// read reads once from rc, retrying only on EINTR.
-func (r *rawIO) read(rc syscall.RawConn, b []byte) (int, error) { return r.do(rc, b, false) }
+// readVia reads once from rc, retrying only on EINTR.
+func (r *rawIO) readVia(rc syscall.RawConn, b []byte) (int, error) { return r.do(rc, b, false) }
 
-// write writes once to rc, retrying only on EINTR.
-func (r *rawIO) write(rc syscall.RawConn, b []byte) (int, error) { return r.do(rc, b, true) }
+// writeVia writes once to rc, retrying only on EINTR.
+func (r *rawIO) writeVia(rc syscall.RawConn, b []byte) (int, error) { return r.do(rc, b, true) }
 
 func (r *rawIO) do(rc syscall.RawConn, b []byte, write bool) (int, error) {
 	if r.rd == nil {

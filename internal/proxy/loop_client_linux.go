@@ -356,7 +356,7 @@ func (lc *loopClient) send(th evloop.Thread, msg []byte, u *evloop.Upstream) {
 		lc.buf = getBuffer(16 * 1024)
 		lc.buf.b = lc.buf.b[:0]
 	}
-	lc.SendRequest(th, u, msg, freeEnd(lc.buf.b))
+	lc.Endpoint.SendRequest(th, u, msg, freeEnd(lc.buf.b))
 }
 
 // freeEnd is the room after b's bytes.
