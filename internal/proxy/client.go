@@ -137,7 +137,7 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 		}
 	}
 	c.log = s.log.With("client", id, "remote", c.remote)
-	c.initLoop()
+	c.lc.init(c)
 	return c
 }
 
@@ -192,7 +192,7 @@ func (c *client) run() {
 			c.spoke.Store(true)
 		}
 		c.releaseBuffers()
-		if c.enterLoop() {
+		if c.lc.enter() {
 			return
 		}
 	}
@@ -213,7 +213,7 @@ func (c *client) closeOwned() {
 	defer c.lc.Mu.Unlock()
 	c.lc.State = lsClosed
 	c.lingerOnClose()
-	c.loopForget()
+	c.lc.forget()
 }
 
 // finishLocked ends a client the loop owns, holding c.lc.Mu. Such a client
@@ -221,7 +221,7 @@ func (c *client) closeOwned() {
 func (c *client) finishLocked(err error) {
 	c.cleanup()
 	c.lingerOnClose()
-	c.loopForget()
+	c.lc.forget()
 	c.finalize(err)
 }
 

@@ -84,7 +84,7 @@
 //     finishes it as finish does (cleanup, open transactions aborted).
 //   - path "loop": loopClient.Recover, the evloop.Handler's, deferred by
 //     each engine function that takes a client's ownMu on behalf of the
-//     loop (and by enterLoop once the loop owns the client), after its
+//     loop (and by loopClient.enter once the loop owns the client), after its
 //     deferred unlock, so the recovery runs under ownMu and the unlock
 //     follows. It ends the client whatever its loop
 //     state: a request out on an upstream connection has it closed (the

@@ -64,17 +64,17 @@ type loopClient struct {
 	buf *buffer
 }
 
-// initLoop prepares a new client's loop state.
-func (c *client) initLoop() {
-	c.lc.c = c
-	c.lc.Init(&c.lc)
+// init prepares a new client's loop state.
+func (lc *loopClient) init(c *client) {
+	lc.c = c
+	lc.Init(lc)
 }
 
-// enterLoop hands an idle client from its goroutine to the loop. When it
+// enter hands an idle client from its goroutine to the loop. When it
 // returns true the loop owns the client and the goroutine must return
 // without touching it.
-func (c *client) enterLoop() (entered bool) {
-	lc := &c.lc
+func (lc *loopClient) enter() (entered bool) {
+	c := lc.c
 	// A TLS client never: the loop reads and writes the raw socket. Nor
 	// a client in the middle of logging in (loginDue).
 	if lc.off || c.tlsConn != nil || c.sess.hasPinOrOpen() || c.loginDue() {
@@ -518,9 +518,9 @@ func (lc *loopClient) close() {
 	lc.c.finishLocked(errClientGone)
 }
 
-// loopForget drops the loop's registration and descriptor of the client;
-// its replies are let out when the server is closing.
-func (c *client) loopForget() { c.lc.Close(c.s.closing.Load()) }
+// forget drops the loop's registration and descriptor of the client; its
+// replies are let out when the server is closing.
+func (lc *loopClient) forget() { lc.Close(lc.c.s.closing.Load()) }
 
 // disconnect closes the client from outside (Server.Close): a loop-owned
 // idle client is finished at once; otherwise its owner notices the closed

@@ -22,11 +22,11 @@ type loopClient struct {
 	lastActive time.Duration
 }
 
-func (c *client) initLoop() {}
+func (lc *loopClient) init(*client) {}
 
-func (c *client) enterLoop() bool { return false }
+func (lc *loopClient) enter() bool { return false }
 
-func (c *client) loopForget() {}
+func (lc *loopClient) forget() {}
 
 func (c *client) disconnect() {
 	c.lc.Mu.Lock()

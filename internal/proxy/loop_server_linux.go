@@ -93,14 +93,13 @@ func (s *Server) stopLoops() {
 	// (later ones find no loops and abandon on their own, in Resumed).
 	l.Stop()
 	for _, c := range s.snapshot() {
-		c.abandonUpstream()
+		c.lc.abandonUpstream()
 	}
 }
 
 // abandonUpstream abandons the request a loop client has out on an
 // upstream connection, if any, under ownMu.
-func (c *client) abandonUpstream() {
-	lc := &c.lc
+func (lc *loopClient) abandonUpstream() {
 	lc.Mu.Lock()
 	defer lc.Mu.Unlock()
 	if lc.State == lsUpstream {
@@ -157,15 +156,15 @@ func (s *Server) sweepIdle(done <-chan struct{}) {
 		login := time.Duration(s.loginTimeout.Load())
 		now := monoNow()
 		for _, c := range s.snapshot() {
-			c.sweepOne(now, login)
+			c.lc.sweep(now, login)
 		}
 	}
 }
 
-// sweepOne closes a loop-owned idle client past client_idle_timeout or
+// sweep closes a loop-owned idle client past client_idle_timeout or
 // client_login_timeout (login), under ownMu.
-func (c *client) sweepOne(now, login time.Duration) {
-	lc := &c.lc
+func (lc *loopClient) sweep(now, login time.Duration) {
+	c := lc.c
 	lc.Mu.Lock()
 	defer lc.Mu.Unlock()
 	if lc.State != lsIdle {

@@ -102,7 +102,7 @@ func (c *client) afterPanic(release func()) {
 
 // endGoroutine ends the client of a goroutine that panicked. The goroutine
 // owns the client unless the panic came from loop code it ran (the hand-
-// over in enterLoop recovers its own): the loop's state says which.
+// over in loopClient.enter recovers its own): the loop's state says which.
 func (c *client) endGoroutine() {
 	if c.releaseIfLoopOwned() {
 		return

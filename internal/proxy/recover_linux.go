@@ -8,7 +8,7 @@ package proxy
 // a client's endpoint Mu, right after it does and after the deferred
 // unlock, so that it runs under Mu and the unlock follows (clientReady
 // and upstreamReady on epoll; arm, clientDone and replyDone on io_uring;
-// Resume), and by the hand-over from the goroutine (enterLoop).
+// Resume), and by the hand-over from the goroutine (loopClient.enter).
 func (lc *loopClient) Recover() {
 	v := recover()
 	if v == nil {
@@ -33,7 +33,7 @@ func (c *client) releaseOwned() {
 		return
 	case lsClosed:
 		if c.registered() {
-			c.loopForget()
+			c.lc.forget()
 			c.finalize(errPanicked)
 		}
 		return

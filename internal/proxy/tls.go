@@ -4,7 +4,7 @@ package proxy
 // bytes, the handshake on the client's own goroutine (never on the accept
 // loop, always under a deadline), and the refusal of plain clients when TLS
 // is required. A TLS client stays on its goroutine for its whole life: the
-// event loop reads raw sockets and cannot decrypt (enterLoop).
+// event loop reads raw sockets and cannot decrypt (loopClient.enter).
 
 import (
 	"crypto/tls"
