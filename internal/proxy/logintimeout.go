@@ -20,7 +20,7 @@ package proxy
 // has logged in, is governed by client_idle_timeout only. A client's
 // goroutine enforces the rule with read deadlines (readWait, set by read);
 // the event loop's idle sweeper enforces it for the clients the loop holds
-// (loopLoginExpired).
+// (loopClient.loginExpired).
 
 import (
 	"errors"
@@ -302,10 +302,11 @@ func (c *client) loginTimedOut(reason string, waited, timeout time.Duration) {
 		"waited", waited.Round(time.Millisecond), "client_login_timeout", timeout)
 }
 
-// loopLoginExpired reports why the login rule closes a client the loop
-// holds idle at now (monoNow), "" when it does not; waited is how long.
-// Holding ownMu, state lsIdle.
-func (c *client) loopLoginExpired(now time.Duration, timeout time.Duration) (reason string, waited time.Duration) {
+// loginExpired reports why the login rule closes a client the loop holds
+// idle at now (monoNow), "" when it does not; waited is how long. Holding
+// ownMu, state lsIdle.
+func (lc *loopClient) loginExpired(now time.Duration, timeout time.Duration) (reason string, waited time.Duration) {
+	c := lc.c
 	if timeout <= 0 {
 		return "", 0
 	}
@@ -331,14 +332,15 @@ func (c *client) loopLoginExpired(now time.Duration, timeout time.Duration) (rea
 	return "", 0
 }
 
-// loopNotePartial records, as the loop waits for more of the client's
-// bytes, whether the read window holds the start of a message and since when.
-func (c *client) loopNotePartial() {
+// notePartial records, as the loop waits for more of the client's bytes,
+// whether the read window holds the start of a message (pending bytes)
+// and since when.
+func (k *loginClock) notePartial(pending int) {
 	switch {
-	case c.lc.Win.Hi == c.lc.Win.Lo:
-		c.login.clock.partAt = 0
-	case c.login.clock.partAt == 0:
-		c.login.clock.partAt = monoNow()
+	case pending == 0:
+		k.partAt = 0
+	case k.partAt == 0:
+		k.partAt = monoNow()
 	}
 }
 

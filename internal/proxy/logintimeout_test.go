@@ -8,7 +8,7 @@ import (
 )
 
 // The decision table of client_login_timeout for a client's goroutine
-// (computeDeadline) and for the loop's sweeper (loopLoginExpired): which
+// (computeDeadline) and for the loop's sweeper (loopClient.loginExpired): which
 // deadline holds, from when, and why.
 func TestLoginTimeoutRules(t *testing.T) {
 	const T = 10 * time.Second
@@ -41,6 +41,7 @@ func TestLoginTimeoutRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &client{s: &Server{}, connected: connected}
+			c.lc.init(c)
 			if tc.auth {
 				c.s.opts.Auth = &ClientAuth{}
 			}
@@ -80,7 +81,7 @@ func TestLoginTimeoutRules(t *testing.T) {
 					c.lc.Win.Hi = 8
 					c.login.clock.partAt = m - base.Sub(partAt)
 				}
-				why, _ := c.loopLoginExpired(m+ago, tc.timeout)
+				why, _ := c.lc.loginExpired(m+ago, tc.timeout)
 				return why
 			}
 			if tc.want.IsZero() {

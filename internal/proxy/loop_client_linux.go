@@ -191,7 +191,7 @@ func (lc *loopClient) serveOne(th evloop.Thread) {
 		}
 	}
 	// A message begun must be whole within client_login_timeout (sweepIdle).
-	c.loopNotePartial()
+	c.login.clock.notePartial(lc.Win.Len())
 	lc.RecvRequest(th)
 }
 

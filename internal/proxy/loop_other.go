@@ -17,12 +17,13 @@ const EventLoopSupported = false
 // (its lock, state and read window) and the state that finish uses.
 type loopClient struct {
 	evloop.Endpoint
+	c *client
 	// lastActive is never set without the loop; logintimeout.go's
-	// loopLoginExpired, shared with Linux, reads it.
+	// loopClient.loginExpired, shared with Linux, reads it.
 	lastActive time.Duration
 }
 
-func (lc *loopClient) init(*client) {}
+func (lc *loopClient) init(c *client) { lc.c = c }
 
 func (lc *loopClient) enter() bool { return false }
 

@@ -108,7 +108,7 @@ func (lc *loopClient) abandonUpstream() {
 }
 
 // sweepIdle closes loop-owned clients idle longer than client_idle_timeout,
-// and those client_login_timeout closes (loopLoginExpired); goroutine-owned
+// and those client_login_timeout closes (loopClient.loginExpired); goroutine-owned
 // ones have a read deadline instead.
 func (s *Server) sweepIdle(done <-chan struct{}) {
 	t := time.NewTimer(time.Second)
@@ -172,7 +172,7 @@ func (lc *loopClient) sweep(now, login time.Duration) {
 	}
 	if timeout := c.idleTimeout(); timeout > 0 && now-lc.lastActive > timeout {
 		lc.close()
-	} else if why, waited := c.loopLoginExpired(now, login); why != "" {
+	} else if why, waited := c.lc.loginExpired(now, login); why != "" {
 		c.loginTimedOut(why, waited, login)
 		lc.close()
 	}
