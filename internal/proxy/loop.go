@@ -1,5 +1,8 @@
 package proxy
 
+// The event loop's names that build everywhere: the client's loop states
+// (the engine's endpoint states) and the spin counters the server reports.
+
 import "github.com/mongobouncer/mongobouncer/internal/evloop"
 
 // loopState says who owns a client's socket: its goroutine or the event
