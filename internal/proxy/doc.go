@@ -19,8 +19,17 @@
 //     moves the bytes over epoll or io_uring and knows nothing of MongoDB).
 //   - loop_server_linux.go: the server's side of the loop: starting the
 //     engine, the idle sweeper, stopping it.
-//   - session.go: pins, transactions across client connections, clean-up.
-//   - auth.go: client logins (SCRAM, x509).
+//   - session.go: the session (pins, open transactions, phase: what other
+//     clients and the admin read, under its sessMu), transactions across
+//     client connections, clean-up.
+//   - auth.go: the login (identity, conversation) and client logins (SCRAM,
+//     x509); logintimeout.go: client_login_timeout.
+//
+// A client is thus split by owner: the client itself (socket, read window,
+// buffers, the exchange: its owner's only), its loopClient (the loop's
+// side, under the endpoint's Mu), its session (sessMu) and its login. The
+// exchange holds no client: it is given the server, the session and the
+// login, and the request's command as a parameter.
 //   - route.go, affinity.go, command.go, handshake.go, errors.go: routes,
 //     cursor and transaction affinity, command and reply inspection, the
 //     hello reply, synthetic error replies.
