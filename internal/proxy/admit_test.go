@@ -197,7 +197,6 @@ func TestPreLoginFailureHidesUpstream(t *testing.T) {
 	c := authClient(t)
 	c.s.log = slog.New(slog.NewTextHandler(&logs, nil))
 	c.s.opts.Observer = nopObserver{}
-	c.x.s, c.x.sess, c.x.login, c.x.id = c.s, &c.sess, &c.login, c.id
 	c.x.route = &Route{Name: "orders"}
 	c.x.req = *reqOf(t, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "shop"}})
 	refused := &upstream.AuthError{Mechanism: "SCRAM-SHA-256", Username: "svc-user", Source: "admin", Code: 18, CodeName: "AuthenticationFailed"}

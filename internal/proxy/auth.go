@@ -40,7 +40,7 @@ type login struct {
 	// without allocating.
 	passKey any
 	// mechsAsked is set by a hello that asked saslSupportedMechs before
-	// the client logged in: a login follows (loginDue).
+	// the client logged in: a login follows (due).
 	mechsAsked bool
 	// clock is what client_login_timeout remembers (logintimeout.go).
 	clock loginClock
@@ -77,10 +77,6 @@ const authFailedMsg = "mongobouncer: Authentication failed."
 // authFailed is the reply to every failed login.
 func authFailed() bsoncore.Document { return errorReply(18, "AuthenticationFailed", authFailedMsg) }
 
-// Identity returns who the client logged in as, or nil. The pass-through
-// work reads Identity().ClientKey to log in upstream as the same user.
-func (c *client) Identity() *auth.Identity { return c.login.ident }
-
 // handleAuth answers a login command (kindAuth).
 func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
 	a := c.s.opts.Auth
@@ -114,7 +110,7 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 	mech, _ := body.Lookup("mechanism").StringValueOK()
 	if a.X509 || (mech != string(auth.SCRAMSHA1) && mech != string(auth.SCRAMSHA256)) {
 		return errorReply(334, "MechanismUnavailable",
-			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.mechanismsText()))
+			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.s.opts.Auth.mechanismsText()))
 	}
 	payload, ok := binaryOrString(body.Lookup("payload"))
 	if !ok {
@@ -145,7 +141,7 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 	return saslReply(false, out)
 }
 
-// loginDue reports whether the client is logging in: a conversation is in
+// due reports whether the client is logging in: a conversation is in
 // progress, or its last command was a hello that asked saslSupportedMechs
 // (a driver's handshake on a connection it will log in on). Such a client
 // stays on its goroutine, where every login command is served, rather
@@ -153,10 +149,10 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 // and be handed back at once: two hand-offs per step doubled the cost of
 // a login. It consumes the hello's hint, so a client that asks and never
 // logs in enters the loop after its next command.
-func (c *client) loginDue() bool {
-	asked := c.login.mechsAsked
-	c.login.mechsAsked = false
-	return c.login.conv != nil || asked
+func (lg *login) due() bool {
+	asked := lg.mechsAsked
+	lg.mechsAsked = false
+	return lg.conv != nil || asked
 }
 
 // saslContinue takes the next step of the client's conversation.
@@ -197,7 +193,7 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 	mech, _ := body.Lookup("mechanism").StringValueOK()
 	if mech != mechX509 || !c.s.opts.Auth.X509 {
 		return errorReply(334, "MechanismUnavailable",
-			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.mechanismsText()))
+			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.s.opts.Auth.mechanismsText()))
 	}
 	if db != externalDB {
 		return errorReply(2, "BadValue", "mongobouncer: MONGODB-X509 logs in on the $external database")
@@ -256,8 +252,8 @@ func (c *client) loggedIn(id *auth.Identity) {
 func (c *client) peerSubject() (string, bool) { return c.tlsSubject() }
 
 // mechanismsText names what clients may log in with, for error messages.
-func (c *client) mechanismsText() string {
-	if c.s.opts.Auth.X509 {
+func (a *ClientAuth) mechanismsText() string {
+	if a.X509 {
 		return mechX509
 	}
 	return "SCRAM-SHA-256 or SCRAM-SHA-1"

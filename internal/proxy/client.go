@@ -127,7 +127,6 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 		connected: time.Now(),
 		maxMsg:    s.opts.MaxMessageSize,
 	}
-	c.x.s, c.x.sess, c.x.login, c.x.id = s, &c.sess, &c.login, id
 	if only != "" {
 		// A route's own listener reads under the route's limit.
 		if r := s.Route(only); r != nil {
@@ -137,8 +136,16 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 		}
 	}
 	c.log = s.log.With("client", id, "remote", c.remote)
-	c.lc.init(c)
+	c.bind()
 	return c
+}
+
+// bind ties a new client's parts together: its exchange is given the
+// server, the session, the login and the client's id, and its loop side
+// the client.
+func (c *client) bind() {
+	c.x.s, c.x.sess, c.x.login, c.x.id = c.s, &c.sess, &c.login, c.id
+	c.lc.init(c)
 }
 
 // closeConn closes the goroutine's connection; safe to repeat.

@@ -41,7 +41,7 @@ func TestLoginTimeoutRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &client{s: &Server{}, connected: connected}
-			c.lc.init(c)
+			c.bind()
 			if tc.auth {
 				c.s.opts.Auth = &ClientAuth{}
 			}

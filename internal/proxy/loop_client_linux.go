@@ -76,8 +76,8 @@ func (lc *loopClient) init(c *client) {
 func (lc *loopClient) enter() (entered bool) {
 	c := lc.c
 	// A TLS client never: the loop reads and writes the raw socket. Nor
-	// a client in the middle of logging in (loginDue).
-	if lc.off || c.tlsConn != nil || c.sess.hasPinOrOpen() || c.loginDue() {
+	// a client in the middle of logging in (login.due).
+	if lc.off || c.tlsConn != nil || c.sess.hasPinOrOpen() || c.login.due() {
 		return false
 	}
 	l := c.s.loopsFor()

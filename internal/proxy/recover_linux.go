@@ -32,7 +32,7 @@ func (c *client) releaseOwned() {
 		}
 		return
 	case lsClosed:
-		if c.registered() {
+		if c.s.registered(c) {
 			c.lc.forget()
 			c.finalize(errPanicked)
 		}
@@ -41,7 +41,7 @@ func (c *client) releaseOwned() {
 	// lsIdle, lsWaiting, lsUpstream. A request out on an upstream keeps
 	// lc.buf: a receive of the ring may still be writing into it, and its
 	// slot in the engine keeps the buffer reachable until it completes,
-	// which the close of the connection (releaseRequest) brings about; that
+	// which the close of the connection (exchange.releaseAfterPanic) brings about; that
 	// completion, or epoll's event, finds the client closed. A checkout
 	// still queued (lsWaiting) is delivered later to Resumed, which gives
 	// it back.
@@ -50,7 +50,7 @@ func (c *client) releaseOwned() {
 		lc.buf = nil
 	}
 	lc.unsent = false
-	c.releaseRequest()
+	c.x.releaseAfterPanic()
 	lc.State = lsClosed
 	c.finishLocked(errPanicked) // a loop client has nothing pinned nor open: no I/O
 }

@@ -19,12 +19,12 @@ import (
 // it over: taken over, the recovery would go on, and unlock, under a lock
 // another goroutine holds, and that holder's own Unlock would be the fatal
 // "sync: unlock of unlocked mutex" (not recoverable), ending the process,
-// not one client. Here a holder keeps sessMu 1.5 s while releaseRequest,
+// not one client. Here a holder keeps sessMu 1.5 s while releaseAfterPanic,
 // as a recovery runs it, needs it.
 func TestRecoveryWaitsForALockAnotherGoroutineHolds(t *testing.T) {
 	c := authClient(t)
 	c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	var returned atomic.Bool // releaseRequest has returned
+	var returned atomic.Bool // releaseAfterPanic has returned
 	var released atomic.Bool // set by the holder before its Unlock: the lock orders it before the recovery's Lock
 	held := make(chan struct{})
 	done := make(chan struct{})
@@ -43,7 +43,7 @@ func TestRecoveryWaitsForALockAnotherGoroutineHolds(t *testing.T) {
 	}()
 	<-held
 	start := time.Now()
-	c.releaseRequest()
+	c.x.releaseAfterPanic()
 	returned.Store(true)
 	took := time.Since(start)
 	if !released.Load() {
