@@ -120,25 +120,26 @@ func (c *client) noteMessage(w *readWait) {
 
 // noteConv records the start of a conversation begun since the last call:
 // the message that began it is the last one read.
-func (c *client) noteConv() {
-	if c.login.conv != c.login.clock.conv {
-		c.login.clock.conv = c.login.conv
-		c.login.clock.convAt = c.login.clock.msgAt
+func (lg *login) noteConv() {
+	if lg.conv != lg.clock.conv {
+		lg.clock.conv = lg.conv
+		lg.clock.convAt = lg.clock.msgAt
 	}
 }
 
-// loginDeadline returns when the login rule closes a client waiting from
-// now for its next message, and why; zero when the rule does not apply.
-func (c *client) loginDeadline(now time.Time, timeout time.Duration) (time.Time, string) {
+// deadline returns when the login rule closes a client (connected then,
+// logging in to s) waiting from now for its next message, and why; zero
+// when the rule does not apply.
+func (lg *login) deadline(s *Server, connected, now time.Time, timeout time.Duration) (time.Time, string) {
 	switch {
 	case timeout <= 0:
 		return time.Time{}, ""
-	case !c.login.clock.started:
-		return c.connected.Add(timeout), LoginTimeoutFirstMessage
-	case !c.preLogin():
+	case !lg.clock.started:
+		return connected.Add(timeout), LoginTimeoutFirstMessage
+	case !lg.pending(s):
 		return time.Time{}, ""
-	case c.login.conv != nil && !c.login.clock.convAt.IsZero():
-		return c.login.clock.convAt.Add(timeout), LoginTimeoutSASL
+	case lg.conv != nil && !lg.clock.convAt.IsZero():
+		return lg.clock.convAt.Add(timeout), LoginTimeoutSASL
 	}
 	return now.Add(timeout), LoginTimeoutNotLoggedIn
 }
@@ -213,8 +214,8 @@ func (c *client) computeDeadline(w *readWait) {
 		}
 	}
 	if needLogin {
-		c.noteConv()
-		login, why := c.loginDeadline(w.since, w.timeout)
+		c.login.noteConv()
+		login, why := c.login.deadline(c.s, c.connected, w.since, w.timeout)
 		if !login.IsZero() && (w.deadline.IsZero() || !login.After(w.deadline)) {
 			w.deadline, w.byLogin, w.why = login, true, why
 		}

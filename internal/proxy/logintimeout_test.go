@@ -107,14 +107,14 @@ func TestLoginTimeoutConversationStart(t *testing.T) {
 	t0 := time.Now()
 	c.login.clock.msgAt = t0
 	c.login.conv = &auth.Conversation{}
-	c.noteConv()
+	c.login.noteConv()
 	c.login.clock.msgAt = t0.Add(time.Second)
-	c.noteConv()
+	c.login.noteConv()
 	if !c.login.clock.convAt.Equal(t0) {
 		t.Fatalf("conversation dated %v, want its saslStart's %v", c.login.clock.convAt.Sub(t0), time.Duration(0))
 	}
 	c.login.conv = &auth.Conversation{} // a new saslStart
-	c.noteConv()
+	c.login.noteConv()
 	if !c.login.clock.convAt.Equal(t0.Add(time.Second)) {
 		t.Fatalf("a new conversation dated %v, want %v", c.login.clock.convAt.Sub(t0), time.Second)
 	}
