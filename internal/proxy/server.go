@@ -533,7 +533,7 @@ func (s *Server) drained() bool {
 	s.clientsMu.Lock()
 	defer s.clientsMu.Unlock()
 	for c := range s.clients {
-		if c.busy() || !c.spoke.Load() && now.Sub(c.connected) < freshClientGrace {
+		if c.sess.busy() || !c.spoke.Load() && now.Sub(c.connected) < freshClientGrace {
 			return false
 		}
 	}
@@ -542,10 +542,10 @@ func (s *Server) drained() bool {
 
 // busy reports whether the client has a request in flight or a
 // transaction open.
-func (c *client) busy() bool {
-	c.sess.sessMu.Lock()
-	defer c.sess.sessMu.Unlock()
-	return c.sess.phase != phaseIdle || len(c.sess.open) > 0
+func (ss *session) busy() bool {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	return ss.phase != phaseIdle || len(ss.open) > 0
 }
 
 // ClientInfo describes one connected client (SHOW CLIENTS).
@@ -574,20 +574,20 @@ func (s *Server) Clients() []ClientInfo {
 	for _, c := range cs {
 		ci := ClientInfo{ID: c.id, Addr: c.remote, Listener: c.listener, ConnectedAt: c.connected,
 			State: clientState(c.sess.state.Load()).String(), Requests: c.sess.requests.Load()}
-		c.describeSession(&ci)
+		c.sess.describe(&ci)
 		out = append(out, ci)
 	}
 	slices.SortFunc(out, func(a, b ClientInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
-// describeSession fills in what sessMu guards of ci.
-func (c *client) describeSession(ci *ClientInfo) {
-	c.sess.sessMu.Lock()
-	defer c.sess.sessMu.Unlock()
-	ci.AppName = c.sess.appName
-	ci.User = c.sess.user
-	for _, p := range c.sess.pins {
+// describe fills in what sessMu guards of ci.
+func (ss *session) describe(ci *ClientInfo) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	ci.AppName = ss.appName
+	ci.User = ss.user
+	for _, p := range ss.pins {
 		if p.conn != nil {
 			ci.PinnedServer = p.srv.Address()
 			break
