@@ -14,6 +14,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -135,7 +136,7 @@ func (c *client) startTLS() error {
 		deadline, byLogin = ld, true
 	}
 	_ = c.nc.SetDeadline(deadline)
-	isTLS, err := c.sniffTLS()
+	isTLS, err := sniffTLS(c.nc, &c.lc.Win)
 	if err != nil {
 		// Connected and said nothing in time, or left: port scanners
 		// and TCP health checks.
@@ -160,8 +161,8 @@ func (c *client) startTLS() error {
 		return errTLSRefused
 	}
 	raw := c.nc
-	pre := append([]byte(nil), c.lc.Win.Buf[c.lc.Win.Lo:c.lc.Win.Hi]...)
-	c.lc.Win.Lo, c.lc.Win.Hi = 0, 0
+	pre := append([]byte(nil), c.lc.Win.Pending()...)
+	c.lc.Win.Reset()
 	tc := tls.Server(&replayConn{Conn: raw, pre: pre}, ts.Config)
 	if err := tc.Handshake(); err != nil {
 		c.s.tlsHandshakeFailed.Add(1)
@@ -189,21 +190,22 @@ func (c *client) setTLSConn(tc *tls.Conn, raw net.Conn) {
 	c.tlsConn = tc
 }
 
-// sniffTLS reads a new client's first bytes into the read window until they tell a
+// sniffTLS reads a new client's first bytes from nc into the read window
+// win until they tell a
 // TLS handshake record from a MongoDB message. The first byte alone does
 // not: 0x16 is also the low byte of a message length (a 278-byte hello
 // starts with it). A TLS record continues with the version 3.1 to 3.4 (TLS
 // 1.0 to 1.3 spell the record version 0x0301 to 0x0303), which for a
 // message would mean a first request of at least 66,326 bytes; a driver's
 // first request is a hello of a few hundred.
-func (c *client) sniffTLS() (bool, error) {
+func sniffTLS(nc net.Conn, win *evloop.Window) (bool, error) {
 	for {
-		if isTLS, decided := tlsRecordStart(c.lc.Win.Buf[:c.lc.Win.Hi]); decided {
+		if isTLS, decided := tlsRecordStart(win.Pending()); decided {
 			return isTLS, nil
 		}
-		n, err := c.nc.Read(c.lc.Win.Buf[c.lc.Win.Hi:])
-		c.lc.Win.Hi += n
-		if _, decided := tlsRecordStart(c.lc.Win.Buf[:c.lc.Win.Hi]); err != nil && !decided {
+		n, err := nc.Read(win.Free())
+		win.Hi += n
+		if _, decided := tlsRecordStart(win.Pending()); err != nil && !decided {
 			return false, err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/certs"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
@@ -240,14 +241,14 @@ func TestSniffTLSDecides(t *testing.T) {
 	}
 	for _, c := range cases {
 		a, b := net.Pipe()
-		cl := &client{nc: b}
+		var win evloop.Window
 		go func() { _, _ = a.Write(c.in); a.Close() }()
-		got, err := cl.sniffTLS()
+		got, err := sniffTLS(b, &win)
 		b.Close()
 		if err != nil || got != c.tls {
 			t.Errorf("% x: tls %v (%v), want %v", c.in, got, err, c.tls)
 		}
-		if cl.lc.Win.Hi == 0 {
+		if win.Hi == 0 {
 			t.Errorf("% x: the bytes read were not kept", c.in)
 		}
 	}
