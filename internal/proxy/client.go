@@ -223,9 +223,9 @@ func (c *client) closeOwned() {
 	c.lc.forget()
 }
 
-// finishLocked ends a client the loop owns, holding c.lc.Mu. Such a client
+// finishOwned ends a client the loop owns, holding c.lc.Mu. Such a client
 // has no transaction open and nothing pinned, so cleanup does no I/O.
-func (c *client) finishLocked(err error) {
+func (c *client) finishOwned(err error) {
 	c.cleanup()
 	c.lingerOnClose()
 	c.lc.forget()

@@ -515,7 +515,7 @@ func (lc *loopClient) write(msg []byte) bool {
 func (lc *loopClient) close() {
 	lc.State = lsClosed
 	lc.account()
-	lc.c.finishLocked(errClientGone)
+	lc.c.finishOwned(errClientGone)
 }
 
 // forget drops the loop's registration and descriptor of the client; its

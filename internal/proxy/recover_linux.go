@@ -52,5 +52,5 @@ func (c *client) releaseOwned() {
 	lc.unsent = false
 	c.x.releaseAfterPanic()
 	lc.State = lsClosed
-	c.finishLocked(errPanicked) // a loop client has nothing pinned nor open: no I/O
+	c.finishOwned(errPanicked) // a loop client has nothing pinned nor open: no I/O
 }
