@@ -16,7 +16,8 @@
 //   - epoll_linux.go, ring_linux.go: the two drivers; ringclose_linux.go
 //     closes io_uring endpoints; place_linux.go places io_uring endpoints
 //     on the threads; spin_linux.go has a thread wait awake for a lone fast
-//     reply.
+//     reply (spin.go, its counters).
+//   - diag_linux.go: what the user may read of the placement, for tests.
 //
 // # Contract
 //
