@@ -475,13 +475,14 @@ func (lc *loopClient) account() {
 func (lc *loopClient) write(msg []byte) bool {
 	c := lc.c
 	n, err := lc.Write(msg)
-	c.x.bytesOut += len(msg) // written now, or by the goroutine below
-	if err == nil && n == len(msg) {
-		return true
-	}
 	if err != nil && err != syscall.EAGAIN {
+		// A failed write(2) wrote nothing.
 		lc.close()
 		return false
+	}
+	c.x.bytesOut += len(msg) // written now, or by the goroutine below
+	if n == len(msg) {
+		return true
 	}
 	rest := getBuffer(len(msg) - n)
 	copy(rest.b, msg[n:])
