@@ -174,7 +174,7 @@ bench:
 # start from there. FUZZMINIMIZETIME caps the minimizing of each new input
 # (with Go's default, 60s, FuzzParse spent most of its time minimizing
 # variants of the 4 KB example configuration). Targets are found by name
-# (`func FuzzX(` in a test file), which needs no build. docs/testing.md
+# (`func FuzzX(` in a test file), which needs no build. docs/fuzzing.md
 # has the procedure and the results.
 FUZZTIME  ?= 10000000x
 FUZZFLAGS ?=

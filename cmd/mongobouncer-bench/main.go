@@ -9,6 +9,16 @@
 //	mongobouncer-bench -spawn bin/mongobouncer -clients 100 -idle 10000
 //	mongobouncer-bench -spawn bin/mongobouncer -ref haproxy,relay-epoll -clients 1,10,100,1000
 //	mongobouncer-bench -spawn bin/mongobouncer -idle 1000,5000,10000,19000 -idle-repeat 3
+//	mongobouncer-bench restart -mongobouncer bin/mongobouncer -scenario rolling|upgrade -uri plain|lb -runs 3
+//	mongobouncer-bench -sweep 2,4,8,16,32,64,auto -bouncer bin/mongobouncer -upstream 127.0.0.1:27017 \
+//	    -workload find-insert -clients 10,100,1000 -slow-delay 5ms -slow-at 10s -slow-for 10s -plot limit.png
+//
+// With -sweep, the tool starts one mongobouncer per pool size in turn
+// (fixed sizes and "auto"), each in front of -upstream through a relay of
+// its own that can slow every reply down for part of the run, measures
+// the workload through it, and prints each size's throughput and p99
+// against the best fixed size's; for "auto" it records the adaptive limit
+// from mongobouncer's /metrics and draws it over time as a PNG (-plot).
 //
 // With -spawn, the tool starts a fast fake upstream (this binary again, in
 // a process of its own) and the given mongobouncer binary in front of it,
@@ -18,6 +28,10 @@
 // TCP mode (started here on a configuration written here) and the
 // project's copy-only relays. With several -clients counts a summary table
 // closes the output.
+//
+// The restart subcommand (restart.go) measures what an application sees
+// while mongobouncer instances are restarted under its load, or upgraded
+// in place.
 //
 // The logic lives in internal/loadgen; this is flag parsing and printing.
 package main
@@ -71,7 +85,9 @@ type output struct {
 	References []reference `json:"references,omitempty"`
 	// Series has every comparison, by client count and target.
 	Series []seriesEntry `json:"series,omitempty"`
-	Error  string        `json:"error,omitempty"`
+	// Sweep has every run of -sweep, by client count and pool size.
+	Sweep []sweepRow `json:"sweep,omitempty"`
+	Error string     `json:"error,omitempty"`
 }
 
 // reference is one reference's comparison with direct traffic.
@@ -91,6 +107,9 @@ type seriesEntry struct {
 // run parses args, runs what they ask for and returns the exit status:
 // 0 on success, 1 when a measurement failed, 2 on bad usage.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "restart" {
+		return runRestart(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("mongobouncer-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -114,6 +133,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		refsArg    = fs.String("ref", "", "references to measure beside mongobouncer, in front of -direct, each in a process of its own: a comma-separated list of haproxy (Debian's HAProxy in TCP mode; skipped with a message when not installed), relay-goroutine, relay-epoll, relay-uring, or relays (every project relay)")
 		refsAll    = fs.Bool("reference", false, "shorthand for -ref relays: the project's copy-only relays, the floor of what relaying costs on this machine")
 		haproxyBin = fs.String("haproxy", "", "haproxy binary for -ref haproxy (default: haproxy in PATH, or /usr/sbin/haproxy)")
+		sweepArg   = fs.String("sweep", "", "pool sizes to sweep, comma-separated, \"auto\" included (2,4,8,16,32,64,auto): one mongobouncer (-bouncer) per size in front of -upstream, at each -clients count")
+		sweepBin   = fs.String("bouncer", "", "mongobouncer `binary` that -sweep starts")
+		upstream   = fs.String("upstream", "", "host:port of the upstream -sweep measures against (FerretDB)")
+		slowDelay  = fs.Duration("slow-delay", 0, "-sweep: hold every upstream reply back this long from -slow-at for -slow-for (0: no slowdown)")
+		slowAt     = fs.Duration("slow-at", 0, "-sweep: when the slowdown starts, from each run's start")
+		slowFor    = fs.Duration("slow-for", 0, "-sweep: how long the slowdown lasts")
+		plotPath   = fs.String("plot", "", "-sweep: write the adaptive limit over time to this PNG (suffixed -N per client count when there are several)")
+		rotate     = fs.Int("sweep-rotate", 0, "-sweep: start the size order at this index, so that repeated runs alternate which size goes first")
+		scrape     = fs.Duration("scrape", 250*time.Millisecond, "-sweep: how often the adaptive limit is read from /metrics")
 	)
 	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client), driver (insert/find/update through the Go driver) or find-insert (80 % findOne by _id, 20 % insertOne, through the Go driver)")
 	fs.DurationVar(&cfg.Duration, "duration", loadgen.DefaultDuration, "length of each run (each side of each round), warm-up included")
@@ -123,7 +151,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: mongobouncer-bench -direct ADDR -proxied ADDR [flags]\n"+
 			"       mongobouncer-bench -proxied ADDR -idle K -pid PID [flags]\n"+
-			"       mongobouncer-bench -spawn BINARY [-ref haproxy,relays] [flags]\n\n")
+			"       mongobouncer-bench -spawn BINARY [-ref haproxy,relays] [flags]\n"+
+			"       mongobouncer-bench restart -mongobouncer BINARY [-scenario rolling|upgrade] [-uri plain|lb] [flags] (restart -h)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -139,6 +168,47 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	clientCounts, err := parseCounts(*clientsArg)
 	if err != nil {
 		return usage("-clients: %v", err)
+	}
+	if *sweepArg != "" {
+		sizes, err := parseSizes(*sweepArg)
+		switch {
+		case err != nil:
+			return usage("-sweep: %v", err)
+		case *sweepBin == "" || *upstream == "":
+			return usage("-sweep needs -bouncer and -upstream")
+		case *slowDelay > 0 && (*slowFor <= 0 || *slowAt+*slowFor > cfg.Duration):
+			return usage("-slow-delay needs -slow-for > 0 and the slowdown within -duration")
+		}
+		level := slog.LevelWarn
+		if *verbose {
+			level = slog.LevelInfo
+		}
+		cfg.MaxOps, cfg.MaxPoolSize = *maxOps, *poolSize
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+		if _, err := loadgen.RaiseFileLimit(); err != nil {
+			cfg.Logger.Warn("could not raise the open-file limit", "err", err)
+		}
+		table := stdout
+		if *asJSON {
+			table = stderr
+		}
+		var out output
+		out.Sweep, err = runSweep(ctx, sweep{cfg: cfg, counts: slices.DeleteFunc(clientCounts, func(n int) bool { return n == 0 }),
+			sizes: sizes, bin: *sweepBin, upstream: *upstream, mode: *bMode, loop: *bLoop, slowDelay: *slowDelay,
+			slowAt: *slowAt, slowFor: *slowFor, plot: *plotPath, rotate: *rotate, scrape: *scrape}, table)
+		if err != nil {
+			out.Error = err.Error()
+			fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(out)
+		}
+		if err != nil {
+			return 1
+		}
+		return 0
 	}
 	// -clients 0: no comparison (with -spawn, an idle probe alone).
 	clientCounts = slices.DeleteFunc(clientCounts, func(n int) bool { return n == 0 })

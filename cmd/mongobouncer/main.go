@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"syscall"
 
 	"github.com/mongobouncer/mongobouncer/internal/app"
@@ -51,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 		listen      = fs.String("listen", "", "client listen `address` (host:port or unix socket path); overrides the file")
 		upstreamURI = fs.String("upstream", "", "upstream connection string for every database (a \"*\" route); overrides the file's \"*\" route")
 		poolMode    = fs.String("pool-mode", "", "pool mode: session, transaction or statement; overrides the file")
-		maxPool     = fs.Int("max-pool-size", config.Default().Global.MaxPoolSize, "upstream connections per server (0 = unlimited); overrides the file when given")
+		maxPool     = fs.String("max-pool-size", strconv.Itoa(config.Default().Global.MaxPoolSize), "upstream connections per server (0 = unlimited), or \"auto\" for an adaptive limit; overrides the file when given")
 		maxClients  = fs.Int("max-client-conn", config.Default().Global.MaxClientConn, "client connection limit (0 = unlimited); overrides the file when given")
 		logLevel    = fs.String("log-level", "", "log level: debug, info, warn or error; overrides the file")
 		logFormat   = fs.String("log-format", "", "log format: text or json; overrides the file")
@@ -103,6 +104,9 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 	// event loop is off); reloads see it in place of a 0 ("auto") so that
 	// only a real change is reported as needing a restart.
 	var loopThreads int
+	// maxPoolSize is --max-pool-size parsed (badPoolSize when it is not a
+	// size), applied by overrides only when the flag was given.
+	maxPoolSize := parsePoolSize(*maxPool)
 	// Flags override the file, now and at every reload.
 	overrides := func(c *config.Config) {
 		if loopThreads > 0 && c.Global.EventLoopThreads == 0 {
@@ -135,13 +139,17 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 			case "event-loop":
 				c.Global.EventLoop = *eventLoop
 			case "max-pool-size":
-				c.Global.MaxPoolSize = *maxPool
+				c.Global.MaxPoolSize = maxPoolSize
 			case "max-client-conn":
 				c.Global.MaxClientConn = *maxClients
 			}
 		})
 	}
 	overrides(&cfg)
+	if maxPoolSize == badPoolSize {
+		fmt.Fprintf(stderr, "mongobouncer: --max-pool-size %q: want a number of 0 or more, or \"auto\"\n", *maxPool)
+		return 2
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "mongobouncer: invalid configuration:\n%v\n", err)
 		return 2
@@ -191,7 +199,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan struct{}) int {
 	}
 	a.Start()
 	log.Info("mongobouncer started", "version", version, "revision", revision, "pool_mode", string(cfg.Global.PoolMode),
-		"event_loop_threads", loopThreads, "gomaxprocs", runtime.GOMAXPROCS(0), "event_loop_io", app.LoopIO(cfg.Global))
+		"event_loop_threads", loopThreads, "gomaxprocs", runtime.GOMAXPROCS(0), "event_loop_io", a.LoopIO())
 
 	code := 0
 wait:
@@ -263,4 +271,20 @@ func newLogger(w io.Writer, g config.Global, level *slog.LevelVar) *slog.Logger 
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// badPoolSize marks a --max-pool-size that is neither a size nor "auto".
+const badPoolSize = -1 << 31
+
+// parsePoolSize parses --max-pool-size: a number of 0 or more, or "auto"
+// (config.PoolSizeAuto).
+func parsePoolSize(v string) int {
+	if v == "auto" {
+		return config.PoolSizeAuto
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return badPoolSize
+	}
+	return n
 }

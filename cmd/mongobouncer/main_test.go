@@ -408,6 +408,36 @@ func TestIOUringRefusedByTheKernel(t *testing.T) {
 	}
 }
 
+// The start line names the driver the event loop started on, not a
+// prediction of it: where the kernel allows a small ring but refuses the
+// loop's (so a probe says io_uring is there), "auto" runs on epoll, and the
+// line says epoll.
+func TestStartLineNamesTheDriverThatRuns(t *testing.T) {
+	if !seccomp.RefuseLargeIOUring(t, 8) {
+		return
+	}
+	if !uring.Supported() {
+		t.Fatal("a small ring is refused too: the filter is not the one this test needs")
+	}
+	up := fakemongo.Start(t, fakemongo.Options{})
+	sock := filepath.Join(t.TempDir(), "mb.sock")
+	var out, errb logbuf.Buffer
+	stop := make(chan struct{})
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"--listen", sock, "--upstream", up.URI(), "--log-format", "json"}, &out, &errb, stop)
+	}()
+	c := waitDial(t, "unix", sock, &errb)
+	defer c.Close()
+	if _, r := roundTrip(t, c, 1, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}}); okValue(r) != 1 {
+		t.Fatalf("ping: %v", r)
+	}
+	stopRun(t, stop, done, &errb)
+	if !strings.Contains(errb.String(), `"event_loop_io":"epoll"`) {
+		t.Fatalf("the start line does not say epoll, the driver that ran: %s", errb.String())
+	}
+}
+
 // --max-pool-size overrides the file only when given, 0 (unlimited)
 // included; a negative value is refused.
 func TestMaxPoolSizeFlagOverridesOnlyWhenGiven(t *testing.T) {
@@ -425,6 +455,7 @@ func TestMaxPoolSizeFlagOverridesOnlyWhenGiven(t *testing.T) {
 		{nil, `"max_pool_size":7`},
 		{[]string{"--max-pool-size", "3"}, `"max_pool_size":3`},
 		{[]string{"--max-pool-size", "0"}, `"max_pool_size":0`},
+		{[]string{"--max-pool-size", "auto"}, `"max_pool_size":"auto"`},
 	} {
 		var out, errb logbuf.Buffer
 		stop := make(chan struct{})

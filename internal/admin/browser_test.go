@@ -195,7 +195,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	if len(d.Pools) != 4 {
 		t.Fatalf("%d pools served", len(d.Pools))
 	}
-	lastErrors := 0
+	lastErrors, adaptive := 0, 0
 	for _, p := range d.Pools {
 		id := p.Route + "|" + p.Server
 		for k, series := range map[string]gapInts{"available": p.Available, "inUse": p.InUse, "pending": p.Pending, "waiters": p.Waiters} {
@@ -232,6 +232,20 @@ func TestStatusPageInChromium(t *testing.T) {
 				t.Errorf("pool %s chart %s: %v, want %d points", id, series, pm, n)
 			}
 		}
+		// An adaptive pool's card draws its limit over time too; a fixed
+		// one has no limit line.
+		lm := regexp.MustCompile(`data-series="limit" data-points="(\d+)"`).FindStringSubmatch(card)
+		if p.Limit > 0 {
+			adaptive++
+			if lm == nil || lm[1] != strconv.Itoa(n) {
+				t.Errorf("pool %s limit line: %v, want %d points", id, lm, n)
+			}
+			if got, want := shown("pool."+id+".limit"), strconv.Itoa(int(p.Limits[n-1])); got != want || want != strconv.Itoa(p.Limit) {
+				t.Errorf("pool %s limit shows %s, served %s (info %d)", id, got, want, p.Limit)
+			}
+		} else if lm != nil {
+			t.Errorf("fixed-size pool %s draws a limit line", id)
+		}
 		if got := len(regexp.MustCompile(`[ML]\d`).FindAllString(card, -1)); got < 4*n {
 			t.Errorf("pool %s chart has %d path points, want at least %d", id, got, 4*n)
 		}
@@ -244,6 +258,9 @@ func TestStatusPageInChromium(t *testing.T) {
 		if got, want := shown("pool."+id+".waitAvgMs"), strconv.FormatFloat(w, 'f', -1, 64); got != want {
 			t.Errorf("pool %s wait shows %s, served %s", id, got, want)
 		}
+	}
+	if adaptive != 1 {
+		t.Errorf("%d adaptive pools drawn, want 1", adaptive)
 	}
 	if lastErrors != 1 {
 		t.Errorf("%d pools with a last error served, want the fake's 1", lastErrors)

@@ -66,6 +66,10 @@ type PoolInfo struct {
 	Waiters     int    `json:"waiters" bson:"waiters"`
 	MaxPoolSize int    `json:"maxPoolSize" bson:"maxPoolSize"`
 	MinPoolSize int    `json:"minPoolSize" bson:"minPoolSize"`
+	// Limit is the adaptive limit on connections checked out at once
+	// (max_pool_size = "auto"; MaxPoolSize is then its ceiling), 0 for a
+	// fixed-size pool.
+	Limit int `json:"limit,omitempty" bson:"limit,omitempty"`
 	// Checkouts and CheckoutWait total the successful checkouts and their
 	// wait since the pool's series began: the difference of two readings
 	// gives the mean checkout latency over the time between them.
@@ -81,6 +85,15 @@ type PoolInfo struct {
 	// LastError is why the server is unknown ("" when it is not), with
 	// secrets removed and its length bounded.
 	LastError string `json:"lastError" bson:"lastError"`
+	// MaxDBConnections is the route's max_db_connections (0: no cap), and
+	// DBConnections the connections counted against it on this server,
+	// over the server's pool and every user pool of the route (the same
+	// on each row of the server). DBWaits counts the times a pool waited
+	// for it, DBEvictions the idle connections closed to make room.
+	MaxDBConnections int    `json:"maxDbConnections" bson:"maxDbConnections"`
+	DBConnections    int    `json:"dbConnections" bson:"dbConnections"`
+	DBWaits          uint64 `json:"dbWaits" bson:"dbWaits"`
+	DBEvictions      uint64 `json:"dbEvictions" bson:"dbEvictions"`
 }
 
 // Server roles as showPools, showServers and the status page name them:
@@ -123,6 +136,9 @@ type ClientInfo struct {
 	State        ClientState `json:"state" bson:"state"`
 	PinnedServer string      `json:"pinnedServer,omitempty" bson:"pinnedServer,omitempty"`
 	Requests     uint64      `json:"requests" bson:"requests"`
+	// LoadBalanced marks a client whose handshake said loadBalanced: true
+	// (absent otherwise).
+	LoadBalanced bool `json:"loadBalanced,omitempty" bson:"loadBalanced,omitempty"`
 }
 
 // ServerConnInfo is one upstream connection: SHOW SERVERS.
@@ -153,6 +169,13 @@ type StatsInfo struct {
 	WaitP99        time.Duration `json:"waitP99Ns" bson:"waitP99Ns"`
 	QueryAvg       time.Duration `json:"queryAvgNs" bson:"queryAvgNs"`
 	QueryP99       time.Duration `json:"queryP99Ns" bson:"queryP99Ns"`
+	// DBWaits and DBEvictions total, over every route and server, the
+	// waits for max_db_connections and the idle connections closed to
+	// make room; UserClientRefused counts logins refused by
+	// max_user_client_conn.
+	DBWaits           uint64 `json:"dbWaits" bson:"dbWaits"`
+	DBEvictions       uint64 `json:"dbEvictions" bson:"dbEvictions"`
+	UserClientRefused uint64 `json:"userClientRefused" bson:"userClientRefused"`
 }
 
 // IsAdminPeer reports whether a peer may run admin commands over the wire:

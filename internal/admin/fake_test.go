@@ -71,6 +71,11 @@ func poolAt(i, j, s int) PoolInfo {
 		Role:  []string{RolePrimary, RoleSecondary}[min(j, 1)],
 		RTTMs: float64((s+j)%7) + 0.25*float64(i+1),
 	}
+	if i == 0 && j == 0 {
+		// The orders primary's pool is adaptive (max_pool_size = "auto"):
+		// its limit moves from step to step.
+		p.Limit = 4 + s%5
+	}
 	if i == 1 && j == 1 {
 		// The catch-all route's secondary is down: the monitor's error
 		// says why.

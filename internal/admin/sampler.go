@@ -267,6 +267,9 @@ type PoolSeries struct {
 	InUse     gapInts       `json:"inUse"`
 	Pending   gapInts       `json:"pending"`
 	Waiters   gapInts       `json:"waiters"`
+	// Limits is the adaptive limit (max_pool_size = "auto"); null where the
+	// pool had none.
+	Limits gapInts `json:"limit"`
 	// WaitAvgMs is the pool's mean checkout wait over each sample
 	// interval (0 when nothing was checked out; missing for a pool's first
 	// sample, which has no interval).
@@ -372,13 +375,16 @@ func (s *Sampler) Data() StatusData {
 				j = len(d.Pools)
 				idx[k] = j
 				d.Pools = append(d.Pools, PoolSeries{
-					Available: gaps(n), InUse: gaps(n), Pending: gaps(n), Waiters: gaps(n), WaitAvgMs: floatGaps(n),
+					Available: gaps(n), InUse: gaps(n), Pending: gaps(n), Waiters: gaps(n), Limits: gaps(n), WaitAvgMs: floatGaps(n),
 				})
 			}
 			ps := &d.Pools[j]
 			ps.PoolInfo = p
 			ps.Available[i], ps.InUse[i], ps.Pending[i], ps.Waiters[i] =
 				clamp32(p.Available), clamp32(p.InUse), clamp32(p.Pending), clamp32(p.Waiters)
+			if p.Limit > 0 {
+				ps.Limits[i] = clamp32(p.Limit)
+			}
 			if pt, ok := prev[k]; ok && p.Checkouts >= pt.checkouts {
 				ps.WaitAvgMs[i] = 0
 				if dc := p.Checkouts - pt.checkouts; dc > 0 {

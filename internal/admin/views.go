@@ -59,6 +59,10 @@ type StatsReport struct {
 	WaitP99Ns      int64   `json:"waitP99Ns" bson:"waitP99Ns"`
 	QueryAvgNs     int64   `json:"queryAvgNs" bson:"queryAvgNs"`
 	QueryP99Ns     int64   `json:"queryP99Ns" bson:"queryP99Ns"`
+	// DBWaits, DBEvictions and UserClientRefused are StatsInfo's.
+	DBWaits           uint64 `json:"dbWaits" bson:"dbWaits"`
+	DBEvictions       uint64 `json:"dbEvictions" bson:"dbEvictions"`
+	UserClientRefused uint64 `json:"userClientRefused" bson:"userClientRefused"`
 }
 
 // Rates are per-second rates over WindowSec, which ends now and starts at
@@ -131,6 +135,10 @@ func statsReport(cur StatsInfo, r Rates) StatsReport {
 		WaitP99Ns:      int64(cur.WaitP99),
 		QueryAvgNs:     int64(cur.QueryAvg),
 		QueryP99Ns:     int64(cur.QueryP99),
+
+		DBWaits:           cur.DBWaits,
+		DBEvictions:       cur.DBEvictions,
+		UserClientRefused: cur.UserClientRefused,
 	}
 }
 

@@ -100,6 +100,10 @@ type App struct {
 	shutdown     chan struct{}
 	shutdownOnce sync.Once
 	started      bool
+	// loopIO is the I/O driver the proxy's event loop started on at
+	// Start, as the proxy reports it ("io_uring", "epoll", "off"); guarded
+	// by mu.
+	loopIO string
 }
 
 type route struct {
@@ -250,12 +254,13 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	a.server, err = proxy.New(proxy.Options{
 		Routes:            proxyRoutes,
 		MaxClientConn:     maxClients(g.MaxClientConn),
+		MaxUserClientConn: g.MaxUserClientConn,
 		MaxMessageSize:    g.MaxMessageSize,
 		ClientIdleTimeout: g.ClientIdleTimeout,
 		CommandTimeout:    g.UpstreamCommandTimeout,
 		EventLoop:         g.EventLoop,
 		LoopThreads:       g.EventLoopThreads,
-		LoopIO:            loopIO(g.EventLoopIO),
+		LoopIO:            g.EventLoopIO,
 		LoopSpin:          g.EventLoopSpin,
 		Logger:            logger,
 		Observer:          a.metrics,
@@ -279,29 +284,14 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 // io_uring cannot be used.
 var ErrNoIOUring = errors.New(`event_loop_io = "io_uring", but io_uring is unavailable here (an old kernel, kernel.io_uring_disabled, or a seccomp profile that refuses it): use "auto", which falls back to epoll`)
 
-// loopIO maps event_loop_io to the proxy's LoopIO. io_uring required stays
-// required there: a ring that cannot start (a locked-memory limit, where
-// the kernel allows io_uring) fails the start rather than running epoll.
-func loopIO(io config.EventLoopIO) string {
-	switch io {
-	case config.EventLoopIOEpoll:
-		return proxy.LoopIOEpoll
-	case config.EventLoopIOUring:
-		return proxy.LoopIOUring
-	}
-	return proxy.LoopIOAuto
-}
-
-// LoopIO names the I/O the event loop will use with g: "io_uring",
-// "epoll", or "off" (event_loop = false), for the startup log.
-func LoopIO(g config.Global) string {
-	switch {
-	case !g.EventLoop || !proxy.EventLoopSupported:
-		return "off"
-	case g.EventLoopIO != config.EventLoopIOEpoll && uring.Supported():
-		return "io_uring"
-	}
-	return "epoll"
+// LoopIO names the I/O the event loop started on at Start: "io_uring",
+// "epoll", or "off" (event_loop = false, no event loop on this platform,
+// or a loop that could not start), as the proxy reports it, for the
+// startup log line. "" before Start.
+func (a *App) LoopIO() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.loopIO
 }
 
 func maxClients(n int) int {
@@ -376,10 +366,6 @@ func (a *App) bindAdmin(addr string) error {
 
 // buildRoute makes the topology of one route.
 func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
-	mode, err := proxy.ParsePoolMode(string(er.PoolMode))
-	if err != nil {
-		return nil, fmt.Errorf("route %q: %w", er.Name, err)
-	}
 	rp, err := routeReadPref(er)
 	if err != nil {
 		return nil, fmt.Errorf("route %q: read preference: %w", er.Name, err)
@@ -392,9 +378,9 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.log.Info("route configured", "route", er.Name, "upstream", er.Conn.Redacted(), "pool_mode", mode.String(),
-		"max_pool_size", er.MaxPoolSize, "pass_through", er.PassThrough)
-	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: mode, Topology: t, PassThrough: er.PassThrough,
+	a.log.Info("route configured", "route", er.Name, "upstream", er.Conn.Redacted(), "pool_mode", string(er.PoolMode),
+		"max_pool_size", showPoolSize(er.Pool), "pass_through", er.PassThrough)
+	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: er.PoolMode, Topology: t, PassThrough: er.PassThrough,
 		IdleTimeout: routeIdleTimeout(er), MaxMessageSize: er.MaxMessageSize, ReadPref: rp}, topo: t, tlsDigest: digest}, nil
 }
 
@@ -461,6 +447,9 @@ func (a *App) startServing() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.started = true
+	// Before the first client: the loop starts now, and its driver is the
+	// one the startup line names.
+	a.loopIO = a.server.LoopIO()
 	a.startTLSWatch()
 	for _, l := range a.listeners {
 		a.serve(l)

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/mongobouncer/mongobouncer/internal/admin"
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
@@ -67,6 +68,7 @@ func (a *App) Pools() []admin.PoolInfo {
 				pi.User, pi.State, pi.Generation = up.User.String(), st.State.String(), st.Generation
 				pi.Total, pi.Available, pi.InUse, pi.Pending, pi.Waiters = st.Total, st.Available, st.InUse, st.Pending, st.Waiters
 				pi.MaxPoolSize, pi.MinPoolSize, pi.Checkouts, pi.CheckoutWait = st.Options.MaxPoolSize, st.Options.MinPoolSize, 0, 0
+				pi.Limit = limitOf(st)
 				out = append(out, pi)
 			}
 		}
@@ -81,7 +83,7 @@ func (a *App) Clients() []admin.ClientInfo {
 	for i, c := range cs {
 		out[i] = admin.ClientInfo{ID: c.ID, Addr: c.Addr, AppName: c.AppName, User: c.User, Listener: c.Listener,
 			ConnectedAt: c.ConnectedAt, State: admin.ClientState(c.State), PinnedServer: c.PinnedServer,
-			Requests: c.Requests}
+			Requests: c.Requests, LoadBalanced: c.LoadBalanced}
 	}
 	return out
 }
@@ -93,7 +95,18 @@ func (a *App) Servers() []admin.ServerConnInfo {
 }
 
 // Stats returns totals since start (SHOW STATS).
-func (a *App) Stats() admin.StatsInfo { return statsInfo(a.metrics.Stats()) }
+func (a *App) Stats() admin.StatsInfo {
+	st := statsInfo(a.metrics.Stats())
+	for _, r := range a.sortedRoutes() {
+		for _, s := range r.topo.Servers() {
+			db := s.Share().Stats()
+			st.DBWaits += db.Waits
+			st.DBEvictions += db.Evictions
+		}
+	}
+	st.UserClientRefused = a.server.UserClientRefused()
+	return st
+}
 
 // serverConnInfos maps metrics' connection snapshots to admin's: metrics
 // must not import admin (packages import downward), so app translates.
@@ -208,6 +221,7 @@ func (a *App) Config() map[string]any {
 		"listen":                   g.Listen,
 		"admin_listen":             g.AdminListen,
 		"max_client_conn":          g.MaxClientConn,
+		"max_user_client_conn":     g.MaxUserClientConn,
 		"log_level":                string(g.LogLevel),
 		"log_format":               string(g.LogFormat),
 		"shutdown_timeout":         g.ShutdownTimeout.String(),
@@ -242,8 +256,9 @@ func (a *App) Config() map[string]any {
 		routes[e.Name] = map[string]any{
 			"connection_string":        e.Conn.Redacted(),
 			"listen":                   e.Listen,
-			"pool_mode":                r.proxy.PoolMode().String(),
-			"max_pool_size":            e.MaxPoolSize,
+			"pool_mode":                string(r.proxy.PoolMode()),
+			"max_pool_size":            showPoolSize(e.Pool),
+			"max_pool_size_ceiling":    e.MaxPoolSizeCeiling,
 			"min_pool_size":            e.MinPoolSize,
 			"max_idle_time":            e.MaxIdleTime.String(),
 			"max_connecting":           e.MaxConnecting,
@@ -256,8 +271,17 @@ func (a *App) Config() map[string]any {
 			"app_name":                 e.AppName,
 			"pass_through":             e.PassThrough,
 			"max_user_connections":     e.MaxUserConnections,
+			"max_db_connections":       e.MaxDBConnections,
 		}
 	}
 	out["databases"] = routes
 	return out
+}
+
+// showPoolSize is max_pool_size as SHOW CONFIG gives it: a number, or "auto".
+func showPoolSize(p config.Pool) any {
+	if p.AutoPoolSize() {
+		return "auto"
+	}
+	return p.MaxPoolSize
 }

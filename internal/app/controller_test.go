@@ -62,7 +62,7 @@ func sameFields(t *testing.T, from, to any, ownFields ...string) {
 func TestSnapshotMappingCarriesEveryField(t *testing.T) {
 	var tot metrics.Totals
 	fillDistinct(t, &tot)
-	sameFields(t, tot, statsInfo(tot))
+	sameFields(t, tot, statsInfo(tot), "DBWaits", "DBEvictions", "UserClientRefused") // from the topologies and the proxy: e2e TestPassThroughMaxDBConnections, TestMaxUserClientConn
 
 	var c metrics.ServerConn
 	fillDistinct(t, &c)

@@ -86,7 +86,7 @@ func fdBudget(cfg config.Config, routes []config.EffectiveRoute, limit uint64) F
 				servers = er.Conn.SRVMaxHosts
 			}
 		}
-		pool := er.MaxPoolSize
+		pool := limitsOf(er).MaxPoolSize
 		if pool == 0 {
 			pool = b.Clients
 		}

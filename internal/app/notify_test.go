@@ -123,7 +123,18 @@ func TestSystemdNotifications(t *testing.T) {
 	if m.Text != "STOPPING=1\nSTATUS=clients 1/80, pools 1, routes 1/1 ready, draining" {
 		t.Fatalf("at shutdown: %q, want STOPPING=1 with a draining status", m.Text)
 	}
-	// The periodic status has stopped with the App.
+	// Periodic statuses sent during the drain (every 50 ms here) are
+	// queued already, since GracefulClose has returned; each says
+	// draining. After them, the periodic status has stopped with the App.
+	for {
+		m, err := sock.Next(20 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if !m.StatusOnly() || !strings.HasSuffix(m.Text, ", draining") {
+			t.Fatalf("during the drain: %q, want only statuses saying draining", m.Text)
+		}
+	}
 	sock.None(t, 300*time.Millisecond)
 }
 

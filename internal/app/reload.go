@@ -145,13 +145,10 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	for _, er := range want {
 		r := next[er.Name]
 		if r.eff.PoolMode != er.PoolMode {
-			if m, err := proxy.ParsePoolMode(string(er.PoolMode)); err == nil {
-				r.proxy.SetPoolMode(m)
-				changes = append(changes, fmt.Sprintf("route %s: pool_mode %s", er.Name, m))
-			}
+			r.proxy.SetPoolMode(er.PoolMode)
+			changes = append(changes, fmt.Sprintf("route %s: pool_mode %s", er.Name, er.PoolMode))
 		}
-		lim := pool.Limits{MaxPoolSize: er.MaxPoolSize, MinPoolSize: er.MinPoolSize, MaxConnecting: er.MaxConnecting,
-			MaxIdleTime: er.MaxIdleTime, WaitQueueTimeout: er.WaitQueueTimeout}
+		lim := limitsOf(er)
 		if lim != limitsOf(r.eff) || er.MaxUserConnections != r.eff.MaxUserConnections {
 			for _, s := range r.topo.Servers() {
 				if err := s.SetPoolLimits(lim, er.MaxUserConnections); err != nil {
@@ -166,6 +163,12 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 			r.proxy.SetClientLimits(routeIdleTimeout(er), er.MaxMessageSize)
 			changes = append(changes, fmt.Sprintf("route %s: client_idle_timeout %s, max_message_size %d", er.Name, er.ClientIdleTimeout, er.MaxMessageSize))
 		}
+		if er.MaxDBConnections != r.eff.MaxDBConnections {
+			if err := r.topo.SetMaxDBConnections(er.MaxDBConnections); err != nil {
+				a.log.Warn("reload: max_db_connections not applied", "route", er.Name, "error", err) // cannot happen: validated
+			}
+			changes = append(changes, fmt.Sprintf("route %s: max_db_connections %d", er.Name, er.MaxDBConnections))
+		}
 		r.eff = er
 	}
 	for key, l := range a.listeners {
@@ -177,6 +180,10 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	}
 	g := cfg.Global
 	a.server.SetClientLimits(maxClients(g.MaxClientConn), g.ClientIdleTimeout)
+	a.server.SetUserClientLimit(g.MaxUserClientConn)
+	if g.MaxUserClientConn != a.cfg.Global.MaxUserClientConn {
+		changes = append(changes, fmt.Sprintf("max_user_client_conn %d", g.MaxUserClientConn))
+	}
 	a.server.SetLoginTimeout(g.ClientLoginTimeout)
 	if g.ClientLoginTimeout != a.cfg.Global.ClientLoginTimeout {
 		changes = append(changes, "client_login_timeout "+g.ClientLoginTimeout.String())
@@ -275,9 +282,15 @@ func (a *App) switchRoutes(order []string, next map[string]*route, drainTimeout 
 	return removed, nil
 }
 
+// limitsOf returns the pool limits of a route. max_pool_size = "auto" is an
+// adaptive pool whose cap is max_pool_size_ceiling.
 func limitsOf(er config.EffectiveRoute) pool.Limits {
-	return pool.Limits{MaxPoolSize: er.MaxPoolSize, MinPoolSize: er.MinPoolSize, MaxConnecting: er.MaxConnecting,
-		MaxIdleTime: er.MaxIdleTime, WaitQueueTimeout: er.WaitQueueTimeout}
+	size, auto := er.MaxPoolSize, er.AutoPoolSize()
+	if auto {
+		size = er.MaxPoolSizeCeiling
+	}
+	return pool.Limits{MaxPoolSize: size, MinPoolSize: er.MinPoolSize, MaxConnecting: er.MaxConnecting,
+		MaxIdleTime: er.MaxIdleTime, WaitQueueTimeout: er.WaitQueueTimeout, Adaptive: auto}
 }
 
 // drain closes a route that left the routing table once its clients have

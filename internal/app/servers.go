@@ -125,14 +125,16 @@ func (a *App) poolInfo(r route, s *topology.Server) admin.PoolInfo {
 	d := s.Description()
 	st := s.Pool().Stats()
 	checkouts, wait := a.metrics.CheckoutTotals(r.eff.Name, s.Address())
+	db := s.Share().Stats()
 	return admin.PoolInfo{
-		Route: r.eff.Name, Server: s.Address(), Mode: r.proxy.PoolMode().String(),
+		Route: r.eff.Name, Server: s.Address(), Mode: string(r.proxy.PoolMode()),
 		State: st.State.String(), Paused: r.proxy.Paused(), Usable: d.State == topology.Usable,
 		Generation: st.Generation, Total: st.Total, Available: st.Available, InUse: st.InUse,
 		Pending: st.Pending, Waiters: st.Waiters,
-		MaxPoolSize: st.Options.MaxPoolSize, MinPoolSize: st.Options.MinPoolSize,
+		MaxPoolSize: st.Options.MaxPoolSize, MinPoolSize: st.Options.MinPoolSize, Limit: limitOf(st),
 		Checkouts: checkouts, CheckoutWait: wait,
 		Role: role(d), RTTMs: rttMs(s.RTT()), LastError: errorText(d.LastError, r.eff.Conn),
+		MaxDBConnections: db.Max, DBConnections: db.Used, DBWaits: db.Waits, DBEvictions: db.Evictions,
 	}
 }
 
@@ -142,7 +144,12 @@ func (a *App) serverRoles() []metrics.ServerRole {
 	var out []metrics.ServerRole
 	for _, r := range a.sortedRoutes() {
 		for _, s := range r.topo.Servers() {
-			out = append(out, metrics.ServerRole{Route: r.eff.Name, Server: s.Address(), Role: role(s.Description()), RTT: s.RTT()})
+			sr := metrics.ServerRole{Route: r.eff.Name, Server: s.Address(), Role: role(s.Description()), RTT: s.RTT(),
+				DB: s.Share().Stats()}
+			if l := s.Pool().Stats().Limiter; l != nil {
+				sr.Limit = &metrics.AdaptiveLimit{Limit: l.Limit, MinRTT: l.MinRTT, Gradient: l.Gradient, Drops: l.Drops}
+			}
+			out = append(out, sr)
 		}
 	}
 	return out
@@ -197,4 +204,13 @@ func notWritableReason(r route) string {
 		parts = append(parts, p)
 	}
 	return fmt.Sprintf("route %q: no primary: %s", r.eff.Name, strings.Join(parts, ", "))
+}
+
+// limitOf is a pool's adaptive limit for showPools and the status page, 0
+// for a fixed-size pool.
+func limitOf(st pool.Stats) int {
+	if st.Limiter == nil {
+		return 0
+	}
+	return st.Limiter.Limit
 }

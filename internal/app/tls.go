@@ -241,9 +241,8 @@ func tlsFilesDigest(cs config.ConnString) string {
 // [mongobouncer], reading the files. tls_mode = "disable" gives the zero
 // settings (no TLS).
 func clientTLS(g config.Global) (proxy.ClientTLS, error) {
-	mode, err := proxy.ParseTLSMode(string(g.TLSMode))
-	if err != nil || mode == proxy.TLSDisable {
-		return proxy.ClientTLS{}, err
+	if !g.TLSMode.Serves() {
+		return proxy.ClientTLS{}, nil
 	}
 	certPEM, err := readTLSFile("tls_cert_file", g.TLSCertFile)
 	if err != nil {
@@ -264,5 +263,5 @@ func clientTLS(g config.Global) (proxy.ClientTLS, error) {
 		}
 		c.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return proxy.ClientTLS{Mode: mode, Config: c, HandshakeTimeout: g.TLSHandshakeTimeout}, nil
+	return proxy.ClientTLS{Mode: g.TLSMode, Config: c, HandshakeTimeout: g.TLSHandshakeTimeout}, nil
 }

@@ -71,11 +71,13 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, u
 	uo.Detach = eventLoop && er.PoolMode != config.PoolModeSession
 	mo.Compressors = nil // monitoring sends tiny hellos: never worth compressing
 	po := pool.DefaultOptions()
-	po.MaxPoolSize = er.MaxPoolSize
-	po.MinPoolSize = er.MinPoolSize
-	po.MaxIdleTime = er.MaxIdleTime
-	po.MaxConnecting = er.MaxConnecting
-	po.WaitQueueTimeout = er.WaitQueueTimeout
+	lim := limitsOf(er)
+	po.MaxPoolSize = lim.MaxPoolSize
+	po.MinPoolSize = lim.MinPoolSize
+	po.MaxIdleTime = lim.MaxIdleTime
+	po.MaxConnecting = lim.MaxConnecting
+	po.WaitQueueTimeout = lim.WaitQueueTimeout
+	po.Adaptive = lim.Adaptive
 	po.Monitor = mon
 	// No po.Logger: the topology gives its pools its own logger, so that
 	// the CMAP log messages appear whenever the (reloadable) level allows.
@@ -96,6 +98,7 @@ func newTopology(er config.EffectiveRoute, log *slog.Logger, mon pool.Monitor, u
 		Dialer:                 dialer,
 		UserDialer:             userDialer,
 		MaxUserConnections:     er.MaxUserConnections,
+		MaxDBConnections:       er.MaxDBConnections,
 		UserPoolIdleTimeout:    er.UserPoolIdleTimeout,
 		UserPoolMonitor:        userMon,
 		MonitorDialer:          upstream.NewDialer(mo),

@@ -232,6 +232,10 @@ func (m TLSMode) Valid() bool {
 	return m == "" || m == TLSModeDisable || m == TLSModeAllow || m == TLSModeRequire
 }
 
+// Serves reports whether m serves TLS clients (allow or require); empty
+// means disable.
+func (m TLSMode) Serves() bool { return m == TLSModeAllow || m == TLSModeRequire }
+
 // Pool holds the pool and limit settings. Global carries the values for
 // every route; a Route may override each of them (see Overrides), and
 // EffectiveRoute carries the values in force for one route.
@@ -240,8 +244,14 @@ type Pool struct {
 	// (pool_mode).
 	PoolMode PoolMode
 	// MaxPoolSize caps the upstream connections per server, in use or
-	// idle; 0 means no limit (max_pool_size, maxPoolSize).
+	// idle; 0 means no limit (max_pool_size, maxPoolSize). PoolSizeAuto
+	// (max_pool_size = "auto") lets an adaptive limit decide how many may
+	// be checked out at once, between MinPoolSize and MaxPoolSizeCeiling.
 	MaxPoolSize int
+	// MaxPoolSizeCeiling is the highest limit and the cap on connections
+	// per server when MaxPoolSize is PoolSizeAuto; ignored otherwise
+	// (max_pool_size_ceiling).
+	MaxPoolSizeCeiling int
 	// MinPoolSize is the number of upstream connections per server the
 	// pool keeps open even when idle (min_pool_size, minPoolSize).
 	MinPoolSize int
@@ -293,7 +303,23 @@ type Pool struct {
 	// on a pass-through route (max_user_connections); 0 leaves only
 	// max_pool_size, which caps each user's pool as it caps the route's.
 	MaxUserConnections int
+	// MaxDBConnections caps, per upstream server, the route's connections
+	// over its service pool and all its user pools together
+	// (max_db_connections, as PgBouncer's); 0 means no cap. A user whose
+	// request waits at the cap gets the slot of another user's idle
+	// connection, which is closed.
+	MaxDBConnections int
 }
+
+// PoolSizeAuto is the MaxPoolSize of max_pool_size = "auto". It cannot be
+// written as a number: the parser refuses negative sizes.
+const PoolSizeAuto = -1
+
+// DefaultMaxPoolSizeCeiling is max_pool_size_ceiling's default.
+const DefaultMaxPoolSizeCeiling = 100
+
+// AutoPoolSize reports whether p's pool size is adaptive.
+func (p Pool) AutoPoolSize() bool { return p.MaxPoolSize == PoolSizeAuto }
 
 // Global is the [mongobouncer] table.
 type Global struct {
@@ -306,6 +332,10 @@ type Global struct {
 	// MaxClientConn caps the client connections across all listeners; 0
 	// means no limit.
 	MaxClientConn int
+	// MaxUserClientConn caps the client connections logged in as one user
+	// (auth.UserID), across all listeners; 0 means no limit
+	// (max_user_client_conn, as PgBouncer's).
+	MaxUserClientConn int
 	// MaxPreLoginMessageSize bounds, with client authentication, each
 	// message of a client that has not logged in, and the size a
 	// compressed one declares (max_prelogin_message_size).
@@ -417,7 +447,8 @@ type Global struct {
 // precedence).
 type Overrides struct {
 	PoolMode               *PoolMode            // pool_mode
-	MaxPoolSize            *int                 // max_pool_size
+	MaxPoolSize            *int                 // max_pool_size (PoolSizeAuto for "auto")
+	MaxPoolSizeCeiling     *int                 // max_pool_size_ceiling
 	MinPoolSize            *int                 // min_pool_size
 	MaxIdleTime            *time.Duration       // max_idle_time
 	MaxConnecting          *int                 // max_connecting
@@ -433,6 +464,7 @@ type Overrides struct {
 	MaxStaleness           *time.Duration       // max_staleness
 	LocalThreshold         *time.Duration       // local_threshold
 	MaxUserConnections     *int                 // max_user_connections
+	MaxDBConnections       *int                 // max_db_connections
 }
 
 // Route is one [databases.<name>] table: where commands for a database go.
@@ -504,6 +536,7 @@ func Default() Config {
 		Pool: Pool{
 			PoolMode:               PoolModeTransaction,
 			MaxPoolSize:            100,
+			MaxPoolSizeCeiling:     DefaultMaxPoolSizeCeiling,
 			MinPoolSize:            0,
 			MaxIdleTime:            0,
 			MaxConnecting:          2,

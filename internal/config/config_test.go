@@ -33,7 +33,7 @@ func TestDefault(t *testing.T) {
 		ClientLoginTimeout:  60 * time.Second,
 		TLSWatchInterval:    30 * time.Second,
 		Pool: Pool{
-			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MinPoolSize: 0, MaxIdleTime: 0,
+			PoolMode: PoolModeTransaction, MaxPoolSize: 100, MaxPoolSizeCeiling: 100, MinPoolSize: 0, MaxIdleTime: 0,
 			MaxConnecting: 2, WaitQueueTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second,
 			ConnectTimeout: 10 * time.Second, ServerSelectionTimeout: 30 * time.Second,
 			ClientIdleTimeout: 0, MaxMessageSize: 48_000_000, AppName: "mongobouncer",

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
+
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
 )
 
 // DefaultPort is the port of a connection-string host that names none.
@@ -430,10 +432,10 @@ func (cs *ConnString) setOptions(po parsedOptions, srv bool, nhosts int) error {
 	cs.LocalThreshold = millis("localthresholdms", time.Millisecond)
 	if s, ok := v["maxstalenessseconds"]; ok {
 		n, _ := strconv.ParseInt(s, 10, 64)
-		if n >= 0 && time.Duration(n)*time.Second < SmallestMaxStaleness {
+		d := max(time.Duration(n)*time.Second, 0)
+		if n == 0 || (sdam.ReadPref{Mode: sdam.Nearest, MaxStaleness: d}).Problems(0) != nil {
 			return connStringError(ErrConnString, "maxStalenessSeconds=%d: must be -1 (no maximum) or at least 90", n)
 		}
-		d := max(time.Duration(n)*time.Second, 0)
 		cs.MaxStaleness = &d
 	}
 	cs.ReadPreference = ReadPreferenceMode(v["readpreference"])
@@ -443,12 +445,19 @@ func (cs *ConnString) setOptions(po parsedOptions, srv bool, nhosts int) error {
 	// Only an explicit primary is checked here. The max staleness spec
 	// also refuses maxStalenessSeconds in a string with no mode at all,
 	// but a route's read_preference key may give the mode; the resolved
-	// settings are checked together by Validate.
+	// settings are checked together by Validate. sdam decides.
 	if cs.ReadPreference == ReadPrimary {
-		if hasTags(cs.ReadPreferenceTags) {
-			return connStringError(ErrConnString, "readPreferenceTags cannot be used with readPreference=primary")
+		rp := sdam.ReadPref{Mode: sdam.Primary}
+		for _, ts := range cs.ReadPreferenceTags {
+			rp.TagSets = append(rp.TagSets, sdam.TagSet(ts))
 		}
-		if cs.MaxStaleness != nil && *cs.MaxStaleness > 0 {
+		if cs.MaxStaleness != nil {
+			rp.MaxStaleness = *cs.MaxStaleness
+		}
+		for _, e := range rp.Problems(0) {
+			if e.Field == "tags" {
+				return connStringError(ErrConnString, "readPreferenceTags cannot be used with readPreference=primary")
+			}
 			return connStringError(ErrConnString, "maxStalenessSeconds cannot be used with readPreference=primary")
 		}
 	}

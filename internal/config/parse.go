@@ -33,6 +33,7 @@ const (
 type rawPool struct {
 	PoolMode               any `toml:"pool_mode"`
 	MaxPoolSize            any `toml:"max_pool_size"`
+	MaxPoolSizeCeiling     any `toml:"max_pool_size_ceiling"`
 	MinPoolSize            any `toml:"min_pool_size"`
 	MaxIdleTime            any `toml:"max_idle_time"`
 	MaxConnecting          any `toml:"max_connecting"`
@@ -48,12 +49,14 @@ type rawPool struct {
 	MaxStaleness           any `toml:"max_staleness"`
 	LocalThreshold         any `toml:"local_threshold"`
 	MaxUserConnections     any `toml:"max_user_connections"`
+	MaxDBConnections       any `toml:"max_db_connections"`
 }
 
 type rawGlobal struct {
 	Listen                 any `toml:"listen"`
 	AdminListen            any `toml:"admin_listen"`
 	MaxClientConn          any `toml:"max_client_conn"`
+	MaxUserClientConn      any `toml:"max_user_client_conn"`
 	MaxPreLoginMessageSize any `toml:"max_prelogin_message_size"`
 	LogLevel               any `toml:"log_level"`
 	LogFormat              any `toml:"log_format"`
@@ -100,13 +103,13 @@ type rawFile struct {
 // that are valid elsewhere.
 var (
 	poolKeys = []string{
-		"pool_mode", "max_pool_size", "min_pool_size", "max_idle_time", "max_connecting",
+		"pool_mode", "max_pool_size", "max_pool_size_ceiling", "min_pool_size", "max_idle_time", "max_connecting",
 		"wait_queue_timeout", "heartbeat_interval", "connect_timeout",
 		"server_selection_timeout", "client_idle_timeout", "max_message_size", "app_name",
 		"read_preference", "read_preference_tags", "max_staleness", "local_threshold",
-		"max_user_connections",
+		"max_user_connections", "max_db_connections",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "max_prelogin_message_size", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "max_user_client_conn", "max_prelogin_message_size", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
 		"auth_type", "auth_file", "auth_user", "admin_users", "auth_user_service_routes", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups", "max_scram_iterations",
 		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout",
 		"client_login_timeout", "tls_watch_interval", "so_reuseport"}
@@ -356,6 +359,26 @@ func (d *converter) integer(path []string, v any, dst *int) bool {
 	return false
 }
 
+// poolSize converts max_pool_size: a whole number of 0 or more, or "auto"
+// (PoolSizeAuto).
+func (d *converter) poolSize(path []string, v any, dst *int) bool {
+	switch x := v.(type) {
+	case string:
+		if x == "auto" {
+			*dst = PoolSizeAuto
+			return true
+		}
+		d.fail(path, `must be a number without quotes, or "auto"`)
+		return false
+	case int64:
+		if x < 0 {
+			d.fail(path, `must be 0 (no limit) or more, or "auto"`)
+			return false
+		}
+	}
+	return d.integer(path, v, dst)
+}
+
 func (d *converter) duration(path []string, v any, dst *time.Duration) bool {
 	switch x := v.(type) {
 	case nil:
@@ -431,6 +454,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.str(at("listen"), r.Listen, &g.Listen)
 	d.str(at("admin_listen"), r.AdminListen, &g.AdminListen)
 	d.integer(at("max_client_conn"), r.MaxClientConn, &g.MaxClientConn)
+	d.integer(at("max_user_client_conn"), r.MaxUserClientConn, &g.MaxUserClientConn)
 	d.integer(at("max_prelogin_message_size"), r.MaxPreLoginMessageSize, &g.MaxPreLoginMessageSize)
 	var s string
 	if d.str(at("log_level"), r.LogLevel, &s) {
@@ -474,7 +498,8 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {
 		p.PoolMode = PoolMode(s)
 	}
-	d.integer(at("max_pool_size"), rp.MaxPoolSize, &p.MaxPoolSize)
+	d.poolSize(at("max_pool_size"), rp.MaxPoolSize, &p.MaxPoolSize)
+	d.integer(at("max_pool_size_ceiling"), rp.MaxPoolSizeCeiling, &p.MaxPoolSizeCeiling)
 	d.integer(at("min_pool_size"), rp.MinPoolSize, &p.MinPoolSize)
 	d.duration(at("max_idle_time"), rp.MaxIdleTime, &p.MaxIdleTime)
 	d.integer(at("max_connecting"), rp.MaxConnecting, &p.MaxConnecting)
@@ -492,6 +517,7 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 	d.duration(at("max_staleness"), rp.MaxStaleness, &p.MaxStaleness)
 	d.duration(at("local_threshold"), rp.LocalThreshold, &p.LocalThreshold)
 	d.integer(at("max_user_connections"), rp.MaxUserConnections, &p.MaxUserConnections)
+	d.integer(at("max_db_connections"), rp.MaxDBConnections, &p.MaxDBConnections)
 }
 
 func (d *converter) route(name string, r *rawRoute) Route {
@@ -511,7 +537,11 @@ func (d *converter) route(name string, r *rawRoute) Route {
 	if d.str(at("pool_mode"), rp.PoolMode, &s) {
 		o.PoolMode = new(PoolMode(s))
 	}
-	o.MaxPoolSize = optInt(d, at("max_pool_size"), rp.MaxPoolSize)
+	var size int
+	if d.poolSize(at("max_pool_size"), rp.MaxPoolSize, &size) {
+		o.MaxPoolSize = &size
+	}
+	o.MaxPoolSizeCeiling = optInt(d, at("max_pool_size_ceiling"), rp.MaxPoolSizeCeiling)
 	o.MinPoolSize = optInt(d, at("min_pool_size"), rp.MinPoolSize)
 	o.MaxIdleTime = optDuration(d, at("max_idle_time"), rp.MaxIdleTime)
 	o.MaxConnecting = optInt(d, at("max_connecting"), rp.MaxConnecting)
@@ -534,6 +564,7 @@ func (d *converter) route(name string, r *rawRoute) Route {
 	o.MaxStaleness = optDuration(d, at("max_staleness"), rp.MaxStaleness)
 	o.LocalThreshold = optDuration(d, at("local_threshold"), rp.LocalThreshold)
 	o.MaxUserConnections = optInt(d, at("max_user_connections"), rp.MaxUserConnections)
+	o.MaxDBConnections = optInt(d, at("max_db_connections"), rp.MaxDBConnections)
 	return rt
 }
 

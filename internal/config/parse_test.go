@@ -270,9 +270,9 @@ func TestValidateAfterParseKeepsPositions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Global.MaxPoolSize = -1
+	c.Global.MaxPoolSize = -2
 	err = c.Validate()
-	if !strings.HasPrefix(err.Error(), "p.toml:2: max_pool_size = -1: must be 0 (no limit) or more") {
+	if !strings.HasPrefix(err.Error(), "p.toml:2: max_pool_size = -2: must be 0 (no limit) or more") {
 		t.Fatalf("got %v", err)
 	}
 	if _, err := c.Routes(); err == nil || !strings.HasPrefix(err.Error(), "p.toml:2:") {

@@ -1,14 +1,18 @@
 // This file holds the read-preference settings a route carries to server
-// selection: the mode, the tag sets and max staleness, with the checks the
-// server-selection and max-staleness specs define.
+// selection: the mode, the tag sets and max staleness. Their rules (the
+// server-selection and max-staleness specs') are sdam's, which owns them;
+// this file applies them to the configuration's keys.
 
 package config
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/sdam"
 )
 
 // ReadPreferenceMode is a read preference mode of the server selection
@@ -25,25 +29,22 @@ const (
 	ReadNearest            ReadPreferenceMode = "nearest"
 )
 
-// readPreferenceModes lists the modes as the spec spells them.
-var readPreferenceModes = []string{
-	string(ReadPrimary), string(ReadPrimaryPreferred), string(ReadSecondary),
-	string(ReadSecondaryPreferred), string(ReadNearest),
-}
+// readPreferenceModes lists the modes as the spec spells them, from sdam
+// (which owns them), for messages and the connection-string option.
+var readPreferenceModes = func() []string {
+	var out []string
+	for m := sdam.Primary; m <= sdam.Nearest; m++ {
+		out = append(out, m.String())
+	}
+	return out
+}()
 
 // Valid reports whether m is one of the defined modes, spelt as the spec
-// does.
-func (m ReadPreferenceMode) Valid() bool { return slices.Contains(readPreferenceModes, string(m)) }
-
-// SmallestMaxStaleness is the max-staleness spec's smallestMaxStalenessSeconds:
-// no max staleness below it is accepted, since staleness is only known to
-// within a heartbeat plus the primary's idle write period.
-const SmallestMaxStaleness = 90 * time.Second
-
-// IdleWritePeriod is the max-staleness spec's idleWritePeriodMS: how often
-// an idle primary writes a no-op, which bounds how precisely a secondary's
-// staleness can be estimated.
-const IdleWritePeriod = 10 * time.Second
+// does (sdam.ParseMode decides).
+func (m ReadPreferenceMode) Valid() bool {
+	_, err := sdam.ParseMode(string(m))
+	return err == nil
+}
 
 // DefaultLocalThreshold is the server selection spec's default
 // localThresholdMS: servers within this round-trip time of the fastest
@@ -51,60 +52,64 @@ const IdleWritePeriod = 10 * time.Second
 const DefaultLocalThreshold = 15 * time.Millisecond
 
 // readPrefIssues checks the read preference settings of p, alone and
-// together, as pool issues (see poolIssues).
+// together, as pool issues (see poolIssues). Which settings are wrong is
+// decided by sdam, the one owner of the read preference rules (the
+// server-selection and max-staleness specs); this says which keys to
+// change, in the configuration's words, and keeps sdam's error as the
+// issue's cause for errors.Is.
 func readPrefIssues(p Pool) []poolIssue {
 	var out []poolIssue
-	one := func(key, problem string) {
-		out = append(out, poolIssue{keys: []string{key}, msg: func(show func(string) string) string {
+	one := func(key, problem string, cause error) {
+		out = append(out, poolIssue{keys: []string{key}, cause: cause, msg: func(show func(string) string) string {
 			return show(key) + ": " + problem
 		}})
 	}
-	if !p.ReadPreference.Valid() {
+	mode, modeErr := sdam.ParseMode(string(p.ReadPreference))
+	if modeErr != nil {
 		problem := "must be one of " + strings.Join(readPreferenceModes, ", ")
 		if s := suggest(string(p.ReadPreference), readPreferenceModes); s != "" {
 			problem += fmt.Sprintf(" (did you mean %q?)", s)
 		}
-		one("read_preference", problem)
+		one("read_preference", problem, modeErr)
 	}
 	if p.LocalThreshold < 0 {
-		one("local_threshold", `must not be negative ("0s" picks only the fastest server)`)
+		one("local_threshold", `must not be negative ("0s" picks only the fastest server)`, nil)
 	}
-	if p.MaxStaleness < 0 {
-		one("max_staleness", `must not be negative ("0s" means no maximum)`)
-	} else if p.MaxStaleness > 0 && p.MaxStaleness < SmallestMaxStaleness {
-		one("max_staleness", "must be at least 90s (the max staleness spec's smallest), or 0s for no maximum")
-	} else if p.MaxStaleness > 0 && p.MaxStaleness < p.HeartbeatInterval+IdleWritePeriod {
-		out = append(out, poolIssue{keys: []string{"max_staleness", "heartbeat_interval"}, msg: func(show func(string) string) string {
-			return show("max_staleness") + " is less than " + show("heartbeat_interval") +
-				" plus the 10s idle write period: staleness cannot be measured that finely; raise max_staleness"
-		}})
+	rp := sdam.ReadPref{Mode: mode, MaxStaleness: p.MaxStaleness}
+	for _, ts := range p.ReadPreferenceTags {
+		rp.TagSets = append(rp.TagSets, sdam.TagSet(ts))
 	}
-	if p.ReadPreference == ReadPrimary {
-		if hasTags(p.ReadPreferenceTags) {
-			out = append(out, poolIssue{keys: []string{"read_preference_tags", "read_preference"}, msg: func(show func(string) string) string {
+	if modeErr != nil {
+		// The mode is reported above; the rules that need it are not
+		// judged against a guess of it.
+		rp.Mode, rp.TagSets = sdam.Nearest, nil
+	}
+	for _, e := range rp.Problems(p.HeartbeatInterval) {
+		switch {
+		case e.Field == "tags":
+			out = append(out, poolIssue{keys: []string{"read_preference_tags", "read_preference"}, cause: e, msg: func(show func(string) string) string {
 				return show("read_preference_tags") + " with " + show("read_preference") +
 					": tags select secondaries, so they need another mode (primaryPreferred, secondary, secondaryPreferred, nearest)"
 			}})
-		}
-		if p.MaxStaleness > 0 {
-			out = append(out, poolIssue{keys: []string{"max_staleness", "read_preference"}, msg: func(show func(string) string) string {
+		case errors.Is(e, sdam.ErrPrimaryWithOptions):
+			out = append(out, poolIssue{keys: []string{"max_staleness", "read_preference"}, cause: e, msg: func(show func(string) string) string {
 				return show("max_staleness") + " with " + show("read_preference") +
 					": max staleness applies to secondaries, so it needs another mode"
 			}})
+		case errors.Is(e, sdam.ErrMaxStalenessBelowHeartbeat):
+			out = append(out, poolIssue{keys: []string{"max_staleness", "heartbeat_interval"}, cause: e, msg: func(show func(string) string) string {
+				return show("max_staleness") + " is less than " + show("heartbeat_interval") +
+					" plus the 10s idle write period: staleness cannot be measured that finely; raise max_staleness"
+			}})
+		case errors.Is(e, sdam.ErrMaxStalenessTooSmall):
+			one("max_staleness", "must be at least 90s (the max staleness spec's smallest), or 0s for no maximum", e)
+		case e.Field == "maxStalenessSeconds" && p.MaxStaleness < 0:
+			one("max_staleness", `must not be negative ("0s" means no maximum)`, e)
+		default:
+			one("read_preference", e.Reason, e)
 		}
 	}
 	return out
-}
-
-// hasTags reports whether tag sets restrict anything: an empty list, or
-// only empty sets (which match every server), do not.
-func hasTags(sets []map[string]string) bool {
-	for _, s := range sets {
-		if len(s) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // tagsTOML writes tag sets as TOML would, keys sorted.

@@ -152,6 +152,7 @@ func resolve(g Pool, cs ConnString, o Overrides) (Pool, map[string]Origin) {
 
 	pick(&p.PoolMode, o.PoolMode, "pool_mode", FromRoute, origins)
 	pick(&p.MaxPoolSize, o.MaxPoolSize, "max_pool_size", FromRoute, origins)
+	pick(&p.MaxPoolSizeCeiling, o.MaxPoolSizeCeiling, "max_pool_size_ceiling", FromRoute, origins)
 	pick(&p.MinPoolSize, o.MinPoolSize, "min_pool_size", FromRoute, origins)
 	pick(&p.MaxIdleTime, o.MaxIdleTime, "max_idle_time", FromRoute, origins)
 	pick(&p.MaxConnecting, o.MaxConnecting, "max_connecting", FromRoute, origins)
@@ -167,6 +168,7 @@ func resolve(g Pool, cs ConnString, o Overrides) (Pool, map[string]Origin) {
 	pick(&p.MaxStaleness, o.MaxStaleness, "max_staleness", FromRoute, origins)
 	pick(&p.LocalThreshold, o.LocalThreshold, "local_threshold", FromRoute, origins)
 	pick(&p.MaxUserConnections, o.MaxUserConnections, "max_user_connections", FromRoute, origins)
+	pick(&p.MaxDBConnections, o.MaxDBConnections, "max_db_connections", FromRoute, origins)
 	return p, origins
 }
 
@@ -210,7 +212,12 @@ func poolValue(p Pool, key string) string {
 	case "pool_mode":
 		return quote(string(p.PoolMode))
 	case "max_pool_size":
+		if p.AutoPoolSize() {
+			return quote("auto")
+		}
 		return itoa(p.MaxPoolSize)
+	case "max_pool_size_ceiling":
+		return itoa(p.MaxPoolSizeCeiling)
 	case "min_pool_size":
 		return itoa(p.MinPoolSize)
 	case "max_idle_time":
@@ -241,6 +248,8 @@ func poolValue(p Pool, key string) string {
 		return quote(p.LocalThreshold.String())
 	case "max_user_connections":
 		return itoa(p.MaxUserConnections)
+	case "max_db_connections":
+		return itoa(p.MaxDBConnections)
 	}
 	return ""
 }

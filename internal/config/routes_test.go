@@ -26,6 +26,7 @@ func TestPrecedence(t *testing.T) {
 		{"pool_mode", `"session"`, "", `"statement"`, func(p Pool) any { return p.PoolMode },
 			PoolModeTransaction, PoolModeSession, nil, PoolModeStatement, ""},
 		{"max_pool_size", "40", "maxPoolSize=30", "20", func(p Pool) any { return p.MaxPoolSize }, 100, 40, 30, 20, ""},
+		{"max_pool_size_ceiling", "40", "", "20", func(p Pool) any { return p.MaxPoolSizeCeiling }, 100, 40, nil, 20, ""},
 		{"min_pool_size", "3", "minPoolSize=2", "1", func(p Pool) any { return p.MinPoolSize }, 0, 3, 2, 1, ""},
 		{"max_idle_time", `"3m"`, "maxIdleTimeMS=120000", `"1m"`, func(p Pool) any { return p.MaxIdleTime },
 			time.Duration(0), 3 * time.Minute, 2 * time.Minute, time.Minute, ""},
@@ -53,6 +54,7 @@ func TestPrecedence(t *testing.T) {
 		{"local_threshold", `"30ms"`, "localThresholdMS=20", `"10ms"`, func(p Pool) any { return p.LocalThreshold },
 			15 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond, 10 * time.Millisecond, ""},
 		{"max_user_connections", "5", "", "3", func(p Pool) any { return p.MaxUserConnections }, 0, 5, nil, 3, ""},
+		{"max_db_connections", "50", "", "20", func(p Pool) any { return p.MaxDBConnections }, 0, 50, nil, 20, ""},
 	}
 	if len(keys) != len(poolKeys) {
 		t.Fatalf("test covers %d keys, there are %d", len(keys), len(poolKeys))
@@ -199,10 +201,75 @@ func TestPassThroughRefusedWhereItCannotWork(t *testing.T) {
 		"[mongobouncer]\nauth_type = \"scram\"\nauth_file = \"u.txt\"\n[databases.\"*\"]\nconnection_string = \"mongodb://svc:pw@h/\"\npass_through = true\n": "has credentials",
 		"[mongobouncer]\nuser_pool_idle_timeout = \"-1s\"\n[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n":                                         "must not be negative",
 		"[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\nmax_user_connections = -1\n":                                                                "max_user_connections",
+		"[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\nmax_db_connections = -1\n":                                                                  "max_db_connections",
+		"[mongobouncer]\nmax_user_client_conn = -1\n[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n":                                                "max_user_client_conn",
 	} {
 		_, err := Parse([]byte(doc), "p.toml")
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "p.toml:") {
 			t.Errorf("%s: error %v, want one naming the line and saying %q", doc, err, want)
 		}
+	}
+}
+
+// max_pool_size = "auto" is a route or global value; a number keeps its
+// meaning, and the ceiling bounds the adaptive limit.
+func TestMaxPoolSizeAuto(t *testing.T) {
+	c, err := Parse([]byte(`[mongobouncer]
+max_pool_size = "auto"
+max_pool_size_ceiling = 40
+min_pool_size = 2
+[databases.a]
+connection_string = "mongodb://h/"
+[databases.b]
+connection_string = "mongodb://h/"
+max_pool_size = 10
+`), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, err := c.Routes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Pool{}
+	for _, r := range routes {
+		got[r.Name] = r.Pool
+	}
+	if a := got["a"]; !a.AutoPoolSize() || a.MaxPoolSizeCeiling != 40 || poolValue(a, "max_pool_size") != `"auto"` {
+		t.Fatalf("route a: %+v, want auto with ceiling 40", a)
+	}
+	if b := got["b"]; b.AutoPoolSize() || b.MaxPoolSize != 10 {
+		t.Fatalf("route b: %+v, want a fixed 10", b)
+	}
+	for _, bad := range []struct{ doc, want string }{
+		{"max_pool_size = \"big\"", `must be a number without quotes, or "auto"`},
+		{"max_pool_size = -1", `must be 0 (no limit) or more, or "auto"`},
+		{"max_pool_size = \"auto\"\nmax_pool_size_ceiling = 0", "max_pool_size_ceiling = 0: must be at least 1"},
+		{"max_pool_size = \"auto\"\nmax_pool_size_ceiling = 4\nmin_pool_size = 5", "is greater than"},
+		{"max_pool_size = \"auto\"\npool_mode = \"session\"", `"auto" needs pool_mode transaction or statement`},
+	} {
+		_, err := Parse([]byte("[mongobouncer]\n"+bad.doc+"\n[databases.a]\nconnection_string = \"mongodb://h/\"\n"), "t.toml")
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: error %v, want %q", bad.doc, err, bad.want)
+		}
+	}
+}
+
+// TestMaxUserClientConn: a global key (as PgBouncer's), 0 by default.
+func TestMaxUserClientConn(t *testing.T) {
+	for doc, want := range map[string]int{
+		"[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n":                                           0,
+		"[mongobouncer]\nmax_user_client_conn = 7\n[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n": 7,
+	} {
+		cfg, err := Parse([]byte(doc), "p.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Global.MaxUserClientConn != want {
+			t.Errorf("%s: max_user_client_conn %d, want %d", doc, cfg.Global.MaxUserClientConn, want)
+		}
+	}
+	if _, err := Parse([]byte("[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\nmax_user_client_conn = 3\n"), "p.toml"); err == nil {
+		t.Error("max_user_client_conn accepted in a route")
 	}
 }

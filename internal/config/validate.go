@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -135,6 +136,9 @@ func (v *validator) global() {
 	if g.MaxClientConn < 0 {
 		v.add(at("max_client_conn"), ErrInvalidValue, fmt.Sprintf("max_client_conn = %d: must be 0 (no limit) or more", g.MaxClientConn))
 	}
+	if g.MaxUserClientConn < 0 {
+		v.add(at("max_user_client_conn"), ErrInvalidValue, fmt.Sprintf("max_user_client_conn = %d: must be 0 (no limit) or more", g.MaxUserClientConn))
+	}
 	if g.MaxPreLoginMessageSize < MinMaxMessageSize || g.MaxPreLoginMessageSize > MaxMaxMessageSize {
 		v.add(at("max_prelogin_message_size"), ErrInvalidValue, fmt.Sprintf("max_prelogin_message_size = %d: must be from %d to %d bytes", g.MaxPreLoginMessageSize, MinMaxMessageSize, MaxMaxMessageSize))
 	}
@@ -154,7 +158,7 @@ func (v *validator) global() {
 	v.clientTLS()
 	show := func(key string) string { return key + " = " + poolValue(g.Pool, key) }
 	for _, is := range poolIssues(g.Pool) {
-		v.add(at(is.keys[0]), ErrInvalidValue, is.msg(show))
+		v.add(at(is.keys[0]), is.category(), is.msg(show))
 	}
 }
 
@@ -350,9 +354,9 @@ func (v *validator) routes() {
 			for _, k := range is.keys {
 				switch origins[k] {
 				case FromRoute:
-					v.add(at(k), ErrInvalidValue, is.msg(show))
+					v.add(at(k), is.category(), is.msg(show))
 				case FromConnString:
-					v.add(at("connection_string"), ErrInvalidValue, is.msg(show))
+					v.add(at("connection_string"), is.category(), is.msg(show))
 				default:
 					continue
 				}
@@ -384,6 +388,18 @@ func routeNameReason(name string) string {
 type poolIssue struct {
 	keys []string
 	msg  func(show func(key string) string) string
+	// cause is the error of the package that owns the rule broken (sdam's
+	// *ReadPrefError), or nil; errors.Is sees it beside ErrInvalidValue.
+	cause error
+}
+
+// category is what the issue's *Error unwraps to: ErrInvalidValue, and
+// the cause when there is one.
+func (is poolIssue) category() error {
+	if is.cause == nil {
+		return ErrInvalidValue
+	}
+	return errors.Join(ErrInvalidValue, is.cause)
 }
 
 // poolIssues checks pool values, alone and together.
@@ -401,8 +417,22 @@ func poolIssues(p Pool) []poolIssue {
 		}
 		one("pool_mode", problem)
 	}
-	if p.MaxPoolSize < 0 {
-		one("max_pool_size", "must be 0 (no limit) or more")
+	if p.MaxPoolSize < 0 && !p.AutoPoolSize() {
+		one("max_pool_size", `must be 0 (no limit) or more, or "auto"`)
+	}
+	if p.MaxPoolSizeCeiling < 1 {
+		one("max_pool_size_ceiling", "must be at least 1 (100 is the default)")
+	}
+	if p.AutoPoolSize() && p.MinPoolSize > p.MaxPoolSizeCeiling && p.MaxPoolSizeCeiling >= 1 {
+		out = append(out, poolIssue{keys: []string{"min_pool_size", "max_pool_size_ceiling"}, msg: func(show func(string) string) string {
+			return show("min_pool_size") + " is greater than " + show("max_pool_size_ceiling") +
+				`: with max_pool_size = "auto" the limit moves between them`
+		}})
+	}
+	if p.AutoPoolSize() && p.PoolMode == PoolModeSession {
+		// The limiter learns from how long a connection is held; in session
+		// mode that is a client's whole session, not an operation.
+		one("max_pool_size", `"auto" needs pool_mode transaction or statement: in session mode a connection is held for a whole client session, which says nothing about the server's latency`)
 	}
 	if p.MinPoolSize < 0 {
 		one("min_pool_size", "must be 0 or more")
@@ -415,6 +445,9 @@ func poolIssues(p Pool) []poolIssue {
 	}
 	if p.MaxUserConnections < 0 {
 		one("max_user_connections", "must be 0 (only max_pool_size) or more")
+	}
+	if p.MaxDBConnections < 0 {
+		one("max_db_connections", "must be 0 (no cap) or more")
 	}
 	if p.MaxConnecting < 1 {
 		one("max_connecting", "must be at least 1 (2 is the usual value)")

@@ -8,8 +8,9 @@
 //   - endpoint.go: the contract: Endpoint (owner, state, read window),
 //     Handler (what the engine calls back), Thread.
 //   - window.go: the read window.
-//   - endpoint_linux.go: the user's calls on an endpoint (receive, send a
-//     request and wait for its reply, send a reply, close), and the one
+//   - endpoint_linux.go: the user's calls on an endpoint (attach its
+//     socket, receive, send a request and wait for its reply, send a
+//     reply, close, hand the socket back as a net.Conn), and the one
 //     decision whether a driver's event is still wanted.
 //   - loop_linux.go: the Loop, its ready list, the driver interface and
 //     the optional fused one, and the raw read and write calls.
@@ -17,6 +18,8 @@
 //     closes io_uring endpoints; place_linux.go places io_uring endpoints
 //     on the threads; spin_linux.go has a thread wait awake for a lone fast
 //     reply (spin.go, its counters).
+//   - linger_linux.go: Flusher, which keeps a socket its user closed
+//     until the replies queued in it are out.
 //   - diag_linux.go: what the user may read of the placement, for tests.
 //
 // # Contract

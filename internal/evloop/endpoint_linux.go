@@ -18,8 +18,12 @@ package evloop
 
 import (
 	"io"
+	"net"
+	"os"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/mongobouncer/mongobouncer/internal/sysconn"
 )
 
 // Upstream is the loop's registration of one upstream connection.
@@ -47,6 +51,33 @@ func (l *Loop) Attach(ep *Endpoint, fd int) error {
 	ep.reg = reg
 	ep.lp.l = l
 	return nil
+}
+
+// AttachConn attaches ep to l on a duplicate of nc's socket (nc stays its
+// user's to close): the endpoint's user hands its goroutine's connection
+// over. On failure nothing is left open.
+func (l *Loop) AttachConn(ep *Endpoint, nc net.Conn) error {
+	fd, err := sysconn.Dup(nc)
+	if err != nil {
+		return err
+	}
+	if err := l.Attach(ep, fd); err != nil {
+		_ = syscall.Close(fd)
+		return err
+	}
+	return nil
+}
+
+// Conn makes a net.Conn (in Go's netpoller) of a duplicate of ep's
+// descriptor, for its user's goroutine to serve it again.
+func (ep *Endpoint) Conn() (net.Conn, error) {
+	d, err := sysconn.DupFd(ep.Fd())
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(d), "client")
+	defer f.Close()
+	return net.FileConn(f)
 }
 
 // Enter hands an attached endpoint from its user's goroutine to the loop,

@@ -78,6 +78,10 @@ type Config struct {
 	Database string
 	// Logger receives progress messages; nil discards them.
 	Logger *slog.Logger
+	// OnStart, when set, is called by Run once its set-up is done, with
+	// the instant its clock starts (the run's Start): a caller timing
+	// events within the run (an upstream slowing down) starts from it.
+	OnStart func(start time.Time)
 	// SourceAddrs are the local addresses the ping workload's connections
 	// come from, spread round-robin, when the target is a loopback address
 	// (ParseSourceAddrs; empty: the kernel picks).

@@ -42,11 +42,18 @@ type HAProxyOptions struct {
 	Listen string
 	// Upstream is the server every client connection is relayed to.
 	Upstream string
+	// Balance, when set, replaces Upstream: client connections are
+	// balanced over these servers (HAProxyBalancedConfig).
+	Balance []string
 	// Threads is nbthread; 0 means one per CPU.
 	Threads int
 	// MaxConn is maxconn, the client connections HAProxy accepts at once;
 	// 0 sizes it to the open-file limit (HAProxyMaxConn).
 	MaxConn int
+	// Config, when set, is the whole configuration to run instead of
+	// HAProxyConfig's (BalancerConfig's, say); it must bind Listen, which
+	// must then be set, and Upstream, Threads and MaxConn are ignored.
+	Config string
 }
 
 // HAProxyMaxConn is the maxconn that fits an open-file limit: each client
@@ -85,6 +92,53 @@ frontend mongo
 backend upstream
     server upstream %s
 `, threads, maxConn, maxConn, listen, upstream)
+	return b.String()
+}
+
+// BalancerServer is one server behind BalancerConfig's frontend.
+type BalancerServer struct {
+	// Addr is where client connections go (a mongobouncer's listen).
+	Addr string
+	// Check is the host:port of its admin listener, whose /readyz the
+	// health check asks.
+	Check string
+}
+
+// BalancerConfig is HAProxy in TCP mode balancing clients over several
+// mongobouncer instances, as a Kubernetes Service (or a cloud TCP load
+// balancer) does: round robin, each server health-checked every 500 ms
+// with GET /readyz on its admin port, out after one failure and back after
+// two successes, and a connection whose server refuses it redispatched to
+// another (retries 3). Nothing is logged.
+func BalancerConfig(listen string, servers []BalancerServer) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `# Written by mongobouncer's load tool (internal/loadgen/haproxy.go):
+# a TCP balancer over mongobouncer instances, health-checked on /readyz.
+global
+    maxconn 4000
+
+defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 1h
+    timeout server 1h
+    timeout check 2s
+    retries 3
+    option redispatch
+
+frontend mongo
+    bind %s
+    default_backend bouncers
+
+backend bouncers
+    balance roundrobin
+    option httpchk GET /readyz
+    http-check expect status 200
+`, listen)
+	for i, s := range servers {
+		host, port, _ := net.SplitHostPort(s.Check)
+		fmt.Fprintf(&b, "    server b%d %s check addr %s port %s inter 500ms fall 1 rise 2\n", i, s.Addr, host, port)
+	}
 	return b.String()
 }
 
@@ -131,7 +185,10 @@ func StartHAProxy(ctx context.Context, o HAProxyOptions) (*HAProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Upstream == "" {
+	if o.Config != "" && o.Listen == "" {
+		return nil, fmt.Errorf("%w: an HAProxy configuration given whole needs its Listen address", ErrInvalidConfig)
+	}
+	if o.Upstream == "" && o.Config == "" && len(o.Balance) == 0 {
 		return nil, fmt.Errorf("%w: HAProxy needs an upstream address", ErrInvalidConfig)
 	}
 	if o.Threads <= 0 {
@@ -153,8 +210,14 @@ func StartHAProxy(ctx context.Context, o HAProxyOptions) (*HAProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &HAProxy{dir: dir, addr: o.Listen, exited: make(chan struct{}), stderr: &headWriter{max: 4096},
-		Config: HAProxyConfig(o.Listen, o.Upstream, o.Threads, o.MaxConn)}
+	h := &HAProxy{dir: dir, addr: o.Listen, exited: make(chan struct{}), stderr: &headWriter{max: 4096}, Config: o.Config}
+	switch {
+	case h.Config != "":
+	case len(o.Balance) > 0:
+		h.Config = HAProxyBalancedConfig(o.Listen, o.Balance, o.Threads, o.MaxConn)
+	default:
+		h.Config = HAProxyConfig(o.Listen, o.Upstream, o.Threads, o.MaxConn)
+	}
 	cfgPath := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(cfgPath, []byte(h.Config), 0o600); err != nil {
 		_ = os.RemoveAll(dir)
@@ -164,6 +227,7 @@ func StartHAProxy(ctx context.Context, o HAProxyOptions) (*HAProxy, error) {
 	// (its CPU time is read from /proc) and its exit is seen here.
 	h.cmd = exec.Command(bin, "-db", "-f", cfgPath)
 	h.cmd.Stdout, h.cmd.Stderr = h.stderr, h.stderr
+	killWithParent(h.cmd)
 	if err := h.cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start %s: %w", bin, err)

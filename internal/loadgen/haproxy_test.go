@@ -3,10 +3,16 @@ package loadgen
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -114,4 +120,92 @@ func TestStartHAProxy(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("configuration directory %s left behind: %v", dir, err)
 	}
+}
+
+// BalancerConfig's health check is wired: of two servers, the one whose
+// /readyz answers 503 gets no new connection once HAProxy has checked it,
+// and gets them again once it answers 200.
+func TestBalancerConfigFollowsReadyz(t *testing.T) {
+	if _, err := FindHAProxy(""); err != nil {
+		t.Skipf("haproxy not installed: %v", err)
+	}
+	var servers []BalancerServer
+	var ready [2]atomic.Bool
+	for i := range 2 {
+		ready[i].Store(true)
+		// The server says its index and closes.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = fmt.Fprintf(c, "%d", i)
+				c.Close()
+			}
+		}()
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/readyz" || !ready[i].Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		}))
+		t.Cleanup(hs.Close)
+		servers = append(servers, BalancerServer{Addr: ln.Addr().String(), Check: hs.Listener.Addr().String()})
+	}
+	listen, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := BalancerConfig(listen, servers)
+	h, err := StartHAProxy(context.Background(), HAProxyOptions{Listen: listen, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
+	// which counts the servers 20 connections reach.
+	which := func() [2]int {
+		var n [2]int
+		for range 20 {
+			c, err := net.DialTimeout("tcp", listen, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			b, _ := io.ReadAll(c)
+			c.Close()
+			switch string(b) {
+			case "0":
+				n[0]++
+			case "1":
+				n[1]++
+			}
+		}
+		return n
+	}
+	// waitFor polls until the counts satisfy ok (checks run every 500 ms;
+	// rise 2 and fall 1 make a change visible within about 1.5 s).
+	waitFor := func(what string, ok func([2]int) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n := which()
+			if ok(n) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: connections reached %v\n%s", what, n, cfg)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitFor("both ready", func(n [2]int) bool { return n[0] > 0 && n[1] > 0 })
+	ready[0].Store(false)
+	waitFor("server 0 not ready", func(n [2]int) bool { return n[0] == 0 && n[1] == 20 })
+	ready[0].Store(true)
+	waitFor("server 0 ready again", func(n [2]int) bool { return n[0] > 0 && n[1] > 0 })
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -168,4 +169,11 @@ func parseProcStat(b []byte) (steal, total uint64, err error) {
 		}
 	}
 	return steal, total, nil
+}
+
+// killWithParent makes the kernel kill cmd's process if this one dies
+// without stopping it (a SIGKILL, a crash): a measurement leaves no
+// HAProxy behind.
+func killWithParent(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

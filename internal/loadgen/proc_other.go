@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"time"
 )
 
@@ -27,3 +28,6 @@ func peerClosed(net.Conn) (bool, error) { return false, errNoProc }
 func ProcessCPUTime(int) (time.Duration, error) { return 0, errNoProc }
 
 func machineCPU() (steal, total uint64, err error) { return 0, 0, errNoProc }
+
+// killWithParent does nothing here: only Linux has a parent-death signal.
+func killWithParent(*exec.Cmd) {}

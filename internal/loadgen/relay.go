@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -61,7 +62,17 @@ type Relay struct {
 	conns map[net.Conn]struct{}
 
 	loops relayLoops // RelayEpoll and RelayUring only
+
+	// delay holds every reply back this long (nanoseconds; SetDelay),
+	// goroutine relay only.
+	delay atomic.Int64
 }
+
+// SetDelay makes the relay hold every upstream reply back by d before
+// passing it on, from the next reply (0: none): an upstream that slows
+// down mid-run, for measuring how a pool reacts. Only the goroutine relay
+// (RelayGoroutine) delays; the others ignore it.
+func (r *Relay) SetDelay(d time.Duration) { r.delay.Store(int64(max(d, 0))) }
 
 // relayLoops is the engine of a relay that polls sockets itself.
 type relayLoops interface {
@@ -204,6 +215,14 @@ func (r *Relay) pump(c, u net.Conn) {
 		_, err = w.Write(msg)
 		return err == nil
 	}
-	for relay(cr, u) && relay(ur, c) {
+	for relay(cr, u) {
+		// The request is upstream; its reply waits out the delay, as if
+		// the server were that much slower.
+		if d := r.delay.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
+		if !relay(ur, c) {
+			return
+		}
 	}
 }

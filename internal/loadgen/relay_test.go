@@ -134,3 +134,24 @@ func TestRelayUnknownKind(t *testing.T) {
 		t.Fatal("unknown kind accepted")
 	}
 }
+
+// SetDelay holds replies back mid-run, and 0 lifts it.
+func TestRelayDelay(t *testing.T) {
+	_, relay := startRelay(t, RelayGoroutine)
+	run := func() Result {
+		t.Helper()
+		res, err := Run(context.Background(), relay.Addr(), Config{Clients: 1, Duration: 300 * time.Millisecond, MaxOps: 2000})
+		if err != nil || res.Errors != 0 {
+			t.Fatalf("run: %v %v", err, res.ErrorSamples)
+		}
+		return res
+	}
+	relay.SetDelay(20 * time.Millisecond)
+	if res := run(); res.Latency.P50 < 20*time.Millisecond {
+		t.Fatalf("p50 %v with a 20ms delay", res.Latency.P50)
+	}
+	relay.SetDelay(0)
+	if res := run(); res.Latency.P50 >= 20*time.Millisecond {
+		t.Fatalf("p50 %v after the delay was lifted", res.Latency.P50)
+	}
+}

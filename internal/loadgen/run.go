@@ -154,6 +154,9 @@ func Run(ctx context.Context, addr string, cfg Config) (Result, error) {
 		defer prep.close(ctx, cfg.Logger.Warn)
 	}
 	start := time.Now()
+	if cfg.OnStart != nil {
+		cfg.OnStart(start)
+	}
 	r := &run{cfg: cfg, measureFrom: start.Add(cfg.Warmup), deadline: start.Add(cfg.Duration)}
 	runCtx, cancel := context.WithDeadline(ctx, r.deadline)
 	defer cancel()

@@ -6,9 +6,10 @@
 // and request metrics come from the proxy through the proxy.Observer methods
 // of *Metrics. Both run on hot paths (a Monitor even under the pool's lock),
 // so their steady state is a few atomic operations on label children
-// resolved once and cached, without allocation; the only lock taken is the
-// pool's own connection-registry mutex, by the Monitor. docs/metrics.md
-// lists every metric.
+// resolved once and cached, without allocation and without a lock. The
+// rarer events (a pool's first and last, a connection created or closed, a
+// route or error code seen first) take this package's locks, in the order
+// written on poolMonitor. docs/metrics.md lists every metric.
 package metrics
 
 import (
@@ -82,6 +83,7 @@ type Metrics struct {
 	requestErrors   *prometheus.CounterVec   // route
 	upstreamErrors  *prometheus.CounterVec   // route, code
 	tlsRefused      *prometheus.CounterVec   // reason
+	userRefused     prometheus.Counter       // max_user_client_conn refusals
 	auth            authSeries               // failures by reason, lookups by result
 	loginTimeouts   *prometheus.CounterVec   // reason
 	panics          *prometheus.CounterVec   // path
@@ -107,7 +109,7 @@ type Metrics struct {
 	// load it without a lock; writers copy it under mu.
 	routes atomic.Pointer[map[string]*routeSeries]
 
-	mu sync.Mutex
+	mu sync.Mutex // its place in the lock order is on poolMonitor
 	// servers are the shared pool series per (route, server), counted by
 	// the live pool states that use them. Guarded by mu.
 	servers map[serverKey]*serverSeries
@@ -177,6 +179,10 @@ func New() *Metrics {
 	}, []string{"route", "code"})
 
 	m.auth = newAuthSeries()
+	m.userRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: "client", Name: "user_limit_refused_total",
+		Help: "Client logins refused because the user had max_user_client_conn clients logged in already.",
+	})
 	m.tlsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Subsystem: "client", Name: "tls_refused_total",
 		Help: "Client connections refused at their TLS step, by reason: plain (a plain client while tls_mode = \"require\"), handshake (a failed or timed-out TLS handshake).",
@@ -208,7 +214,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
-		m.tlsRefused, m.loginTimeouts, m.panics, clientsCurrent, clientsTotal, m.auth.failures, m.auth.lookups,
+		m.tlsRefused, m.userRefused, m.loginTimeouts, m.panics, clientsCurrent, clientsTotal, m.auth.failures, m.auth.lookups,
 		poolCollector{m}, serverCollector{&m.serverSrc}, loopCollector{&m.loopSrc},
 	)
 	return m

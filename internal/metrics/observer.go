@@ -38,6 +38,10 @@ func (m *Metrics) ClientDisconnected() {
 	m.clientsCurrent.Add(-1)
 }
 
+// UserClientRefused implements proxy.UserLimitObserver: a login was
+// refused by max_user_client_conn.
+func (m *Metrics) UserClientRefused() { m.userRefused.Inc() }
+
 // ClientTLSRefused implements proxy.TLSObserver: a client was refused at
 // its TLS step; reason is "plain" or "handshake".
 func (m *Metrics) ClientTLSRefused(reason string) {

@@ -284,6 +284,22 @@ func storeChanged(a *atomic.Int64, v int) {
 }
 
 // poolMonitor is the pool.Monitor of the pools of one route.
+//
+// It runs under its pool's lock (pool.Monitor), and takes metrics' own
+// locks there; the lock order, outermost first, is:
+//
+//  1. A pool's lock (held by the pool while it calls HandleEvent).
+//  2. poolMonitor.mu, in attach: a pool's first event, once per pool.
+//  3. Metrics.mu, in attach and in detach (the last event of a closed,
+//     drained pool); alone, in the scrape collectors, SetPoolLimit and
+//     the Observer's first sight of a route or an error code.
+//  4. poolState.mu, alone under the pool's lock: a connection created or
+//     closed, a pool closed (the registry's copy-on-write).
+//
+// Prometheus' own vector locks are taken, innermost, when a counter's
+// child is first resolved (failure, closedBy). Nothing in this package
+// calls into a pool, so no pool lock is ever taken under these. Checkouts
+// and check-ins, the steady state, take none of them: atomics only.
 type poolMonitor struct {
 	m     *Metrics
 	route string
@@ -308,9 +324,9 @@ type poolMonitor struct {
 // own: call PoolMonitor again for the new pools. The gauges of pools of the
 // same route and server are then summed.
 //
-// Like every Monitor it runs under its pool's lock; it only does atomic
-// updates, plus a short map update under a mutex of its own for the
-// connection registry, and never calls back into the pool.
+// Like every Monitor it runs under its pool's lock and never calls back
+// into the pool; a checkout or check-in is atomic updates only, and the
+// rarer events take metrics' own locks (the order is on poolMonitor).
 func (m *Metrics) PoolMonitor(route string) pool.Monitor {
 	pm := &poolMonitor{m: m, route: route}
 	empty := map[string]*poolState{}

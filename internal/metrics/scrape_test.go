@@ -41,6 +41,12 @@ var allFamilies = map[string]dto.MetricType{
 	"mongobouncer_auth_failures_total":               dto.MetricType_COUNTER,
 	"mongobouncer_auth_lookups_total":                dto.MetricType_COUNTER,
 	"mongobouncer_panics_total":                      dto.MetricType_COUNTER,
+	"mongobouncer_db_connections_max":                dto.MetricType_GAUGE,
+	"mongobouncer_db_connections":                    dto.MetricType_GAUGE,
+	"mongobouncer_db_connections_waiting_pools":      dto.MetricType_GAUGE,
+	"mongobouncer_db_connections_waits_total":        dto.MetricType_COUNTER,
+	"mongobouncer_db_connections_evictions_total":    dto.MetricType_COUNTER,
+	"mongobouncer_client_user_limit_refused_total":   dto.MetricType_COUNTER,
 }
 
 // A scrape of Handler parses as Prometheus text and holds every family

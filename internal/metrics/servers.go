@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
 )
 
 // ServerRole is one upstream server of a route as the topology sees it now:
@@ -23,6 +25,26 @@ type ServerRole struct {
 	// RTT is the moving average of the monitor's round trips; 0 before the
 	// first, when no RTT series is exported.
 	RTT time.Duration
+	// Limit is the adaptive limit of the route's pool for this server
+	// (max_pool_size = "auto"), nil for a fixed-size pool.
+	Limit *AdaptiveLimit
+	// DB is the server's max_db_connections budget (pool.Share) over the
+	// route's pools: mongobouncer_db_connections and its kin.
+	DB pool.ShareStats
+}
+
+// AdaptiveLimit is the state of one pool's adaptive limit: the data of
+// mongobouncer_pool_limit and its companions.
+type AdaptiveLimit struct {
+	// Limit is how many connections may be checked out at once now.
+	Limit int
+	// MinRTT is the lowest recent window-average time a connection was held.
+	MinRTT time.Duration
+	// Gradient is the last update's factor (1 steady, below 1 backing off).
+	Gradient float64
+	// Drops counts operations that timed out, failed on the network or
+	// were refused as overloaded.
+	Drops uint64
 }
 
 // ServerSource lists the current upstream servers of every route. It is
@@ -36,6 +58,33 @@ var (
 		[]string{"route", "server", "role"}, nil)
 	descServerRTT = prometheus.NewDesc(Namespace+"_server_rtt_seconds",
 		"Moving average of the round-trip time of the monitor's hello to each upstream server; absent before the first.",
+		[]string{"route", "server"}, nil)
+	descPoolLimit = prometheus.NewDesc(Namespace+"_pool_limit",
+		`Adaptive limit (max_pool_size = "auto") on the connections of a route's pool for one upstream server that may be checked out at once; absent for a fixed-size pool.`,
+		[]string{"route", "server"}, nil)
+	descPoolLimitMinRTT = prometheus.NewDesc(Namespace+"_pool_limit_min_rtt_seconds",
+		"Lowest recent window-average time an operation held a connection, as the adaptive limit measures it; absent before the first window.",
+		[]string{"route", "server"}, nil)
+	descPoolLimitGradient = prometheus.NewDesc(Namespace+"_pool_limit_gradient",
+		"Factor of the adaptive limit's last update: 1 while latency is steady, down to 0.5 as it climbs, 0.9 after drops.",
+		[]string{"route", "server"}, nil)
+	descPoolLimitDrops = prometheus.NewDesc(Namespace+"_pool_limit_drops_total",
+		"Operations the adaptive limit counted as drops: timeouts, network errors and overload refusals (462, SystemOverloadedError).",
+		[]string{"route", "server"}, nil)
+	descDBMax = prometheus.NewDesc(Namespace+"_db_connections_max",
+		"max_db_connections of the route, per upstream server: the cap on the connections of the route's pool and all its user pools together; 0 means no cap.",
+		[]string{"route", "server"}, nil)
+	descDBConns = prometheus.NewDesc(Namespace+"_db_connections",
+		"Connections counted against max_db_connections on each upstream server, over the route's pool and all its user pools (pending, idle and in use).",
+		[]string{"route", "server"}, nil)
+	descDBWaiting = prometheus.NewDesc(Namespace+"_db_connections_waiting_pools",
+		"Pools (the route's or a user's) whose next checkout waits for a max_db_connections slot now.",
+		[]string{"route", "server"}, nil)
+	descDBWaits = prometheus.NewDesc(Namespace+"_db_connections_waits_total",
+		"Times a pool had to wait for a max_db_connections slot.",
+		[]string{"route", "server"}, nil)
+	descDBEvictions = prometheus.NewDesc(Namespace+"_db_connections_evictions_total",
+		"Idle connections of one pool closed so that another pool waiting at max_db_connections gets a slot.",
 		[]string{"route", "server"}, nil)
 )
 
@@ -61,6 +110,15 @@ func (m *Metrics) SetServerSource(src ServerSource) {
 func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descServerInfo
 	ch <- descServerRTT
+	ch <- descPoolLimit
+	ch <- descPoolLimitMinRTT
+	ch <- descPoolLimitGradient
+	ch <- descPoolLimitDrops
+	ch <- descDBMax
+	ch <- descDBConns
+	ch <- descDBWaiting
+	ch <- descDBWaits
+	ch <- descDBEvictions
 }
 
 // Collect implements prometheus.Collector.
@@ -82,5 +140,18 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 		if s.RTT > 0 {
 			ch <- prometheus.MustNewConstMetric(descServerRTT, prometheus.GaugeValue, s.RTT.Seconds(), k.route, k.server)
 		}
+		if l := s.Limit; l != nil {
+			ch <- prometheus.MustNewConstMetric(descPoolLimit, prometheus.GaugeValue, float64(l.Limit), k.route, k.server)
+			if l.MinRTT > 0 {
+				ch <- prometheus.MustNewConstMetric(descPoolLimitMinRTT, prometheus.GaugeValue, l.MinRTT.Seconds(), k.route, k.server)
+			}
+			ch <- prometheus.MustNewConstMetric(descPoolLimitGradient, prometheus.GaugeValue, l.Gradient, k.route, k.server)
+			ch <- prometheus.MustNewConstMetric(descPoolLimitDrops, prometheus.CounterValue, float64(l.Drops), k.route, k.server)
+		}
+		ch <- prometheus.MustNewConstMetric(descDBMax, prometheus.GaugeValue, float64(s.DB.Max), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBConns, prometheus.GaugeValue, float64(s.DB.Used), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBWaiting, prometheus.GaugeValue, float64(s.DB.Waiting), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBWaits, prometheus.CounterValue, float64(s.DB.Waits), k.route, k.server)
+		ch <- prometheus.MustNewConstMetric(descDBEvictions, prometheus.CounterValue, float64(s.DB.Evictions), k.route, k.server)
 	}
 }

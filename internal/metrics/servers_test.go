@@ -6,6 +6,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/mongobouncer/mongobouncer/internal/pool"
 )
 
 const (
@@ -194,5 +196,55 @@ func TestServerSeriesDuplicatesAndBadLabels(t *testing.T) {
 	}
 	if v := val(t, m, famServerRTT, "route", "r", "server", "a:1"); v != 0.001 {
 		t.Fatalf("rtt of the first entry %v, want 0.001", v)
+	}
+}
+
+// An adaptive pool's limit, minimum RTT, gradient and drops are exported
+// per server; a fixed-size pool has none of those series.
+func TestAdaptiveLimitSeries(t *testing.T) {
+	m := New()
+	f := &fakeServers{}
+	m.SetServerSource(f.source)
+	f.set(
+		ServerRole{Route: "orders", Server: "db1:27017", Role: "primary",
+			Limit: &AdaptiveLimit{Limit: 12, MinRTT: 2 * time.Millisecond, Gradient: 0.75, Drops: 3}},
+		ServerRole{Route: "fixed", Server: "db1:27017", Role: "primary"},
+	)
+	want := map[string]map[string]float64{
+		"mongobouncer_pool_limit":                 {"route=orders,server=db1:27017": 12},
+		"mongobouncer_pool_limit_min_rtt_seconds": {"route=orders,server=db1:27017": 0.002},
+		"mongobouncer_pool_limit_gradient":        {"route=orders,server=db1:27017": 0.75},
+	}
+	for fam, w := range want {
+		if got := series(t, m, fam); !sameSeries(got, w) {
+			t.Errorf("%s = %v, want %v", fam, got, w)
+		}
+	}
+	drops := families(t, m)["mongobouncer_pool_limit_drops_total"]
+	if drops == nil || len(drops.GetMetric()) != 1 || drops.GetMetric()[0].GetCounter().GetValue() != 3 {
+		t.Errorf("drops = %v, want one counter at 3", drops)
+	}
+}
+
+// The max_db_connections series carry the source's pool.ShareStats.
+func TestDBConnectionSeries(t *testing.T) {
+	m := New()
+	f := &fakeServers{}
+	m.SetServerSource(f.source)
+	f.set(ServerRole{Route: "orders", Server: "db1:27017", Role: "primary",
+		DB: pool.ShareStats{Max: 20, Used: 17, Waiting: 2, Waits: 9, Evictions: 4}})
+	key := "route=orders,server=db1:27017"
+	for name, want := range map[string]float64{"mongobouncer_db_connections_max": 20, "mongobouncer_db_connections": 17,
+		"mongobouncer_db_connections_waiting_pools": 2} {
+		if got := series(t, m, name); got[key] != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	mfs := families(t, m)
+	for name, want := range map[string]float64{"mongobouncer_db_connections_waits_total": 9, "mongobouncer_db_connections_evictions_total": 4} {
+		mf := mfs[name]
+		if mf == nil || len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetCounter().GetValue() != want {
+			t.Errorf("%s = %v, want %v", name, mf, want)
+		}
 	}
 }

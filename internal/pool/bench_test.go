@@ -58,6 +58,7 @@ func TestCheckOutCheckInDoesNotAllocate(t *testing.T) {
 		"noop monitor":    func() pool.Options { o := pool.DefaultOptions(); o.Monitor = noopMonitor; return o }(),
 		"logger disabled": func() pool.Options { o := pool.DefaultOptions(); o.Logger = disabledLogger; return o }(),
 		"maxIdleTime":     func() pool.Options { o := pool.DefaultOptions(); o.MaxIdleTime = time.Minute; return o }(),
+		"share":           shareOptions(),
 	} {
 		p := benchPool(t, o)
 		ctx := context.Background()
@@ -70,6 +71,20 @@ func TestCheckOutCheckInDoesNotAllocate(t *testing.T) {
 // BenchmarkCheckOutCheckIn: uncontended, one available connection, no monitor.
 func BenchmarkCheckOutCheckIn(b *testing.B) {
 	benchCycle(b, pool.DefaultOptions())
+}
+
+// BenchmarkCheckOutCheckInShare: BenchmarkCheckOutCheckIn in a pool with a
+// Share (max_db_connections, as every topology pool has), which a checkout
+// from the available stack touches only through two atomics.
+func BenchmarkCheckOutCheckInShare(b *testing.B) {
+	benchCycle(b, shareOptions())
+}
+
+// shareOptions are the default options with a Share capped at 100.
+func shareOptions() pool.Options {
+	o := pool.DefaultOptions()
+	o.Share, _ = pool.NewShare(100)
+	return o
 }
 
 // BenchmarkCheckOutCheckInNoopMonitor: the cost of events when a subscriber exists

@@ -41,16 +41,19 @@ type Conn struct {
 	interrupted atomic.Bool
 
 	// Guarded by pool.mu.
-	state      connState
-	lease      uint64             // bumped at every hand-out (see Pool.Use)
-	background bool               // created by minPoolSize population
-	owner      *waiter            // checkout this pending connection is established for
-	cancel     context.CancelFunc // cancels establishment (pending only)
-	cancelled  Reason             // why the pool cancelled establishment ("" = not cancelled)
-	createdAt  instant            // for ConnectionReady.Duration (only with a monitor)
-	idleSince  instant            // when it became available (only with MaxIdleTime)
-	errored    error              // MarkErrored
-	upClosed   bool               // Upstream.Close already scheduled
+	state       connState
+	lease       uint64             // bumped at every hand-out (see Pool.Use)
+	background  bool               // created by minPoolSize population
+	owner       *waiter            // checkout this pending connection is established for
+	cancel      context.CancelFunc // cancels establishment (pending only)
+	cancelled   Reason             // why the pool cancelled establishment ("" = not cancelled)
+	createdAt   instant            // for ConnectionReady.Duration (only with a monitor)
+	idleSince   instant            // when it became available (only with MaxIdleTime)
+	errored     error              // MarkErrored
+	overloaded  bool               // MarkOverloaded: a drop for the limiter, not an error
+	outAt       instant            // when handed out; taken only for the limiter
+	outInflight int                // connections in use when handed out (limiter only)
+	upClosed    bool               // Upstream.Close already scheduled
 }
 
 // ID returns the connection's ID, unique within its pool, assigned from 1 upwards in
@@ -98,6 +101,19 @@ func (c *Conn) MarkErrored(err error) {
 	p.mu.Lock()
 	if c.state == connInUse && c.errored == nil {
 		c.errored = err
+	}
+	p.mu.Unlock()
+}
+
+// MarkOverloaded records that the server refused this use of the connection
+// as overloaded (error 462, SystemOverloadedError): the connection stays
+// good, but an adaptive pool counts its check-in as a drop and lowers its
+// limit. It does nothing on a connection that is not in use.
+func (c *Conn) MarkOverloaded() {
+	p := c.pool
+	p.mu.Lock()
+	if c.state == connInUse {
+		c.overloaded = true
 	}
 	p.mu.Unlock()
 }

@@ -90,6 +90,9 @@ type WaitQueueTimeoutError struct {
 	// MaxPoolSize, MaxConnecting and the counts are the pool's at the timeout.
 	MaxPoolSize, MaxConnecting                int
 	Total, InUse, Pending, Available, Waiters int
+	// SharedMax and SharedUsed are the pool's Share's cap and count at the
+	// timeout (ShareStats Max and Used); SharedMax 0: no shared cap.
+	SharedMax, SharedUsed int
 }
 
 // Error implements error.
@@ -98,8 +101,13 @@ func (e *WaitQueueTimeoutError) Error() string {
 	if e.Cause != nil {
 		cause = e.Cause.Error()
 	}
-	return fmt.Sprintf("%s %s: %s; maxPoolSize: %d, maxConnecting: %d, connections in use: %d, pending: %d, available: %d, total: %d, waiters: %d, waited: %s",
-		msgWaitQueueTimeout, e.Address, cause, e.MaxPoolSize, e.MaxConnecting, e.InUse, e.Pending, e.Available, e.Total, e.Waiters, e.Waited)
+	shared := ""
+	if e.SharedMax > 0 {
+		// Else the counts of this pool alone would not say why it waited.
+		shared = fmt.Sprintf("; shared cap over the server's pools (max_db_connections): %d, connections under it: %d", e.SharedMax, e.SharedUsed)
+	}
+	return fmt.Sprintf("%s %s: %s; maxPoolSize: %d, maxConnecting: %d, connections in use: %d, pending: %d, available: %d, total: %d, waiters: %d, waited: %s%s",
+		msgWaitQueueTimeout, e.Address, cause, e.MaxPoolSize, e.MaxConnecting, e.InUse, e.Pending, e.Available, e.Total, e.Waiters, e.Waited, shared)
 }
 
 // Message returns the spec's message for this error.

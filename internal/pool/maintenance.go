@@ -48,10 +48,16 @@ func (p *Pool) run() {
 		return
 	}
 	p.pruneLocked()
+	if p.share != nil {
+		p.shareEvictLocked()
+	}
 	if p.interruptPending {
 		p.interruptLocked()
 	}
-	p.populateLocked()
+	p.populateLocked() // dispatches while ready, so serves a grant of the Share
+	if p.state != StateReady {
+		p.shareSettleLocked()
+	}
 }
 
 // pruneLocked closes available connections that are stale or idle, and the oldest
@@ -77,6 +83,7 @@ func (p *Pool) pruneLocked() {
 			continue
 		}
 		p.idle = slices.Delete(p.idle, i, i+1)
+		p.shareIdleLocked()
 		p.closeLocked(c, reason, nil)
 	}
 }
@@ -105,7 +112,7 @@ func (p *Pool) populateLocked() {
 	if p.state != StateReady {
 		return
 	}
-	for len(p.conns) < p.opts.MinPoolSize && p.canCreateLocked() {
+	for len(p.conns) < p.opts.MinPoolSize && p.canCreateLocked() && (p.share == nil || p.share.tryAcquire()) {
 		c := p.createLocked(true)
 		p.unclaimed = append(p.unclaimed, c)
 		p.establishLocked(c)

@@ -46,6 +46,12 @@ type Options struct {
 	// interrupting Clear does not interrupt in-use connections. That mode exists for the
 	// CMAP test runner (backgroundThreadIntervalMS < 0) and is not meant for production.
 	MaintenanceInterval time.Duration
+	// Adaptive makes the number of connections checked out at once follow a
+	// Limiter (max_pool_size = "auto") between MinPoolSize (at least 1) and
+	// MaxPoolSize (DefaultLimiterCeiling when 0), which stays the cap on the
+	// total. Checkouts beyond the limit wait in the queue, in order, as they
+	// wait for MaxPoolSize. Default false.
+	Adaptive bool
 	// LoadBalanced selects load-balancer mode: generations are tracked per serviceId,
 	// ClearService replaces Clear, and every Upstream must implement ServiceIDer.
 	// Default false.
@@ -60,6 +66,11 @@ type Options struct {
 	// Monitor receives every pool event. nil means no events and no event cost.
 	// See Monitor for the calling contract. Default nil.
 	Monitor Monitor
+	// Share, when set, is a connection budget this pool shares with other pools of
+	// the same server (share.go): a new connection needs a slot of it besides
+	// MaxPoolSize. It needs the maintenance goroutine (MaintenanceInterval >= 0).
+	// Default nil.
+	Share *Share
 	// Logger, when set, receives the CMAP "Connection Pool Logging" messages at Debug
 	// level through NewLogMonitor (in addition to Monitor). Default nil.
 	Logger *slog.Logger
@@ -88,6 +99,7 @@ func (o Options) Limits() Limits {
 		MaxConnecting:    o.MaxConnecting,
 		MaxIdleTime:      o.MaxIdleTime,
 		WaitQueueTimeout: o.WaitQueueTimeout,
+		Adaptive:         o.Adaptive,
 	}
 }
 
@@ -98,6 +110,7 @@ func (o Options) withLimits(l Limits) Options {
 	o.MaxConnecting = l.MaxConnecting
 	o.MaxIdleTime = l.MaxIdleTime
 	o.WaitQueueTimeout = l.WaitQueueTimeout
+	o.Adaptive = l.Adaptive
 	return o
 }
 
@@ -109,6 +122,16 @@ type Limits struct {
 	MaxConnecting    int
 	MaxIdleTime      time.Duration
 	WaitQueueTimeout time.Duration
+	Adaptive         bool
+}
+
+// limiterOptions returns the bounds of an adaptive limit under l.
+func (l Limits) limiterOptions() LimiterOptions {
+	ceiling := l.MaxPoolSize
+	if ceiling == 0 {
+		ceiling = DefaultLimiterCeiling
+	}
+	return LimiterOptions{Floor: l.MinPoolSize, Ceiling: ceiling}
 }
 
 // Validate reports whether l is usable.

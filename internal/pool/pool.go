@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -46,6 +47,8 @@ type Stats struct {
 	Counts
 	// Options are the pool's current options (limits as last set by SetLimits).
 	Options Options
+	// Limiter is the adaptive limit's state (Options.Adaptive), nil otherwise.
+	Limiter *LimiterStats
 }
 
 // serviceGen is the load-balancer mode (generation, connection count) of one service.
@@ -68,6 +71,20 @@ type Pool struct {
 	lb        bool
 	created   *Options // the options given to New, shown in PoolCreated
 	interval  time.Duration
+	share     *Share // nil: no budget shared with other pools
+
+	// For the Share (share.go), which never takes mu: idleN mirrors len(idle)
+	// (written under mu), evictReq counts evictions it asked for (taken by
+	// maintenance), grantN mirrors shareGrant.
+	idleN    atomic.Int32
+	evictReq atomic.Int32
+	grantN   atomic.Int32
+	queuedN  atomic.Bool  // mirrors shareQueued
+	connN    atomic.Int32 // mirrors len(conns)
+	// Guarded by share.mu (not mu): queued in the Share, and slots granted to
+	// this pool and not yet used.
+	shareQueued bool
+	shareGrant  int
 
 	baseCtx    context.Context    // parent of every establishment; cancelled by Close
 	baseCancel context.CancelFunc // cancels baseCtx
@@ -77,7 +94,8 @@ type Pool struct {
 
 	// mu guards everything below, and the guarded fields of every Conn and waiter of
 	// this pool. It is never held while dialing, closing a socket or calling
-	// OnBackgroundError; it is held while calling the Monitor.
+	// OnBackgroundError; it is held while calling the Monitor. Lock order: mu, then
+	// share.mu (a leaf); never two pools' mu at once.
 	mu               sync.Mutex
 	opts             Options // current options (limits change with SetLimits)
 	state            State
@@ -95,6 +113,10 @@ type Pool struct {
 	clearCause       error       // the error given to the last ClearWithError
 	interruptPending bool        // maintenance must interrupt in-use connections
 	interruptGen     uint64      // ...whose generation is <= this
+	// lim is the adaptive limit on checked-out connections (Options.Adaptive),
+	// nil otherwise. Its state is guarded by mu like the rest: it is fed at
+	// CheckIn and read by the checks that gate checkouts (limitedLocked).
+	lim *Limiter
 }
 
 // New creates a pool for address that establishes connections with c. The pool
@@ -113,6 +135,9 @@ func New(address string, c Connector, opts Options) (*Pool, error) {
 	if opts.MaintenanceInterval == 0 {
 		opts.MaintenanceInterval = DefaultMaintenanceInterval
 	}
+	if opts.Share != nil && opts.MaintenanceInterval < 0 {
+		return nil, fmt.Errorf("%w: a Share needs the maintenance goroutine (MaintenanceInterval >= 0)", ErrInvalidOptions)
+	}
 	var logMon Monitor
 	if opts.Logger != nil {
 		logMon = NewLogMonitor(opts.Logger)
@@ -129,9 +154,16 @@ func New(address string, c Connector, opts Options) (*Pool, error) {
 		done:      make(chan struct{}),
 		opts:      opts,
 		conns:     make(map[int64]*Conn),
+		share:     opts.Share,
+	}
+	if p.share != nil {
+		p.share.join(p)
 	}
 	if p.lb {
 		p.services = make(map[bson.ObjectID]*serviceGen)
+	}
+	if opts.Adaptive {
+		p.lim = NewLimiter(opts.Limits().limiterOptions())
 	}
 	p.baseCtx, p.baseCancel = context.WithCancel(context.Background())
 	p.mu.Lock()
@@ -160,6 +192,7 @@ func (p *Pool) Stats() Stats {
 		Generation: p.generation,
 		Counts:     p.countsLocked(),
 		Options:    p.opts,
+		Limiter:    p.limiterStatsLocked(),
 	}
 }
 
@@ -184,6 +217,15 @@ func (p *Pool) SetLimits(l Limits) error {
 		}
 	}
 	p.opts = p.opts.withLimits(l)
+	switch {
+	case !l.Adaptive:
+		p.lim = nil
+	case p.lim == nil:
+		p.lim = NewLimiter(l.limiterOptions())
+	default:
+		lo := l.limiterOptions()
+		p.lim.SetBounds(lo.Floor, lo.Ceiling)
+	}
 	p.dispatchLocked()
 	p.mu.Unlock()
 	p.kick()
@@ -294,10 +336,14 @@ func (p *Pool) Close() {
 	}
 	p.state = StateClosed
 	evicted := p.queue.detach()
+	if p.share != nil {
+		p.share.leave(p) // before closing: the freed slots go to pools that wait
+	}
 	for n := len(p.idle); n > 0; n = len(p.idle) {
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
+		p.shareIdleLocked()
 		p.closeLocked(c, ReasonPoolClosed, nil)
 	}
 	for _, c := range p.conns {
@@ -371,7 +417,7 @@ func (p *Pool) beginLocked(ctx context.Context) (start instant, c *Conn, err err
 		}
 	}
 	// Fast path, only when nobody waits: a newcomer never overtakes a waiter.
-	if p.queue.n == 0 {
+	if p.queue.n == 0 && !p.limitedLocked() {
 		if c := p.popAvailableLocked(); c != nil {
 			p.handOutLocked(c, 0)
 			return 0, c, nil
@@ -487,10 +533,20 @@ func (p *Pool) checkIn(c *Conn, lease uint64) error {
 		p.closeLocked(c, ReasonPoolClosed, nil)
 	case c.interrupted.Load() || p.staleLocked(c):
 		p.closeLocked(c, ReasonStale, nil)
+	case p.shareReclaimLocked():
+		// Other pools of the Share wait, and nobody here does or this pool
+		// holds more than its part: make room (share.go).
+		p.closeLocked(c, ReasonIdle, nil)
+		p.share.checkedInEviction()
 	default:
 		p.inUse--
 		p.makeAvailableLocked(c)
 	}
+	if p.lim != nil && c.outAt != 0 {
+		now := monoNow()
+		p.lim.Sample(time.Duration(now), now.sub(c.outAt), c.outInflight, c.overloaded || isDrop(c.errored))
+	}
+	c.outAt, c.overloaded = 0, false
 	p.dispatchLocked()
 	p.mu.Unlock()
 	return nil
@@ -538,7 +594,8 @@ func (p *Pool) markErrored(c *Conn, lease uint64, err error) {
 func (p *Pool) dispatchLocked() {
 	for p.state == StateReady {
 		w := p.queue.front()
-		if w == nil {
+		if w == nil || p.limitedLocked() {
+			p.shareSettleLocked()
 			return
 		}
 		if c := p.popAvailableLocked(); c != nil {
@@ -559,7 +616,11 @@ func (p *Pool) dispatchLocked() {
 			continue
 		}
 		if !p.canCreateLocked() {
+			p.shareSettleLocked()
 			return
+		}
+		if p.share != nil && !p.share.acquire(p) {
+			return // p waits in the Share; a grant wakes maintenance, which dispatches
 		}
 		p.queue.remove(w)
 		c := p.createLocked(false)
@@ -577,6 +638,7 @@ func (p *Pool) popAvailableLocked() *Conn {
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
+		p.shareIdleLocked()
 		if p.staleLocked(c) {
 			p.closeLocked(c, ReasonStale, nil)
 			continue
@@ -600,6 +662,11 @@ func (p *Pool) handOutLocked(c *Conn, start instant) {
 	c.state = connInUse
 	c.lease++
 	p.inUse++
+	if p.lim != nil {
+		// The clock is read for the limiter only: its sample is the time
+		// the connection is held, and how many were held with it.
+		c.outAt, c.outInflight = monoNow(), p.inUse
+	}
 	if p.mon != nil {
 		p.emitLocked(Event{Type: ConnectionCheckedOut, ConnectionID: c.id, Generation: c.generation, Duration: waited(start)})
 	}
@@ -612,6 +679,7 @@ func (p *Pool) makeAvailableLocked(c *Conn) {
 		c.idleSince = monoNow()
 	}
 	p.idle = append(p.idle, c)
+	p.shareIdleLocked()
 }
 
 // deliverLocked completes waiter w with connection c (already handed out).
@@ -678,6 +746,7 @@ func (p *Pool) createLocked(background bool) *Conn {
 	p.nextID++
 	c := &Conn{pool: p, id: p.nextID, generation: p.generation, state: connPending, background: background}
 	p.conns[c.id] = c
+	p.shareConnsLocked()
 	p.pending++
 	if p.mon != nil {
 		c.createdAt = monoNow()
@@ -825,6 +894,9 @@ func (p *Pool) completePendingLocked(c *Conn, up Upstream, sid bson.ObjectID) {
 		p.deliverLocked(w, c)
 	case p.staleLocked(c):
 		p.closeLocked(c, ReasonStale, nil)
+	case p.shareReclaimLocked():
+		p.closeLocked(c, ReasonIdle, nil)
+		p.share.checkedInEviction()
 	default:
 		p.makeAvailableLocked(c)
 	}
@@ -848,6 +920,7 @@ func (p *Pool) closeLocked(c *Conn, reason Reason, err error) {
 	}
 	c.state = connClosed
 	delete(p.conns, c.id)
+	p.shareConnsLocked()
 	if c.hasServiceID {
 		if s := p.services[c.serviceID]; s != nil {
 			if s.count--; s.count <= 0 {
@@ -861,6 +934,9 @@ func (p *Pool) closeLocked(c *Conn, reason Reason, err error) {
 	}
 	if p.mon != nil {
 		p.emitLocked(Event{Type: ConnectionClosed, ConnectionID: c.id, Generation: c.generation, Reason: reason, Err: err})
+	}
+	if p.share != nil {
+		p.share.release() // after the event: events never count more than the Share
 	}
 	if c.up != nil && !c.upClosed {
 		c.upClosed = true
@@ -905,7 +981,13 @@ func (p *Pool) unavailableLocked() (error, Reason) {
 
 func (p *Pool) timeoutErrLocked(cause error, start instant) *WaitQueueTimeoutError {
 	c := p.countsLocked()
+	var shared ShareStats
+	if p.share != nil {
+		shared = p.share.Stats() // lock order: p.mu, then the Share's
+	}
 	return &WaitQueueTimeoutError{
+		SharedMax:        shared.Max,
+		SharedUsed:       shared.Used,
 		Address:          p.address,
 		Cause:            cause,
 		Waited:           waited(start),

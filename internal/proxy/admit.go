@@ -104,38 +104,6 @@ func (c *client) sizeError(n, limit int) error {
 // the client's hello did not agree on.
 var errCompressorNotAgreed = errors.New("compressor not agreed in the hello")
 
-// checkCompressed decides, before anything is inflated, whether the
-// client may send the OP_COMPRESSED message msg: its compressor must be
-// one its hello agreed on (an unknown id is left to wire.Decompress,
-// which refuses it by name). The declared size is Decompress's check,
-// against readLimit.
-func (c *client) checkCompressed(msg []byte) error {
-	if len(msg) < wire.CompressedHeaderLen {
-		return nil // Decompress reports the truncation
-	}
-	id := wire.CompressorID(msg[wire.HeaderLen+8])
-	if id > wire.CompressorZstd || c.comp&(1<<id) != 0 {
-		return nil
-	}
-	agreed := c.agreedText()
-	return fmt.Errorf("OP_COMPRESSED with compressor %s, which this connection's hello did not agree on (agreed: %s): %w",
-		id, agreed, errCompressorNotAgreed)
-}
-
-// agreedText names the compressors agreed with the client, for errors.
-func (c *client) agreedText() string {
-	var names []string
-	for id := wire.CompressorNoop; id <= wire.CompressorZstd; id++ {
-		if c.comp&(1<<id) != 0 {
-			names = append(names, id.String())
-		}
-	}
-	if len(names) == 0 {
-		return "none"
-	}
-	return strings.Join(names, ", ")
-}
-
 // admit is the verdict on req, a parsed OP_MSG request of msgLen bytes
 // (uncompressed) with flags, which routeOf sends to route (nil: none).
 // It allocates nothing for a request it admits.
@@ -177,7 +145,7 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 		// Only the commands of an open transaction may still run (on any
 		// client connection: drivers pin the server, not the connection):
 		// everything else goes to another mongobouncer.
-		if !inTxn || !c.sess.isOpen(key) && c.s.txnRoute(key) == nil {
+		if (!inTxn || !c.sess.isOpen(key) && c.s.txnRoute(key) == nil) && !c.sess.drainFinishesCursor(req) {
 			return refuse(errorReply(91, "ShutdownInProgress", "mongobouncer: shutting down"))
 		}
 	}
@@ -274,4 +242,36 @@ func logName(s string) string {
 		return s
 	}
 	return fmt.Sprintf("%s...(%d bytes)", s[:logNameLen], len(s))
+}
+
+// checkCompressed decides, before anything is inflated, whether the
+// client may send the OP_COMPRESSED message msg: its compressor must be
+// one its hello agreed on (an unknown id is left to wire.Decompress,
+// which refuses it by name). The declared size is Decompress's check,
+// against readLimit.
+func (c *client) checkCompressed(msg []byte) error {
+	if len(msg) < wire.CompressedHeaderLen {
+		return nil // Decompress reports the truncation
+	}
+	id := wire.CompressorID(msg[wire.HeaderLen+8])
+	if id > wire.CompressorZstd || c.comp&(1<<id) != 0 {
+		return nil
+	}
+	agreed := c.agreedText()
+	return fmt.Errorf("OP_COMPRESSED with compressor %s, which this connection's hello did not agree on (agreed: %s): %w",
+		id, agreed, errCompressorNotAgreed)
+}
+
+// agreedText names the compressors agreed with the client, for errors.
+func (c *client) agreedText() string {
+	var names []string
+	for id := wire.CompressorNoop; id <= wire.CompressorZstd; id++ {
+		if c.comp&(1<<id) != 0 {
+			names = append(names, id.String())
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }

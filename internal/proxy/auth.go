@@ -39,6 +39,11 @@ type login struct {
 	// of the pass-through secrets (Server.pass), which a request looks up
 	// without allocating.
 	passKey any
+	// counted is set when the login was counted for max_user_client_conn
+	// (userlimit.go), as countedUser; refused when it was refused.
+	counted     bool
+	countedUser auth.UserID
+	refused     bool
 	// mechsAsked is set by a hello that asked saslSupportedMechs before
 	// the client logged in: a login follows (due).
 	mechsAsked bool
@@ -99,7 +104,11 @@ func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.Compr
 		doc = errorReply(115, "CommandNotSupported",
 			fmt.Sprintf("mongobouncer: %s is not supported: log in with saslStart (SCRAM-SHA-256 or SCRAM-SHA-1)", req.name()))
 	}
-	return c.replyError(responseTo, compressed, compID, req, doc)
+	err := c.replyError(responseTo, compressed, compID, req, doc)
+	if err == nil && c.login.refused {
+		err = errUserClientLimit // over max_user_client_conn: the reply said why
+	}
+	return err
 }
 
 // saslStart begins a SCRAM conversation from a saslStart command (or a
@@ -180,6 +189,9 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 	if id := conv.Identity(); id != nil && c.login.ident != id {
 		// A new login, or the same user's again (a fresh ClientKey).
 		if c.login.ident == nil {
+			if refused := c.login.admitUser(c.s, c.log, id.ID()); refused != nil {
+				return refused
+			}
 			c.loggedIn(id)
 		}
 		c.login.ident = id
@@ -223,7 +235,11 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 		return errorReply(18, "AuthenticationFailed", "mongobouncer: this connection is logged in already; a connection has one user")
 	}
 	if c.login.ident == nil {
-		c.login.ident = &auth.Identity{User: subject, DB: externalDB, Mechanism: mechX509}
+		id := &auth.Identity{User: subject, DB: externalDB, Mechanism: mechX509}
+		if refused := c.login.admitUser(c.s, c.log, id.ID()); refused != nil {
+			return refused
+		}
+		c.login.ident = id
 		c.loggedIn(c.login.ident)
 	}
 	idx, doc := bsoncore.AppendDocumentStart(nil)
@@ -244,19 +260,6 @@ func (c *client) loggedIn(id *auth.Identity) {
 	// connection's life (logintimeout.go).
 	c.login.clock.conv, c.login.clock.convAt = nil, time.Time{}
 	c.sess.setUser(id.ID().String())
-}
-
-// peerSubject is who a MONGODB-X509 login is: the RFC 2253 subject of the
-// client's TLS certificate, verified against tls_ca_file; none for a plain
-// client or one without a verified certificate, whose login fails.
-func (c *client) peerSubject() (string, bool) { return c.tlsSubject() }
-
-// mechanismsText names what clients may log in with, for error messages.
-func (a *ClientAuth) mechanismsText() string {
-	if a.X509 {
-		return mechX509
-	}
-	return "SCRAM-SHA-256 or SCRAM-SHA-1"
 }
 
 // scramUserLen returns the length of the user name in a SCRAM
@@ -386,3 +389,16 @@ func (c *client) speculate(spec bsoncore.Document) bsoncore.Document {
 	out, _ = bsoncore.AppendDocumentEnd(out, idx)
 	return out
 }
+
+// mechanismsText names what clients may log in with, for error messages.
+func (a *ClientAuth) mechanismsText() string {
+	if a.X509 {
+		return mechX509
+	}
+	return "SCRAM-SHA-256 or SCRAM-SHA-1"
+}
+
+// peerSubject is who a MONGODB-X509 login is: the RFC 2253 subject of the
+// client's TLS certificate, verified against tls_ca_file; none for a plain
+// client or one without a verified certificate, whose login fails.
+func (c *client) peerSubject() (string, bool) { return c.tlsSubject() }

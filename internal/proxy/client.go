@@ -77,7 +77,6 @@ type client struct {
 	// its replies go back as an OP_REPLY (legacy.go). Such a request is
 	// always the goroutine's.
 	legacy bool
-	lb     bool // the client is in load-balanced mode
 	maxMsg int
 	nextID int32 // requestID of our own replies
 
@@ -146,13 +145,6 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 func (c *client) bind() {
 	c.x.s, c.x.sess, c.x.login, c.x.id = c.s, &c.sess, &c.login, c.id
 	c.lc.init(c)
-}
-
-// closeConn closes the goroutine's connection; safe to repeat.
-func (c *client) closeConn() {
-	if c.nc != nil {
-		_ = c.nc.Close()
-	}
 }
 
 // monoEpoch anchors monoNow.
@@ -249,6 +241,7 @@ func (c *client) finalize(err error) {
 	} else {
 		c.log.Info("client disconnected", attrs...)
 	}
+	c.login.releaseUser(c.s)
 	s := c.s
 	s.clientsMu.Lock()
 	delete(s.clients, c)
@@ -326,14 +319,6 @@ func (c *client) read() ([]byte, error) {
 	return b, nil
 }
 
-// appendReply appends our own reply to the client's request responseTo,
-// an OP_MSG of body, to dst: the one framing of every reply we build, on
-// either path.
-func (c *client) appendReply(dst []byte, responseTo int32, body []byte) []byte {
-	c.nextID++
-	return wire.AppendMsg(dst, c.nextID, responseTo, 0, body)
-}
-
 // idleTimeout returns the client_idle_timeout that applies to the client
 // now, 0 for none: its listener's route's, else the route of its most
 // recent request (as that route is configured now), else the global one.
@@ -355,17 +340,32 @@ func (c *client) idleTimeout() time.Duration {
 	return time.Duration(c.s.idleTimeout.Load())
 }
 
-func (c *client) releaseBuffers() {
-	putBuffer(c.in)
-	putBuffer(c.aux)
-	putBuffer(c.out)
-	c.in, c.aux, c.out = nil, nil, nil
-}
-
 // clearedAndReady reports whether err says p was cleared while p is ready
 // again. It is kept out of acquire's fast path because the errors.As
 // target escapes to the heap.
 func clearedAndReady(err error, p *pool.Pool) bool {
 	var cleared *pool.PoolClearedError
 	return p != nil && errors.As(err, &cleared) && p.Stats().State == pool.StateReady
+}
+
+// closeConn closes the goroutine's connection; safe to repeat.
+func (c *client) closeConn() {
+	if c.nc != nil {
+		_ = c.nc.Close()
+	}
+}
+
+// appendReply appends our own reply to the client's request responseTo,
+// an OP_MSG of body, to dst: the one framing of every reply we build, on
+// either path.
+func (c *client) appendReply(dst []byte, responseTo int32, body []byte) []byte {
+	c.nextID++
+	return wire.AppendMsg(dst, c.nextID, responseTo, 0, body)
+}
+
+func (c *client) releaseBuffers() {
+	putBuffer(c.in)
+	putBuffer(c.aux)
+	putBuffer(c.out)
+	c.in, c.aux, c.out = nil, nil, nil
 }

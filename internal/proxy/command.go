@@ -250,7 +250,13 @@ type replyInfo struct {
 	code     int32
 	// wcCode is writeConcernError.code, 0 when absent.
 	wcCode int32
+	// overloaded: the server refused the command under load (code 462 or
+	// the SystemOverloadedError label of the client-backpressure spec).
+	overloaded bool
 }
+
+// codeOverloaded is the code MongoDB 8.2 refuses work with under load.
+const codeOverloaded = 462
 
 // stateChange returns the state-change error code (NotWritablePrimary,
 // NodeIsRecovering, shutdown...) the reply carries, as its code or its
@@ -287,6 +293,16 @@ func inspectReply(body bsoncore.Document) replyInfo {
 		case bytes.Equal(key, []byte("code")):
 			if c, ok := el.Value().AsInt32OK(); ok {
 				ri.code = c
+				ri.overloaded = ri.overloaded || c == codeOverloaded
+			}
+		case bytes.Equal(key, []byte("errorLabels")):
+			if a, ok := el.Value().ArrayOK(); ok {
+				vals, _ := a.Values()
+				for _, v := range vals {
+					if s, ok := v.StringValueOK(); ok && s == "SystemOverloadedError" {
+						ri.overloaded = true
+					}
+				}
 			}
 		case bytes.Equal(key, []byte("cursor")):
 			if d, ok := el.Value().DocumentOK(); ok {

@@ -81,8 +81,23 @@ func TestInspectReply(t *testing.T) {
 		t.Fatalf("%+v", ri)
 	}
 	ri = inspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(251)}}))
-	if ri.ok || ri.code != 251 {
+	if ri.ok || ri.code != 251 || ri.overloaded {
 		t.Fatalf("%+v", ri)
+	}
+	// Overload: code 462, or any code with the SystemOverloadedError label.
+	ri = inspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(462)}}))
+	if !ri.overloaded {
+		t.Fatalf("code 462 not overloaded: %+v", ri)
+	}
+	ri = inspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(91)},
+		{Key: "errorLabels", Value: bson.A{"RetryableError", "SystemOverloadedError"}}}))
+	if !ri.overloaded || ri.code != 91 {
+		t.Fatalf("SystemOverloadedError label not overloaded: %+v", ri)
+	}
+	ri = inspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(91)},
+		{Key: "errorLabels", Value: bson.A{"RetryableWriteError"}}}))
+	if ri.overloaded {
+		t.Fatalf("RetryableWriteError taken for overload: %+v", ri)
 	}
 }
 

@@ -172,8 +172,7 @@ func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Docum
 	lim := c.s.waitLimits()
 	if !c.hello {
 		c.hello = true
-		c.sess.setAppName(hr.appName)
-		c.lb = hr.loadBalanced
+		c.sess.setHelloInfo(hr.appName, hr.loadBalanced)
 		c.log = c.log.With("appName", hr.appName)
 	}
 	if int(lim.maxMsg) < c.maxMsg {
@@ -272,17 +271,6 @@ func (c *client) writeError(responseTo int32, compressed bool, compID wire.Compr
 	return c.reply(responseTo, compressed, compID, "", body)
 }
 
-// writeLegacyReply answers an OP_QUERY with an OP_REPLY.
-func (c *client) writeLegacyReply(responseTo int32, failure bool, doc bsoncore.Document) {
-	c.nextID++
-	b := wire.AppendReply(nil, c.nextID, responseTo, doc)
-	if failure {
-		// responseFlags QueryFailure (bit 1) sits right after the header.
-		binary.LittleEndian.PutUint32(b[wire.HeaderLen:], 2)
-	}
-	_, _ = c.nc.Write(b)
-}
-
 // writeRaw writes a whole message to the client, compressed with the
 // client's compressor when the client compressed its request and the
 // command may be compressed.
@@ -313,4 +301,15 @@ func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID,
 		return errClientGone
 	}
 	return nil
+}
+
+// writeLegacyReply answers an OP_QUERY with an OP_REPLY.
+func (c *client) writeLegacyReply(responseTo int32, failure bool, doc bsoncore.Document) {
+	c.nextID++
+	b := wire.AppendReply(nil, c.nextID, responseTo, doc)
+	if failure {
+		// responseFlags QueryFailure (bit 1) sits right after the header.
+		binary.LittleEndian.PutUint32(b[wire.HeaderLen:], 2)
+	}
+	_, _ = c.nc.Write(b)
 }

@@ -115,7 +115,7 @@ func (x *exchange) prepare(route *Route, body bsoncore.Document, msgLen int, req
 	x.route, x.srv, x.need, x.pc, x.pinned, x.pool = route, nil, nil, nil, false, nil
 	x.key, x.inTxn = x.req.key()
 	x.killIDs, x.addRP = nil, false
-	if x.req.info.kind == kindKillCursors && route.multi() {
+	if x.req.info.kind == kindKillCursors && (route.multi() || x.sess.lbMode.Load()) {
 		x.killIDs = cursorIDs(body)
 	}
 	x.reqID, x.replies, x.retried = reqID, 0, false
@@ -405,6 +405,11 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 	if !ri.ok && ri.code != 0 {
 		x.s.opts.Observer.UpstreamError(x.route.Name, ri.code)
 	}
+	if ri.overloaded {
+		// Passed through unchanged (drivers back off and retry it); the
+		// pool's adaptive limit counts it as a drop.
+		x.pc.MarkOverloaded()
+	}
 	if code := ri.stateChange(); code != 0 {
 		// The server is stepping down, recovering or shutting down: SDAM's
 		// application error rules (mark it Unknown, check it now, clear its
@@ -422,6 +427,7 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 // track updates cursor and transaction affinity from one reply.
 func (x *exchange) track(ri replyInfo) {
 	route, req := x.route, &x.req
+	x.sess.noteLBCursor(req, ri, x.killIDs)
 	if route.multi() {
 		switch {
 		case req.info.kind == kindGetMore && ri.cursorID == 0:

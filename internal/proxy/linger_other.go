@@ -12,4 +12,4 @@ type flusher struct{}
 
 func (c *client) lingerOnClose() {}
 
-func (f *flusher) await(context.Context) error { return nil }
+func (f *flusher) Await(context.Context) error { return nil }

@@ -222,19 +222,6 @@ func (c *client) computeDeadline(w *readWait) {
 	}
 }
 
-// setDeadline sets the read deadline d (zero clears it).
-func (c *client) setDeadline(d time.Time) {
-	if d.IsZero() {
-		if c.deadline {
-			_ = c.nc.SetReadDeadline(time.Time{})
-			c.deadline = false
-		}
-		return
-	}
-	_ = c.nc.SetReadDeadline(d)
-	c.deadline = true
-}
-
 // partialDeadline bounds the rest of a message whose first bytes have
 // arrived (computeDeadline). Repeated calls for one message do nothing.
 func (c *client) partialDeadline(w *readWait) {
@@ -353,4 +340,17 @@ func (c *client) expireRead() {
 	if c.lc.State == lsGoroutine && c.nc != nil {
 		_ = c.nc.SetReadDeadline(time.Now())
 	}
+}
+
+// setDeadline sets the read deadline d (zero clears it).
+func (c *client) setDeadline(d time.Time) {
+	if d.IsZero() {
+		if c.deadline {
+			_ = c.nc.SetReadDeadline(time.Time{})
+			c.deadline = false
+		}
+		return
+	}
+	_ = c.nc.SetReadDeadline(d)
+	c.deadline = true
 }

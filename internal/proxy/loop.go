@@ -41,15 +41,3 @@ type spinCounts = evloop.SpinCounts
 func (s *Server) LoopSpins() (caught, missed uint64) {
 	return s.loopSpins.Caught.Load(), s.loopSpins.Missed.Load()
 }
-
-// LoopIO values: Options.LoopIO.
-const (
-	// LoopIOAuto uses io_uring where the kernel allows it, epoll elsewhere.
-	LoopIOAuto = ""
-	// LoopIOEpoll uses epoll and read system calls.
-	LoopIOEpoll = "epoll"
-	// LoopIOUring requires io_uring: New starts the loop at once and fails
-	// where the ring cannot start (a kernel that refuses io_uring, or a
-	// locked-memory limit), rather than running epoll.
-	LoopIOUring = "io_uring"
-)

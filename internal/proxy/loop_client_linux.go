@@ -27,14 +27,11 @@ package proxy
 
 import (
 	"encoding/binary"
-	"net"
-	"os"
 	"syscall"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
-	"github.com/mongobouncer/mongobouncer/internal/sysconn"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -94,13 +91,7 @@ func (lc *loopClient) enter() (entered bool) {
 		return false
 	}
 	if !lc.Registered() {
-		fd, err := sysconn.Dup(c.nc)
-		if err != nil {
-			lc.off = true
-			return false
-		}
-		if err := l.Attach(&lc.Endpoint, fd); err != nil {
-			_ = syscall.Close(fd)
+		if err := l.AttachConn(&lc.Endpoint, c.nc); err != nil {
 			lc.off = true
 			return false
 		}
@@ -125,7 +116,7 @@ func (lc *loopClient) enter() (entered bool) {
 // in the window with the goroutine code.
 func (lc *loopClient) toGoroutine() {
 	c := lc.c
-	nc, err := fileConn(lc.Fd())
+	nc, err := lc.Conn()
 	if err != nil {
 		c.log.Warn("cannot give client back to a goroutine", "error", err)
 		lc.close()
@@ -134,17 +125,6 @@ func (lc *loopClient) toGoroutine() {
 	c.nc = nc
 	lc.State = lsGoroutine
 	go c.run()
-}
-
-// fileConn makes a net.Conn (in Go's netpoller) of a duplicate of fd.
-func fileConn(fd int) (net.Conn, error) {
-	d, err := sysconn.DupFd(fd)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(d), "client")
-	defer f.Close()
-	return net.FileConn(f)
 }
 
 // serve serves the whole message at the front of the window, on the loop
@@ -488,7 +468,7 @@ func (lc *loopClient) write(msg []byte) bool {
 	copy(rest.b, msg[n:])
 	putBuffer(lc.buf)
 	lc.buf = nil
-	nc, ferr := fileConn(lc.Fd())
+	nc, ferr := lc.Conn()
 	if ferr != nil {
 		putBuffer(rest)
 		lc.close()

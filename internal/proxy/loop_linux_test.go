@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/seccomp"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
@@ -14,7 +15,7 @@ import (
 // each); 0 means GOMAXPROCS. LoopIO chooses epoll, or io_uring where the
 // kernel has it.
 func TestLoopThreads(t *testing.T) {
-	for _, io := range []string{LoopIOAuto, LoopIOEpoll} {
+	for _, io := range []config.EventLoopIO{LoopIOAuto, LoopIOEpoll} {
 		for _, tc := range []struct{ threads, want int }{
 			{3, 3},
 			{1, 1},

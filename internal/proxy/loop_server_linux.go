@@ -57,8 +57,12 @@ func (s *Server) startLoops() (*loops, error) {
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
+	io := string(s.opts.LoopIO) // evloop.IOEpoll or IOUring, spelled as config's
+	if s.opts.LoopIO == LoopIOAuto {
+		io = "" // the engine's auto
+	}
 	l, err := evloop.Start(evloop.Options{
-		IO: s.opts.LoopIO, Threads: n, Spin: s.opts.LoopSpin, Spins: &s.loopSpins, Log: s.log,
+		IO: io, Threads: n, Spin: s.opts.LoopSpin, Spins: &s.loopSpins, Log: s.log,
 	})
 	if err != nil {
 		s.loopsOff = true

@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -42,7 +43,7 @@ func (o *depthObserver) Request(string, string, int, int, time.Duration, bool) {
 // received, which with enough of them would overflow the loop thread's
 // stack and end the process.
 func TestLoopPipelinedRequestsDoNotRecurse(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		r := newLoopRig(t, io, 1, func(req *fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
 		obs := &depthObserver{}
 		r.s.opts.Observer = obs
@@ -93,7 +94,7 @@ func TestLoopPipelinedRequestsDoNotRecurse(t *testing.T) {
 // it is, the request is not over, and Shutdown's drain waits for it rather
 // than cutting the reply short.
 func TestLoopDrainWaitsForTheRestOfAReply(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		r, cl, _, big := stalledBigReply(t, io)
 		if r.s.drained() {
 			t.Fatal("drained while the rest of a reply is still to be written")

@@ -13,6 +13,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
@@ -57,7 +58,7 @@ func fillNonReader(t *testing.T, cl *affConn, seen *atomic.Int64) int {
 // client (over a socketpair, or loopback TCP) with small socket buffers
 // that has sent requests without reading until the proxy stopped taking
 // them (fillNonReader).
-func nonReader(t *testing.T, io string, tcp bool) (r *loopRig, cl *affConn, c *client, sent int) {
+func nonReader(t *testing.T, io config.EventLoopIO, tcp bool) (r *loopRig, cl *affConn, c *client, sent int) {
 	t.Helper()
 	var seen atomic.Int64
 	r = newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
@@ -81,7 +82,7 @@ func nonReader(t *testing.T, io string, tcp bool) (r *loopRig, cl *affConn, c *c
 // epoll), the loop serves other clients meanwhile, and once the client
 // reads it gets every reply, whole and in order, and is served on.
 func TestLoopSmallRepliesToANonReader(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		r, cl, c, sent := nonReader(t, io, false)
 		want := lsIdle
 		if io == LoopIOEpoll {
@@ -122,7 +123,7 @@ func TestLoopSmallRepliesToANonReader(t *testing.T) {
 // waits for room in its socket: its connection is closed at once, with the
 // loop still running, and the loop serves others.
 func TestLoopDisconnectWithAReplyWaiting(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		r, cl, c, _ := nonReader(t, io, false)
 		c.disconnect()
 		wait.Until(t, "client gone", 10*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })
@@ -151,7 +152,7 @@ func TestLoopShutdownSendsTheRepliesWaiting(t *testing.T) {
 		{"pipelined slow reader", 12, 5 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			eachDriver(t, func(t *testing.T, model string) {
+			eachDriver(t, func(t *testing.T, model config.EventLoopIO) {
 				r, cl, _, sent := nonReader(t, model, true)
 				for k := range tc.extra {
 					msg := wire.AppendMsg(nil, int32(sent+1+k), 0, 0, mustDoc(t, ping()))
@@ -219,9 +220,7 @@ func TestLoopCloseForgetsAFlushingClientThatResets(t *testing.T) {
 	// Read a little at a time, until the ring's send is whole and the
 	// socket lingers with what is left.
 	flushing := func() bool {
-		r.s.flush.mu.Lock()
-		defer r.s.flush.mu.Unlock()
-		return len(r.s.flush.fds) > 0 && d.Lingering() == 0
+		return r.s.flush.Lingering() > 0 && d.Lingering() == 0
 	}
 	// 64 bytes a read: the socket must not drain before the test sees it
 	// lingering (with 512 it did, about 1 run in 35).
@@ -250,7 +249,7 @@ func TestLoopCloseForgetsAFlushingClientThatResets(t *testing.T) {
 // Close waits for a reply in flight to a client that never reads only as
 // long as its context allows: then it says so, and the client is hung up.
 func TestLoopCloseGivesUpOnANonReader(t *testing.T) {
-	eachDriver(t, func(t *testing.T, model string) {
+	eachDriver(t, func(t *testing.T, model config.EventLoopIO) {
 		r, cl, _, _ := nonReader(t, model, true)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
@@ -291,7 +290,7 @@ func hungUp(t *testing.T, nc net.Conn) bool {
 // A reply's send fails (the proxy's side of the client socket shut down
 // for writing): the client is closed, and the loop serves others.
 func TestLoopReplySendFails(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		r := newLoopRig(t, io, 2, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
 		cl := r.client(0)
 		c := r.only()
@@ -317,7 +316,7 @@ func TestLoopReplySendFails(t *testing.T) {
 // path, whose request ends only once the reply is written. The request is
 // in flight as the drain begins, and the socket is filled meanwhile.
 func TestLoopDrainWaitsForASmallReply(t *testing.T) {
-	eachDriver(t, func(t *testing.T, model string) {
+	eachDriver(t, func(t *testing.T, model config.EventLoopIO) {
 		r, cl, c, release := heldRequest(t, model, 4096)
 		drained := startShutdown(t, r)
 		// Fill the client's socket from the proxy's side.
@@ -374,7 +373,7 @@ func startShutdown(t *testing.T, r *loopRig) <-chan error {
 // heldRequest starts a loop rig with a pool of one whose upstream holds
 // each ping until release is closed, and a client (sndbuf as in
 // loopRig.client) whose request 9 is out on the connection.
-func heldRequest(t *testing.T, io string, sndbuf int) (r *loopRig, cl *affConn, c *client, release chan struct{}) {
+func heldRequest(t *testing.T, io config.EventLoopIO, sndbuf int) (r *loopRig, cl *affConn, c *client, release chan struct{}) {
 	t.Helper()
 	arrived := make(chan struct{}, 1)
 	release = make(chan struct{})

@@ -15,6 +15,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
@@ -36,7 +37,7 @@ type loopRig struct {
 	up    *fakemongo.Server
 }
 
-func newLoopRig(t testing.TB, io string, maxPool int, h fakemongo.Handler) *loopRig {
+func newLoopRig(t testing.TB, io config.EventLoopIO, maxPool int, h fakemongo.Handler) *loopRig {
 	t.Helper()
 	return newRig(t, rigOptions{loop: true, io: io, maxPool: maxPool}, h)
 }
@@ -45,7 +46,7 @@ func newLoopRig(t testing.TB, io string, maxPool int, h fakemongo.Handler) *loop
 // pool size and pool monitor.
 type rigOptions struct {
 	loop    bool
-	io      string
+	io      config.EventLoopIO
 	maxPool int
 	monitor pool.Monitor
 	// answerMoreToCome makes the fake upstream answer moreToCome
@@ -197,7 +198,7 @@ func ping() bson.D { return bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: 
 
 // eachDriver runs f on epoll and, where the kernel allows it, io_uring
 // (LoopIOUring, which fails rather than fall back to epoll).
-func eachDriver(t *testing.T, f func(t *testing.T, io string)) {
+func eachDriver(t *testing.T, f func(t *testing.T, io config.EventLoopIO)) {
 	t.Run("epoll", func(t *testing.T) { f(t, LoopIOEpoll) })
 	t.Run("io_uring", func(t *testing.T) {
 		if !uring.Supported() {
@@ -211,7 +212,7 @@ func eachDriver(t *testing.T, f func(t *testing.T, io string)) {
 // event loop on each driver (eachDriver).
 func eachModel(t *testing.T, f func(t *testing.T, o rigOptions)) {
 	t.Run("goroutine", func(t *testing.T) { f(t, rigOptions{}) })
-	eachDriver(t, func(t *testing.T, io string) { f(t, rigOptions{loop: true, io: io}) })
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) { f(t, rigOptions{loop: true, io: io}) })
 }
 
 // SHOW CLIENTS says "waiting" while a request waits for a connection, and
@@ -355,7 +356,7 @@ func TestRequestReusingAStrayIDTakesAnotherConnection(t *testing.T) {
 }
 
 func TestLoopStates(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		release := make(chan struct{})
 		var hold atomic.Bool
 		r := newLoopRig(t, io, 1, func(req *fakemongo.Request) fakemongo.Reply {
@@ -423,7 +424,7 @@ func TestLoopStates(t *testing.T) {
 // closes the connection, or the pool interrupts it. The client gets a
 // retryable error and stays connected.
 func TestLoopUpstreamClosedWhileArmed(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		for _, how := range []string{"server closes", "pool interrupts"} {
 			t.Run(how, func(t *testing.T) {
 				arrived := make(chan struct{}, 1)
@@ -467,7 +468,7 @@ func TestLoopUpstreamClosedWhileArmed(t *testing.T) {
 // A client that closes its connection while its request is out: the reply
 // finds it gone, and its connection goes back to the pool.
 func TestLoopClientGoneMidReply(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		r, cl, _, release := heldRequest(t, io, 0)
 		cl.c.Close()
 		close(release)
@@ -483,7 +484,7 @@ func TestLoopClientGoneMidReply(t *testing.T) {
 // A reply larger than the slow client's socket takes: the rest is written
 // by a goroutine, which then serves the client; nothing is lost.
 func TestLoopPartialWriteToSlowClient(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		r, cl, c, big := stalledBigReply(t, io)
 		_ = cl.c.SetDeadline(time.Now().Add(10 * time.Second))
 		rep, err := wire.ReadMessage(cl.c, nil, wire.DefaultMaxMessageSize)
@@ -508,7 +509,7 @@ func TestLoopPartialWriteToSlowClient(t *testing.T) {
 // 4 MB reply, and sends one (request ID 9) from a client with a small
 // socket buffer that does not read: the loop cannot write the reply whole,
 // and a goroutine takes the client.
-func stalledBigReply(t *testing.T, io string) (r *loopRig, cl *affConn, c *client, big string) {
+func stalledBigReply(t *testing.T, io config.EventLoopIO) (r *loopRig, cl *affConn, c *client, big string) {
 	t.Helper()
 	big = strings.Repeat("x", 4<<20)
 	r = newLoopRig(t, io, 2, func(req *fakemongo.Request) fakemongo.Reply {
@@ -530,7 +531,7 @@ func stalledBigReply(t *testing.T, io string) (r *loopRig, cl *affConn, c *clien
 // a retryable error and stays connected, and the next request goes out on
 // a new connection.
 func TestLoopRequestSendFails(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		r := newLoopRig(t, io, 1, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
 		cl := r.client(0)
 		c := r.only()
@@ -575,12 +576,12 @@ func TestLoopRequestSendFails(t *testing.T) {
 // and the clients run in this process, so ns/op is the whole round trip;
 // allocs/op is the loop's (and the client's and fake's) per request.
 func BenchmarkLoopRequest(b *testing.B) {
-	drivers := []string{LoopIOEpoll}
+	drivers := []config.EventLoopIO{LoopIOEpoll}
 	if uring.Supported() {
 		drivers = append(drivers, LoopIOUring)
 	}
 	for _, io := range drivers {
-		name := map[string]string{LoopIOEpoll: "epoll", LoopIOUring: "io_uring"}[io]
+		name := map[config.EventLoopIO]string{LoopIOEpoll: "epoll", LoopIOUring: "io_uring"}[io]
 		for _, n := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/clients=%d", name, n), func(b *testing.B) {
 				r := newLoopRig(b, io, min(n, 2), func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })

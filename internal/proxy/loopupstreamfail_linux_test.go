@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
@@ -138,7 +139,7 @@ func (m *mangler) serve(c net.Conn) {
 
 // newManglerRig is newLoopRig with a mangler between the pool and the fake
 // upstream.
-func newManglerRig(t *testing.T, io string, maxPool int, h fakemongo.Handler) (*loopRig, *mangler) {
+func newManglerRig(t *testing.T, io config.EventLoopIO, maxPool int, h fakemongo.Handler) (*loopRig, *mangler) {
 	t.Helper()
 	var m *mangler
 	r := newRig(t, rigOptions{loop: true, io: io, maxPool: maxPool, via: func(t testing.TB, to string) string {
@@ -150,7 +151,7 @@ func newManglerRig(t *testing.T, io string, maxPool int, h fakemongo.Handler) (*
 
 // bigReplyRig is a mangler rig whose upstream answers pings with a 100 KiB
 // reply, and a client that has had one.
-func bigReplyRig(t *testing.T, model string) (*loopRig, *mangler, *affConn, *client) {
+func bigReplyRig(t *testing.T, model config.EventLoopIO) (*loopRig, *mangler, *affConn, *client) {
 	t.Helper()
 	big := strings.Repeat("x", 100<<10)
 	r, m := newManglerRig(t, model, 2, func(*fakemongo.Request) fakemongo.Reply {
@@ -177,7 +178,7 @@ func (r *loopRig) waitPoolReady() {
 // reply in pieces: each request gets an answer within the
 // deadline, and the client is served afterwards.
 func TestLoopUpstreamBreaksMidReply(t *testing.T) {
-	eachDriver(t, func(t *testing.T, model string) {
+	eachDriver(t, func(t *testing.T, model config.EventLoopIO) {
 		r, m, cl, c := bigReplyRig(t, model)
 		for _, mode := range []string{"half", "half", "half", "half", "half", "half", "halfrst", "badlen", "huge", "eof0", "trickle", "hdr2", "wrongto"} {
 			r.waitState(c, lsIdle)
@@ -201,7 +202,7 @@ func TestLoopUpstreamBreaksMidReply(t *testing.T) {
 // and the second copy reaches no later request (the connection is not
 // reused with it unread).
 func TestLoopUpstreamRepliesTwice(t *testing.T) {
-	eachDriver(t, func(t *testing.T, model string) {
+	eachDriver(t, func(t *testing.T, model config.EventLoopIO) {
 		r, m, cl, c := bigReplyRig(t, model)
 		for range 3 {
 			r.waitState(c, lsIdle)
@@ -238,7 +239,7 @@ func (c *closingDialer) Connect(ctx context.Context, addr string, id int64) (poo
 // connection and loopUpFor's Control: that request goes to a goroutine,
 // and the route stays on the event loop.
 func TestLoopConnectionClosedAtCheckoutKeepsTheRouteOnTheLoop(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		cd := &closingDialer{conns: map[int64]pool.Upstream{}}
 		var closeNext atomic.Bool
 		r := newRig(t, rigOptions{loop: true, io: io, maxPool: 2,

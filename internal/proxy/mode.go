@@ -1,45 +1,31 @@
 package proxy
 
-import "fmt"
+// The pool modes are typed once, in config (config.PoolMode, validated
+// there); the proxy takes them as they are. These are its short names.
 
-// PoolMode says how long a client keeps an upstream connection.
-type PoolMode uint8
+import "github.com/mongobouncer/mongobouncer/internal/config"
+
+// PoolMode says how long a client keeps an upstream connection: config's
+// type, not a copy of it. The zero value "" is transaction.
+type PoolMode = config.PoolMode
 
 const (
 	// ModeTransaction lends a connection per request, and for the whole of a
 	// transaction (startTransaction to the reply of commit/abort) and of an
 	// exhaust stream.
-	ModeTransaction PoolMode = iota
+	ModeTransaction = config.PoolModeTransaction
 	// ModeSession lends a client a connection at its first forwarded request
 	// and keeps it until the client disconnects.
-	ModeSession
+	ModeSession = config.PoolModeSession
 	// ModeStatement lends a connection for one request and its complete
 	// response only; transactions keep server affinity but not a connection.
-	ModeStatement
+	ModeStatement = config.PoolModeStatement
 )
 
-// String returns the configuration spelling of m.
-func (m PoolMode) String() string {
-	switch m {
-	case ModeSession:
-		return "session"
-	case ModeTransaction:
-		return "transaction"
-	case ModeStatement:
-		return "statement"
+// poolMode is m with "" read as transaction, the default.
+func poolMode(m PoolMode) PoolMode {
+	if m == "" {
+		return ModeTransaction
 	}
-	return fmt.Sprintf("PoolMode(%d)", uint8(m))
-}
-
-// ParsePoolMode parses "session", "transaction" or "statement".
-func ParsePoolMode(s string) (PoolMode, error) {
-	switch s {
-	case "session":
-		return ModeSession, nil
-	case "transaction", "":
-		return ModeTransaction, nil
-	case "statement":
-		return ModeStatement, nil
-	}
-	return 0, fmt.Errorf("pool mode %q: must be one of session, transaction, statement", s)
+	return m
 }

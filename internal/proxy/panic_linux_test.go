@@ -23,6 +23,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 	"go.uber.org/goleak"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
@@ -334,7 +335,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // (lsWaiting) ends the client; the connection its queued checkout is
 // later handed goes back to the pool unused, and serves the next request.
 func TestPanicWhileWaitingForAConnection(t *testing.T) {
-	eachDriver(t, func(t *testing.T, io string) {
+	eachDriver(t, func(t *testing.T, io config.EventLoopIO) {
 		ignore := goleak.IgnoreCurrent()
 		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 		var errClosed atomic.Int32

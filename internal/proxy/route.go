@@ -21,8 +21,9 @@ import (
 type Route struct {
 	// Name is the database name, or "*" for the catch-all route.
 	Name string
-	// Mode is the pool mode the route starts with; SetPoolMode changes it
-	// live (PoolMode reads it).
+	// Mode is the pool mode the route starts with ("" is transaction);
+	// SetPoolMode changes it live (PoolMode reads it). New refuses a mode
+	// config does not define.
 	Mode PoolMode
 	// Topology holds the route's servers and their pools.
 	Topology *topology.Topology
@@ -54,9 +55,9 @@ type Route struct {
 	IdleTimeout    time.Duration
 	MaxMessageSize int
 
-	mode   atomic.Uint32
-	idle   atomic.Int64 // IdleTimeout, live
-	maxMsg atomic.Int64 // MaxMessageSize, live
+	mode   atomic.Pointer[PoolMode] // Mode, live; nil before init
+	idle   atomic.Int64             // IdleTimeout, live
+	maxMsg atomic.Int64             // MaxMessageSize, live
 	// held counts upstream connections checked out through this route and
 	// not yet back in a pool (requests in flight and pins), so that a route
 	// removed by a reload can drain before its pools close.
@@ -88,7 +89,8 @@ func (r *Route) init(maxCursors, maxTxns int) {
 		// Validated with the configuration; never here.
 		r.ReadPref = nil
 	}
-	r.mode.Store(uint32(r.Mode))
+	m := poolMode(r.Mode)
+	r.mode.Store(&m)
 	r.idle.Store(int64(r.IdleTimeout))
 	r.maxMsg.Store(int64(r.MaxMessageSize))
 }
@@ -98,11 +100,23 @@ func (r *Route) init(maxCursors, maxTxns int) {
 func (r *Route) multi() bool { return r.Topology.Multi() }
 
 // PoolMode returns the route's current pool mode.
-func (r *Route) PoolMode() PoolMode { return PoolMode(r.mode.Load()) }
+func (r *Route) PoolMode() PoolMode {
+	if m := r.mode.Load(); m != nil {
+		return *m
+	}
+	return poolMode(r.Mode) // a route that New has not seen (tests)
+}
 
 // SetPoolMode changes the pool mode for requests from now on; connections
 // already pinned stay pinned until their pin would end in the new mode.
-func (r *Route) SetPoolMode(m PoolMode) { r.mode.Store(uint32(m)) }
+// "" is transaction; a mode config does not define changes nothing (config
+// validated it).
+func (r *Route) SetPoolMode(m PoolMode) {
+	m = poolMode(m)
+	if m.Valid() {
+		r.mode.Store(&m)
+	}
+}
 
 // SetClientLimits changes the route's IdleTimeout and MaxMessageSize from
 // now on (same meanings): idle clients are measured against the new
@@ -204,6 +218,9 @@ func newRouting(routes []*Route, maxCursors, maxTxns int) (*routing, error) {
 		}
 		if _, dup := t.byName[r.Name]; dup || (r.Name == "*" && t.wildcard != nil) {
 			return nil, fmt.Errorf("proxy: route %q is defined twice", r.Name)
+		}
+		if !poolMode(r.Mode).Valid() {
+			return nil, fmt.Errorf("proxy: route %q: pool mode %q: must be one of session, transaction, statement", r.Name, r.Mode)
 		}
 		r.init(maxCursors, maxTxns)
 		if r.Name == "*" {

@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -34,6 +35,9 @@ type Options struct {
 	// message's declared size) from a client that has not logged in; 0
 	// means DefaultMaxPreLoginMessageSize (max_prelogin_message_size).
 	MaxPreLoginMessageSize int
+	// MaxUserClientConn caps the clients logged in as one user; 0 means no
+	// cap (max_user_client_conn; SetUserClientLimit changes it).
+	MaxUserClientConn int
 	// ClientIdleTimeout closes clients idle that long; 0 means never.
 	ClientIdleTimeout time.Duration
 	// ClientLoginTimeout closes a client that has sent no whole message
@@ -79,9 +83,9 @@ type Options struct {
 	// Ps than loop threads (cmd/mongobouncer runs one more).
 	LoopThreads int
 	// LoopIO chooses the event loop's I/O: LoopIOAuto (io_uring where the
-	// kernel allows it, else epoll), LoopIOEpoll, or LoopIOUring (io_uring
-	// or New fails).
-	LoopIO string
+	// kernel allows it, else epoll; "" too), LoopIOEpoll, or LoopIOUring
+	// (io_uring or New fails). Server.LoopIO says which one runs.
+	LoopIO config.EventLoopIO
 	// LoopSpin bounds how long an io_uring loop thread waits awake for the
 	// reply to its one request in flight, and the average reply delay
 	// under which it does (loop_spin_linux.go); 0 never spins.
@@ -152,6 +156,9 @@ type Server struct {
 	// one per user (passthrough.go).
 	pass passUsers
 
+	// userClients counts logged-in clients per user (max_user_client_conn).
+	userClients userClients
+
 	clientsMu sync.Mutex // guards listeners, clients and closed
 	listeners map[net.Listener]struct{}
 	// acceptors counts the Serve loops running; none starts once draining
@@ -197,6 +204,41 @@ type Server struct {
 	panics atomic.Uint64
 }
 
+// LoopIO values: Options.LoopIO, config's event_loop_io values (typed once,
+// in config) under the proxy's names.
+const (
+	// LoopIOAuto uses io_uring where the kernel allows it, epoll elsewhere
+	// ("" too).
+	LoopIOAuto = config.EventLoopIOAuto
+	// LoopIOEpoll uses epoll and read system calls.
+	LoopIOEpoll = config.EventLoopIOEpoll
+	// LoopIOUring requires io_uring: New starts the loop at once and fails
+	// where the ring cannot start (a kernel that refuses io_uring, or a
+	// locked-memory limit), rather than running epoll.
+	LoopIOUring = config.EventLoopIOUring
+)
+
+// LoopIOOff is what Server.LoopIO says when no event loop runs.
+const LoopIOOff = "off"
+
+// LoopIO names the I/O the event loop runs on: "io_uring" or "epoll", read
+// from the driver that started; LoopIOOff when the loop is off, has no
+// support here, could not start (every client is then served by its
+// goroutine) or has stopped. It starts the loop if it has not started yet,
+// so that the name is what runs and not a prediction (app logs it in the
+// startup line): LoopIOAuto may fall back to epoll where a ring cannot
+// start although the kernel has io_uring.
+func (s *Server) LoopIO() string {
+	if !s.opts.EventLoop || !EventLoopSupported {
+		return LoopIOOff
+	}
+	l, err := s.startLoops()
+	if err != nil {
+		s.log.Warn("event loop unavailable; every client is served by its goroutine", "error", err)
+	}
+	return loopDriverName(l)
+}
+
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = errors.New("mongobouncer: server closed")
 
@@ -213,6 +255,7 @@ func New(opts Options) (*Server, error) {
 		sweepKick: make(chan struct{}, 1),
 	}
 	s.maxClients.Store(int64(opts.MaxClientConn))
+	s.SetUserClientLimit(opts.MaxUserClientConn)
 	s.preLoginMax.Store(int64(opts.MaxPreLoginMessageSize))
 	s.idleTimeout.Store(int64(opts.ClientIdleTimeout))
 	s.SetLoginTimeout(opts.ClientLoginTimeout)
@@ -347,12 +390,12 @@ func (s *Server) Close(ctx context.Context) error {
 		// Replies already written may still be on their way to clients
 		// that read slowly: let them out before the sockets close.
 		err := s.awaitLoopSends(ctx)
-		if ferr := s.flush.await(ctx); err == nil {
+		if ferr := s.flush.Await(ctx); err == nil {
 			err = ferr
 		}
 		return err
 	case <-ctx.Done():
-		_ = s.flush.await(ctx)
+		_ = s.flush.Await(ctx)
 		return fmt.Errorf("mongobouncer: clients still running at close: %w", ctx.Err())
 	}
 }
@@ -545,7 +588,7 @@ func (s *Server) drained() bool {
 func (ss *session) busy() bool {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
-	return ss.phase != phaseIdle || len(ss.open) > 0
+	return ss.phase != phaseIdle || len(ss.open) > 0 || ss.hasLBCursorsLocked()
 }
 
 // ClientInfo describes one connected client (SHOW CLIENTS).
@@ -560,6 +603,9 @@ type ClientInfo struct {
 	State        string // idle | waiting | active | pinned
 	PinnedServer string
 	Requests     uint64
+	// LoadBalanced is set when the client's handshake said loadBalanced
+	// (a driver with loadBalanced=true, behind a balancer).
+	LoadBalanced bool
 }
 
 // Clients returns a snapshot of the connected clients, oldest first.
@@ -587,6 +633,7 @@ func (ss *session) describe(ci *ClientInfo) {
 	defer ss.sessMu.Unlock()
 	ci.AppName = ss.appName
 	ci.User = ss.user
+	ci.LoadBalanced = ss.lbMode.Load()
 	for _, p := range ss.pins {
 		if p.conn != nil {
 			ci.PinnedServer = p.srv.Address()

@@ -38,6 +38,13 @@ type session struct {
 	// open are the transactions begun through this client that have not
 	// ended; they are aborted if the client disconnects.
 	open map[txnKey]*Route
+	// lbCursors are the cursors a load-balanced client opened here and has
+	// not finished: a drain waits for them (lbcursor.go).
+	lbCursors map[int64]struct{}
+	// lbMode is set by the client's first hello when it says loadBalanced
+	// (written once under sessMu, read by whoever serves the client
+	// without it).
+	lbMode atomic.Bool
 	// phase is where the client's request is: written by the owner under
 	// sessMu (setPhaseLocked), read by the owner freely and by others under
 	// sessMu.
@@ -60,12 +67,13 @@ func (ss *session) useRoute(route *Route) {
 	}
 }
 
-// setAppName records the application name the client's hello gave, for
-// SHOW CLIENTS.
-func (ss *session) setAppName(name string) {
+// setHelloInfo records the application name and the load-balanced mode
+// the client's first hello gave, for SHOW CLIENTS.
+func (ss *session) setHelloInfo(name string, loadBalanced bool) {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	ss.appName = name
+	ss.lbMode.Store(loadBalanced)
 }
 
 // setUser records who the client logged in as, for SHOW CLIENTS.

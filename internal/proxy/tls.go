@@ -14,46 +14,24 @@ import (
 	"net"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
-// TLSMode says whether clients connect with TLS.
-type TLSMode int
+// TLSMode says whether clients connect with TLS: config's type (tls_mode),
+// taken as it is. The zero value "" is disable.
+type TLSMode = config.TLSMode
 
-// Client TLS modes.
+// Client TLS modes, config's.
 const (
 	// TLSDisable serves plain clients only.
-	TLSDisable TLSMode = iota
+	TLSDisable = config.TLSModeDisable
 	// TLSAllow serves TLS and plain clients on the same listeners.
-	TLSAllow
+	TLSAllow = config.TLSModeAllow
 	// TLSRequire refuses plain clients.
-	TLSRequire
+	TLSRequire = config.TLSModeRequire
 )
-
-// String returns the configuration spelling.
-func (m TLSMode) String() string {
-	switch m {
-	case TLSAllow:
-		return "allow"
-	case TLSRequire:
-		return "require"
-	}
-	return "disable"
-}
-
-// ParseTLSMode parses a tls_mode value; "" is disable.
-func ParseTLSMode(s string) (TLSMode, error) {
-	switch s {
-	case "", "disable":
-		return TLSDisable, nil
-	case "allow":
-		return TLSAllow, nil
-	case "require":
-		return TLSRequire, nil
-	}
-	return TLSDisable, fmt.Errorf("tls mode %q: must be disable, allow or require", s)
-}
 
 // DefaultTLSHandshakeTimeout is ClientTLS.HandshakeTimeout's default.
 const DefaultTLSHandshakeTimeout = 10 * time.Second
@@ -63,7 +41,7 @@ type ClientTLS struct {
 	// Mode says which clients use TLS.
 	Mode TLSMode
 	// Config is the server configuration of the handshake (certificate,
-	// client CAs); required unless Mode is TLSDisable.
+	// client CAs); required when Mode serves TLS.
 	Config *tls.Config
 	// HandshakeTimeout bounds both the wait for a new client's first
 	// bytes and its handshake; 0 means DefaultTLSHandshakeTimeout.
@@ -71,13 +49,16 @@ type ClientTLS struct {
 }
 
 // ErrTLSConfig is returned by New and SetTLS for a mode that serves TLS
-// without a tls.Config.
+// without a tls.Config, or a mode config does not define.
 var ErrTLSConfig = errors.New("mongobouncer: client TLS mode without a TLS configuration")
 
 // SetTLS changes the client TLS settings (configuration reload): new
 // clients use them, connected ones keep theirs.
 func (s *Server) SetTLS(t ClientTLS) error {
-	if t.Mode != TLSDisable && t.Config == nil {
+	if !t.Mode.Valid() {
+		return fmt.Errorf("%w: tls mode %q: must be disable, allow or require", ErrTLSConfig, t.Mode)
+	}
+	if t.Mode.Serves() && t.Config == nil {
 		return ErrTLSConfig
 	}
 	if t.HandshakeTimeout <= 0 {
@@ -120,7 +101,7 @@ const maxRefusedRequest = 64 * 1024
 // connection.
 func (c *client) startTLS() error {
 	ts := c.s.tls.Load()
-	if ts == nil || ts.Mode == TLSDisable {
+	if ts == nil || !ts.Mode.Serves() {
 		return nil
 	}
 	if _, local := c.nc.(*net.UnixConn); local {

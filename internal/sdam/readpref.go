@@ -156,6 +156,11 @@ var (
 	// ErrMaxStalenessTooSmall: a max staleness below SmallestMaxStaleness
 	// or below the heartbeat frequency plus IdleWritePeriod.
 	ErrMaxStalenessTooSmall = errors.New("maxStalenessSeconds is too small")
+	// ErrMaxStalenessBelowHeartbeat: a max staleness at least
+	// SmallestMaxStaleness but below the heartbeat frequency plus
+	// IdleWritePeriod. It matches ErrMaxStalenessTooSmall too; it is apart
+	// so that a caller can name the heartbeat as the value to change.
+	ErrMaxStalenessBelowHeartbeat = fmt.Errorf("%w: below heartbeatFrequency + idleWritePeriod", ErrMaxStalenessTooSmall)
 )
 
 // ReadPrefError says what is wrong with a read preference: which field and
@@ -189,24 +194,35 @@ func (e *ReadPrefError) Unwrap() []error {
 // checkMode applies the rules that hold whatever the topology: mode
 // primary takes no non-empty tag set and no max staleness.
 func (rp ReadPref) checkMode() error {
-	if rp.Mode < Primary || rp.Mode > Nearest {
-		return &ReadPrefError{Field: "mode", Reason: "unknown mode " + rp.Mode.String()}
+	if errs := rp.modeProblems(); len(errs) > 0 {
+		return errs[0]
 	}
+	return nil
+}
+
+// modeProblems lists what checkMode finds, every problem rather than the
+// first, in the order checkMode reports them.
+func (rp ReadPref) modeProblems() []*ReadPrefError {
+	if rp.Mode < Primary || rp.Mode > Nearest {
+		return []*ReadPrefError{{Field: "mode", Reason: "unknown mode " + rp.Mode.String()}}
+	}
+	var out []*ReadPrefError
 	if rp.MaxStaleness < 0 {
-		return &ReadPrefError{Field: "maxStalenessSeconds", Reason: "negative max staleness " + rp.MaxStaleness.String()}
+		out = append(out, &ReadPrefError{Field: "maxStalenessSeconds", Reason: "negative max staleness " + rp.MaxStaleness.String()})
 	}
 	if rp.Mode != Primary {
-		return nil
+		return out
 	}
 	if rp.MaxStaleness > 0 {
-		return &ReadPrefError{Field: "maxStalenessSeconds", Reason: "mode primary takes no max staleness", Kind: ErrPrimaryWithOptions}
+		out = append(out, &ReadPrefError{Field: "maxStalenessSeconds", Reason: "mode primary takes no max staleness", Kind: ErrPrimaryWithOptions})
 	}
 	for _, ts := range rp.TagSets {
 		if len(ts) > 0 {
-			return &ReadPrefError{Field: "tags", Reason: "mode primary takes no tag set, got " + ts.String(), Kind: ErrPrimaryWithOptions}
+			out = append(out, &ReadPrefError{Field: "tags", Reason: "mode primary takes no tag set, got " + ts.String(), Kind: ErrPrimaryWithOptions})
+			break
 		}
 	}
-	return nil
+	return out
 }
 
 // Validate checks the read preference for a client whose monitors check
@@ -215,16 +231,29 @@ func (rp ReadPref) checkMode() error {
 // at least heartbeat + IdleWritePeriod. Selection applies the size rule
 // only to replica sets (a mongos or a single server ignores it, as the
 // specification says), so call this where a read preference is configured
-// to refuse it early whatever the topology.
+// to refuse it early whatever the topology. It returns the first of
+// Problems.
 func (rp ReadPref) Validate(heartbeat time.Duration) error {
-	if err := rp.checkMode(); err != nil {
-		return err
+	if errs := rp.Problems(heartbeat); len(errs) > 0 {
+		return errs[0]
 	}
-	return rp.checkStaleness(heartbeat)
+	return nil
+}
+
+// Problems lists every rule of Validate that rp breaks, for a caller that
+// reports them all at once (the configuration). These are the rules of
+// read preferences: the configuration applies them through this method
+// and states none of its own.
+func (rp ReadPref) Problems(heartbeat time.Duration) []*ReadPrefError {
+	out := rp.modeProblems()
+	if err := rp.checkStaleness(heartbeat); err != nil {
+		out = append(out, err)
+	}
+	return out
 }
 
 // checkStaleness is the replica-set rule on the size of max staleness.
-func (rp ReadPref) checkStaleness(heartbeat time.Duration) error {
+func (rp ReadPref) checkStaleness(heartbeat time.Duration) *ReadPrefError {
 	if rp.MaxStaleness <= 0 {
 		return nil
 	}
@@ -233,7 +262,7 @@ func (rp ReadPref) checkStaleness(heartbeat time.Duration) error {
 			Reason: fmt.Sprintf("%s is below the smallest allowed, %s", rp.MaxStaleness, SmallestMaxStaleness)}
 	}
 	if floor := heartbeat + IdleWritePeriod; rp.MaxStaleness < floor {
-		return &ReadPrefError{Field: "maxStalenessSeconds", Kind: ErrMaxStalenessTooSmall,
+		return &ReadPrefError{Field: "maxStalenessSeconds", Kind: ErrMaxStalenessBelowHeartbeat,
 			Reason: fmt.Sprintf("%s is below heartbeatFrequency %s + idleWritePeriod %s", rp.MaxStaleness, heartbeat, IdleWritePeriod)}
 	}
 	return nil

@@ -300,3 +300,23 @@ func FuzzParseReadPref(f *testing.F) {
 		}
 	})
 }
+
+// Problems lists every broken rule (the configuration reports them all at
+// once); Validate is its first, and a heartbeat floor matches both kinds.
+func TestReadPrefProblems(t *testing.T) {
+	rp := sdam.ReadPref{Mode: sdam.Primary, MaxStaleness: 30 * time.Second, TagSets: []sdam.TagSet{{"dc": "east"}}}
+	errs := rp.Problems(10 * time.Second)
+	if len(errs) != 3 || errs[0].Field != "maxStalenessSeconds" || errs[1].Field != "tags" || !errors.Is(errs[2], sdam.ErrMaxStalenessTooSmall) {
+		t.Fatalf("Problems = %v, want max staleness with primary, tags with primary, too small", errs)
+	}
+	if err := rp.Validate(10 * time.Second); err != errs[0] && err.Error() != errs[0].Error() {
+		t.Fatalf("Validate = %v, want the first problem %v", err, errs[0])
+	}
+	floor := sdam.ReadPref{Mode: sdam.Nearest, MaxStaleness: 95 * time.Second}.Validate(90 * time.Second)
+	if !errors.Is(floor, sdam.ErrMaxStalenessBelowHeartbeat) || !errors.Is(floor, sdam.ErrMaxStalenessTooSmall) {
+		t.Fatalf("below heartbeat + idle write: %v, want both kinds", floor)
+	}
+	if errs := (sdam.ReadPref{Mode: sdam.Nearest, MaxStaleness: 100 * time.Second}).Problems(90 * time.Second); errs != nil {
+		t.Fatalf("at the floor: %v, want none", errs)
+	}
+}

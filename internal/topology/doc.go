@@ -34,7 +34,5 @@
 //     topology to change, up to ServerSelectionTimeout: after a stepdown,
 //     requests that need a primary wait for the new one.
 //
-// Lock order: Topology.mu, then a pool's lock (Ready, Clear), then the pool's
-// event callbacks. Topology.mu is never held across network I/O, a checkout
-// or a pool's Close.
+// The lock order is written once, on Topology.
 package topology

@@ -81,6 +81,13 @@ type Options struct {
 	// server; 0 leaves only Pool.MaxPoolSize.
 	MaxUserConnections int
 
+	// MaxDBConnections caps, per server, the connections of the server's
+	// main pool and all its user pools together (max_db_connections): a
+	// pool.Share per server, whose waits and evictions are pool's. 0 means
+	// no cap (the connections are still counted). Change it live with
+	// Server.SetMaxDBConnections.
+	MaxDBConnections int
+
 	// UserPoolIdleTimeout closes a user pool that nobody has used for
 	// that long and that holds no connection in use; 0 keeps user pools
 	// until their server leaves.

@@ -79,6 +79,9 @@ type Server struct {
 	topo *Topology
 	addr string
 	pool *pool.Pool
+	// share is the budget of pool and every user pool together
+	// (Options.MaxDBConnections); set before the pool is made.
+	share *pool.Share
 
 	// desc is written under the topology's mu, together with the pool.Ready
 	// or pool.Clear that must accompany it, so that a Usable server never
@@ -128,6 +131,14 @@ func (s *Server) Address() string { return s.addr }
 
 // Pool returns the server's connection pool.
 func (s *Server) Pool() *pool.Pool { return s.pool }
+
+// Share returns the connection budget the server's main pool and user pools
+// share (max_db_connections).
+func (s *Server) Share() *pool.Share { return s.share }
+
+// SetMaxDBConnections changes the server's max_db_connections live (a
+// reload; 0: no cap).
+func (s *Server) SetMaxDBConnections(n int) error { return s.share.SetMax(n) }
 
 // Description returns the server's current description.
 func (s *Server) Description() Description { return *s.desc.Load() }

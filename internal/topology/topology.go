@@ -19,10 +19,23 @@ import (
 // Topology is the deployment behind one route: its servers, discovered
 // from the seed list as SDAM says, each with a pool and a monitor.
 //
-// Lock order: Topology.mu, then a server's pool (Ready, Clear), then the
-// pool's event callbacks (metrics). mu is never held across a network
-// round trip, a pool checkout or Close of a pool (which may run callbacks
-// that call back into the topology).
+// Lock order, outermost first (the package's only statement of it):
+//
+//  1. Topology.mu.
+//  2. A server's userPools.mu (usersMu; users.go): taken under mu to make,
+//     ready or clear a user pool (UserPool, RetryUserPool,
+//     readyPoolsLocked, clearPoolsLocked), and alone to read the set.
+//  3. A pool's lock, main or user (Ready, ClearWithError, Stats, New),
+//     taken under either of the above.
+//  4. That pool's Monitor, which the pool calls under its lock (metrics'
+//     locks: see metrics' poolMonitor).
+//  5. The server's pool.Share lock (max_db_connections), a leaf a pool
+//     takes under its own lock; it takes no other lock and reaches other
+//     pools only through atomics (pool's share.go).
+//
+// mu is never held across a network round trip, a pool checkout or Close
+// of a pool (which may run callbacks that call back into the topology);
+// usersMu is never held while a pool is closed or an error is handled.
 type Topology struct {
 	name string
 	opts Options
@@ -150,7 +163,13 @@ func New(name string, o Options) (*Topology, error) {
 // monitor is started by startMonitorLocked. Called with mu held.
 func (t *Topology) addServerLocked(addr string) (*Server, error) {
 	s := newServer(t, addr)
+	share, err := pool.NewShare(t.opts.MaxDBConnections)
+	if err != nil {
+		return nil, fmt.Errorf("pool for %s: %w", addr, err)
+	}
+	s.share = share
 	po := t.opts.Pool
+	po.Share = share
 	// The pool calls this without its lock held, so clearing from it is
 	// safe. Errors are *pool.ConnectionError: handled like a failed
 	// checkout, with the generation check.
@@ -202,6 +221,23 @@ func (t *Topology) Multi() bool { return t.multi.Load() }
 
 // Servers returns the topology's current servers, sorted by address.
 func (t *Topology) Servers() []*Server { return slices.Clone(t.sel.Load().all) }
+
+// SetMaxDBConnections changes max_db_connections live (a reload): on every
+// current server, and for the servers discovered from now on.
+func (t *Topology) SetMaxDBConnections(n int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n < 0 {
+		return fmt.Errorf("%w: MaxDBConnections %d must be >= 0", pool.ErrInvalidOptions, n)
+	}
+	t.opts.MaxDBConnections = n
+	for _, s := range t.servers {
+		if err := s.SetMaxDBConnections(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // ServerByAddress returns the current server whose (normalized, see
 // Options.Hosts) address is addr, or nil. Cursors and transactions use it to

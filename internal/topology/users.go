@@ -11,8 +11,7 @@ package topology
 // for the other users. Errors that are about the server (a refused dial, a
 // broken connection) go to the server's rules as the main pool's do.
 //
-// Lock order: Topology.mu, then Server.usersMu, then a pool's own lock.
-// usersMu is never held while a pool is closed or an error is handled.
+// userPools.mu (usersMu) has its place in the lock order on Topology.
 
 import (
 	"context"
@@ -46,7 +45,7 @@ type userPool struct {
 
 // userPools is a server's set of user pools.
 type userPools struct {
-	mu sync.Mutex // usersMu: guards m
+	mu sync.Mutex // usersMu: guards m; after Topology.mu, before a pool's lock (see Topology)
 	m  map[auth.UserID]*userPool
 }
 
@@ -89,6 +88,7 @@ func (s *Server) UserPool(user auth.UserID, a upstream.Authenticator) (*pool.Poo
 	up := &userPool{user: user}
 	up.used.Store(now)
 	po := t.opts.Pool
+	po.Share = s.share // the server's budget, with its main pool and the other users'
 	po.MinPoolSize = 0
 	if n := t.opts.MaxUserConnections; n > 0 && (po.MaxPoolSize == 0 || n < po.MaxPoolSize) {
 		po.MaxPoolSize = n

@@ -52,6 +52,18 @@ type FailPoint struct {
 	AppName string
 }
 
+// OverloadFailPoint returns a fail point that refuses the next n of cmds as
+// an overloaded MongoDB 8.2 does: code 462 (IngressRequestRateLimitExceeded)
+// with the labels SystemOverloadedError and RetryableError. n <= 0 refuses
+// every one until the fail point is cleared.
+func OverloadFailPoint(n int, cmds ...string) FailPoint {
+	fp := FailPoint{Mode: FailTimes, Times: n, FailCommands: cmds, ErrorCode: CodeOverloaded, ErrorLabels: OverloadLabels}
+	if n <= 0 {
+		fp.Mode, fp.Times = FailAlwaysOn, 0
+	}
+	return fp
+}
+
 // ErrBadFailPoint is returned (wrapped) by ParseFailPoint for a
 // configureFailPoint command the fake does not understand.
 var ErrBadFailPoint = errors.New("fakemongo: unsupported configureFailPoint")

@@ -216,7 +216,19 @@ const (
 	codeNoSuchTransaction              = 251
 	codeTransactionCommitted           = 256
 	codeUnsupportedOpQueryCommand      = 352
+	// CodeOverloaded is MongoDB 8.2's refusal of work under load
+	// (IngressRequestRateLimitExceeded), labelled SystemOverloadedError and
+	// RetryableError (the client-backpressure spec).
+	CodeOverloaded = 462
 )
+
+// OverloadLabels are the labels a server puts on CodeOverloaded.
+var OverloadLabels = []string{"SystemOverloadedError", "RetryableError"}
+
+// Overloaded is the reply of a server refusing a command under load.
+func Overloaded() Reply {
+	return Error(CodeOverloaded, "", "request rejected: the server is overloaded", OverloadLabels...)
+}
 
 // codeNames names the error codes tests commonly inject, so injected errors
 // look like a real server's.
@@ -243,6 +255,7 @@ var codeNames = map[int32]string{
 	codeTransactionCommitted:           "TransactionCommitted",
 	262:                                "ExceededTimeLimit",
 	codeUnsupportedOpQueryCommand:      "UnsupportedOpQueryCommand",
+	CodeOverloaded:                     "IngressRequestRateLimitExceeded",
 	9001:                               "SocketException",
 	10107:                              "NotWritablePrimary",
 	11000:                              "DuplicateKey",

@@ -444,6 +444,32 @@ func TestFailPointGo(t *testing.T) {
 	mustOK(t, b.roundTrip(d{{"ping", 1}, {"$db", "x"}}))
 }
 
+// OverloadFailPoint answers as an overloaded MongoDB 8.2 does, on demand.
+func TestFailPointOverloaded(t *testing.T) {
+	s := Start(t, Options{})
+	a := dialRaw(t, s)
+	s.SetFailPoint(OverloadFailPoint(1, "ping"))
+	r := a.roundTrip(d{{"ping", 1}, {"$db", "x"}})
+	if codeOf(r) != 462 {
+		t.Fatalf("expected code 462, got %v", r)
+	}
+	if n, _ := r.Lookup("codeName").StringValueOK(); n != "IngressRequestRateLimitExceeded" {
+		t.Errorf("codeName %q", n)
+	}
+	if l, _ := r.Lookup("errorLabels").ArrayOK(); l.String() != `["SystemOverloadedError","RetryableError"]` {
+		t.Errorf("labels %v", l)
+	}
+	mustOK(t, a.roundTrip(d{{"ping", 1}, {"$db", "x"}})) // once only
+	s.SetFailPoint(OverloadFailPoint(0, "ping"))
+	for range 3 {
+		if r := a.roundTrip(d{{"ping", 1}, {"$db", "x"}}); codeOf(r) != 462 {
+			t.Fatalf("always-on overload: %v", r)
+		}
+	}
+	s.ClearFailPoint()
+	mustOK(t, a.roundTrip(d{{"ping", 1}, {"$db", "x"}}))
+}
+
 func TestFailPointOverWire(t *testing.T) {
 	s := Start(t, Options{})
 	admin := dialRaw(t, s)

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/loadgen"
+)
+
+func TestParseSizes(t *testing.T) {
+	got, err := parseSizes("2, 4,auto,64")
+	if err != nil || strings.Join(got, ",") != "2,4,auto,64" {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "0", "-1", "big", "2,,x"} {
+		if _, err := parseSizes(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// The table compares every size, auto included, with the fastest fixed
+// size, and gives auto's limit range.
+func TestSweepTable(t *testing.T) {
+	row := func(size string, ops float64, p99 time.Duration, limit ...float64) sweepRow {
+		r := sweepRow{Clients: 10, Size: size, Result: loadgen.Result{OpsPerSec: ops, Latency: loadgen.Latency{P99: p99}}}
+		for i, v := range limit {
+			r.Limit = append(r.Limit, loadgen.Point{At: time.Duration(i) * time.Second, Value: v})
+		}
+		return r
+	}
+	var buf bytes.Buffer
+	writeSweepTable(&buf, 10, sweep{cfg: loadgen.Config{Workload: "find-insert", Duration: time.Second}},
+		[]sweepRow{row("2", 500, 20*time.Millisecond), row("8", 1000, 10*time.Millisecond), row("auto", 950, 11*time.Millisecond, 8, 5, 12)})
+	out := buf.String()
+	for _, want := range []string{"best fixed size: 8", "0.95", "1.10", "5–12"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
