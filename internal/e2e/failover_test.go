@@ -148,6 +148,12 @@ func failoverUnderLoad(t *testing.T, how failoverScenario) {
 	if err := c.Ping(ctxT(t, 10*time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
+	// The driver streams its monitoring (mongobouncer's hello is
+	// awaitable), and then opens its round-trip connection: both are
+	// counted before the run, besides the pool's.
+	waitFor(t, "the driver's streaming monitor and its RTT connection", func() bool {
+		return a.Server().HellosWaiting() >= 1 && a.Server().ClientCount() >= int(ev.created.Load())+2
+	})
 	// mongobouncer's own count of client connections: one it closed
 	// would be replaced by the driver, and accepted anew.
 	clientsBefore, createdBefore := a.Server().TotalClients(), ev.created.Load()

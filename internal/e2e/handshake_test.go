@@ -47,8 +47,9 @@ func TestHelloAnsweredAsMongos(t *testing.T) {
 		if comp, _ := r.Lookup("compression").ArrayOK(); first(comp) != "zstd" {
 			t.Fatalf("compression = %v, want the first we support: zstd", r.Lookup("compression"))
 		}
-		if !r.Lookup("topologyVersion").IsZero() {
-			t.Fatal("topologyVersion present: awaitable hello is not implemented, drivers must poll")
+		// Awaitable hello: drivers stream their monitoring.
+		if pid, _ := a.Server().TopologyVersion(); r.Lookup("topologyVersion", "processId").ObjectID() != pid {
+			t.Fatalf("topologyVersion = %v, want mongobouncer's (processId %v)", r.Lookup("topologyVersion"), pid)
 		}
 		if !r.Lookup("serviceId").IsZero() {
 			t.Fatal("serviceId given to a client that is not load-balanced")

@@ -277,9 +277,10 @@ func TestReplicaSetTransactionOnPrimaryThroughBouncer(t *testing.T) {
 func TestReplicaSetHandshakeHidesMembers(t *testing.T) {
 	eachIO(t, func(t *testing.T) {
 		rs := fakemongo.StartReplicaSet(t, fakemongo.ReplicaSetOptions{})
-		_, addr := rsBouncer(t, rs, nil)
+		a, addr := rsBouncer(t, rs, nil)
 		c := driver(t, addr, "")
 		ctx := ctxT(t, 30*time.Second)
+		ours, _ := a.Server().TopologyVersion()
 		for _, cmd := range []string{"hello", "isMaster"} {
 			raw, err := c.Database("admin").RunCommand(ctx, bson.D{{Key: cmd, Value: 1}}).Raw()
 			if err != nil {
@@ -289,10 +290,14 @@ func TestReplicaSetHandshakeHidesMembers(t *testing.T) {
 				t.Errorf("%s: msg %q, want isdbgrid: %v", cmd, msg, raw)
 			}
 			for _, f := range []string{"hosts", "passives", "arbiters", "setName", "setVersion", "primary", "secondary",
-				"me", "electionId", "topologyVersion", "tags", "lastWrite"} {
+				"me", "electionId", "tags", "lastWrite"} {
 				if _, err := raw.LookupErr(f); err == nil {
 					t.Errorf("%s: the reply has %q: %v", cmd, f, raw)
 				}
+			}
+			// A topologyVersion, mongobouncer's own, not a member's.
+			if pid, ok := raw.Lookup("topologyVersion", "processId").ObjectIDOK(); !ok || pid != ours {
+				t.Errorf("%s: topologyVersion %v, want mongobouncer's (processId %v)", cmd, raw.Lookup("topologyVersion"), ours)
 			}
 		}
 	})

@@ -40,7 +40,8 @@
 // Endpoint.Mu comes first: the engine calls every Handler method holding
 // it, and takes the following under it: the pool's lock is the user's
 // (taken under Mu, never the other way round); then Loop.readyMu,
-// ringThread.qMu, epollDriver.tabMu and ringUp.mu, which are leaves.
+// ringThread.qMu, epollDriver.tabMu, ringUp.mu and Flusher.mu, which are
+// leaves.
 //
 // # Panics
 //

@@ -118,7 +118,7 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 				if c.s.draining.Load() {
 					// As for a logged-in client: a load balancer's health
 					// check (a ping without a login) must see the drain.
-					return refuse(errorReply(91, "ShutdownInProgress", "mongobouncer: shutting down"))
+					return refuse(c.s.shutdownReply(req, false))
 				}
 				return admission{kind: admitAnswer}
 			}
@@ -146,7 +146,9 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 		// client connection: drivers pin the server, not the connection):
 		// everything else goes to another mongobouncer.
 		if (!inTxn || !c.sess.isOpen(key) && c.s.txnRoute(key) == nil) && !c.sess.drainFinishesCursor(req) {
-			return refuse(errorReply(91, "ShutdownInProgress", "mongobouncer: shutting down"))
+			// Labelled as a server labels it: a retryable write is retried
+			// by the driver, on another mongobouncer, not surfaced.
+			return refuse(c.s.shutdownReply(req, inTxn))
 		}
 	}
 	if route == nil {

@@ -243,18 +243,13 @@ func TestLongUserNameFailsLogin(t *testing.T) {
 		}
 	}
 	reply := c.helloAuth(mustDoc(t, bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin." + long}}),
-		helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}))
+		helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
 	if _, err := bsoncore.Document(reply).LookupErr("saslSupportedMechs"); err == nil {
 		t.Fatal("saslSupportedMechs answered for a name over the bound")
 	}
 	if got := scramUserLen([]byte("n,a=x,n=" + fmt.Sprint(12345) + ",r=n")); got != 5 {
 		t.Fatalf("scramUserLen with an authzid: %d", got)
 	}
-}
-
-func okOf(d bsoncore.Document) float64 {
-	v, _ := d.Lookup("ok").AsFloat64OK()
-	return v
 }
 
 // While draining, a ping from a client that has not logged in gets

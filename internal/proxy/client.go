@@ -356,11 +356,11 @@ func (c *client) closeConn() {
 }
 
 // appendReply appends our own reply to the client's request responseTo,
-// an OP_MSG of body, to dst: the one framing of every reply we build, on
+// an OP_MSG of body with flags, to dst: the one framing of every reply we build, on
 // either path.
-func (c *client) appendReply(dst []byte, responseTo int32, body []byte) []byte {
+func (c *client) appendReply(dst []byte, responseTo int32, flags wire.MsgFlags, body []byte) []byte {
 	c.nextID++
-	return wire.AppendMsg(dst, c.nextID, responseTo, 0, body)
+	return wire.AppendMsg(dst, c.nextID, responseTo, flags, body)
 }
 
 func (c *client) releaseBuffers() {

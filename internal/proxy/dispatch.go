@@ -169,6 +169,10 @@ func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Docum
 	if hr.apiVersion != "" && hr.apiVersion != "1" {
 		return hr.apiVersionError()
 	}
+	a := parseAwait(body)
+	if doc := c.s.checkAwait(&a); doc != nil {
+		return doc
+	}
 	lim := c.s.waitLimits()
 	if !c.hello {
 		c.hello = true
@@ -188,7 +192,12 @@ func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Docum
 			break
 		}
 	}
-	return c.helloAuth(body, helloReply(hr, lim, c.id, compressor, c.s.serviceID))
+	if c.s.draining.Load() {
+		// Quiesce, as a mongos shutting down: drivers mark us Unknown and
+		// select another mongobouncer (awaithello.go).
+		return c.s.quiesceReply()
+	}
+	return c.helloAuth(body, c.s.plainHello(hr, lim, c.id, compressor))
 }
 
 // offers reports whether mongobouncer accepts compressor name from clients.
@@ -227,7 +236,7 @@ func (c *client) answer(responseTo int32, compressed bool, compID wire.Compresso
 	var doc bsoncore.Document
 	switch {
 	case req.info.kind == kindHello:
-		doc = c.answerHello(c.msg.Body, req.name())
+		return c.serveHello(responseTo, compressed, compID, req)
 	case req.info.kind == kindAuth:
 		return c.handleAuth(responseTo, compressed, compID, req)
 	case c.preLogin():
@@ -252,8 +261,14 @@ var okReply = func() bsoncore.Document {
 
 // reply sends a reply body we built.
 func (c *client) reply(responseTo int32, compressed bool, compID wire.CompressorID, name string, body bsoncore.Document) error {
+	return c.replyFlags(responseTo, 0, compressed, compID, name, body)
+}
+
+// replyFlags sends a reply body we built with OP_MSG flags (moreToCome in
+// an exhaust stream); its requestID is c.nextID after.
+func (c *client) replyFlags(responseTo int32, flags wire.MsgFlags, compressed bool, compID wire.CompressorID, name string, body bsoncore.Document) error {
 	c.out = getBuffer(len(body) + 64)
-	msg := c.appendReply(c.out.b[:0], responseTo, body)
+	msg := c.appendReply(c.out.b[:0], responseTo, flags, body)
 	c.out.b = msg[:0]
 	return c.writeRaw(msg, compressed, compID, name)
 }

@@ -68,12 +68,13 @@
 //     The pool calls a CheckOutFunc callback under its lock; the callback
 //     only takes the next locks.
 //  4. The engine's leaves (evloop: the ready list, the io_uring arm
-//     queues, the drivers' tables), and flusher.mu (linger_linux.go).
+//     queues, the drivers' tables, and Flusher.mu: evloop/linger_linux.go).
 //  5. Metrics (the Observer), which take no lock of ours.
 //
-// Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu
-// and passAuth.setMu (a pass-through user's secret) are leaves: nothing
-// else is taken while one is held.
+// Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu,
+// passAuth.setMu (a pass-through user's secret) and topoState.mu (the
+// topologyVersion of hello replies) are leaves: nothing else is taken
+// while one is held.
 //
 // # Panics
 //

@@ -35,7 +35,7 @@ func TestShutdownAnswersAFreshClientsFirstMessage(t *testing.T) {
 		began := time.Now()
 		done := startShutdown(t, r)
 		time.Sleep(100 * time.Millisecond) // the first message comes late
-		affOK(t, cl.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
+		quiesced(t, cl.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
 		answered := time.Now()
 		select {
 		case err := <-done:
@@ -123,7 +123,7 @@ func TestShutdownWaitsForTheAcceptLoop(t *testing.T) {
 		done := startShutdown(t, r)
 		time.Sleep(50 * time.Millisecond)
 		close(l.release)
-		affOK(t, cl.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
+		quiesced(t, cl.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
 		if err := <-done; err != nil {
 			t.Fatalf("shutdown: %v", err)
 		}
@@ -133,4 +133,13 @@ func TestShutdownWaitsForTheAcceptLoop(t *testing.T) {
 			t.Fatal("Serve still running after Shutdown")
 		}
 	})
+}
+
+// quiesced fails t unless r is a hello's reply during a drain: answered
+// (not reset), with the quiesce state, ShutdownInProgress (awaithello.go).
+func quiesced(t testing.TB, r bson.Raw) {
+	t.Helper()
+	if code, _ := r.Lookup("code").AsInt64OK(); code != 91 {
+		t.Fatalf("hello during the drain: %v, want 91 (quiesce)", r)
+	}
 }

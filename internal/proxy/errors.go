@@ -98,7 +98,12 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 	}
 	s.opts.Observer.UpstreamError(route.Name, code)
 	msg := fmt.Sprintf("mongobouncer: %s (route %q, command %s): %s", what, route.Name, req.name(), clientDetail(s, route, err))
-	return errorReply(code, codeName, msg, labelsFor(req, inTxn)...)
+	doc := errorReply(code, codeName, msg, labelsFor(req, inTxn)...)
+	if code == codeShutdownInProgress {
+		// Our own shutdown: a state change error, with our topologyVersion.
+		doc = s.withTopologyVersion(doc)
+	}
+	return doc
 }
 
 // clientDetail is the text of err a client gets. A selection error lists

@@ -416,7 +416,12 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 		// pool when they say so). The reply itself goes to the client,
 		// whose driver retries it; the retry waits for a new primary.
 		x.srv.HandlePoolError(x.pc.Pool(), stateChangeError(code, body), x.pc)
-		if softenShutdown(body) && flags&wire.FlagChecksumPresent != 0 {
+		// The client's driver must not take a member's state for
+		// mongobouncer's: shutdown codes softened, the member's
+		// topologyVersion replaced by ours (awaithello.go).
+		softened := softenShutdown(body)
+		stamped := x.s.stampTopologyVersion(body)
+		if (softened || stamped) && flags&wire.FlagChecksumPresent != 0 {
 			wire.UpdateChecksum(reply)
 		}
 	}

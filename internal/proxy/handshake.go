@@ -137,11 +137,16 @@ var defaultLimits = limits{
 	sessionTimeoutMin: 30,
 }
 
+// plainHello is the reply to hr, a hello, outside a drain.
+func (s *Server) plainHello(hr helloRequest, lim limits, connID int64, compressor string) bsoncore.Document {
+	return helloReply(hr, lim, connID, compressor, s.serviceID, s.topo.processID, s.topo.counter.Load())
+}
+
 // helloReply builds the reply mongobouncer gives as a mongos. compressor is
-// the agreed compressor name or "". topologyVersion is left out on purpose:
-// mongobouncer does not implement awaitable hello, and without
-// topologyVersion drivers poll with plain hellos (see docs/architecture.md).
-func helloReply(hr helloRequest, lim limits, connID int64, compressor string, serviceID bson.ObjectID) bsoncore.Document {
+// the agreed compressor name or "". It carries the topologyVersion
+// {processID, counter}, with which drivers stream their monitoring
+// (awaithello.go).
+func helloReply(hr helloRequest, lim limits, connID int64, compressor string, serviceID, processID bson.ObjectID, counter int64) bsoncore.Document {
 	idx, doc := bsoncore.AppendDocumentStart(make([]byte, 0, 384))
 	if hr.legacyName {
 		doc = bsoncore.AppendBooleanElement(doc, "ismaster", true)
@@ -158,6 +163,10 @@ func helloReply(hr helloRequest, lim limits, connID int64, compressor string, se
 	doc = bsoncore.AppendInt32Element(doc, "minWireVersion", lim.minWire)
 	doc = bsoncore.AppendInt32Element(doc, "maxWireVersion", lim.maxWire)
 	doc = bsoncore.AppendBooleanElement(doc, "readOnly", false)
+	tidx, d := bsoncore.AppendDocumentElementStart(doc, "topologyVersion")
+	d = bsoncore.AppendObjectIDElement(d, "processId", processID)
+	d = bsoncore.AppendInt64Element(d, "counter", counter)
+	doc, _ = bsoncore.AppendDocumentEnd(d, tidx)
 	if compressor != "" {
 		aidx, d := bsoncore.AppendArrayElementStart(doc, "compression")
 		d = bsoncore.AppendStringElement(d, "0", compressor)

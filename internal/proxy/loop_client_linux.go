@@ -418,7 +418,7 @@ func (lc *loopClient) errorReply(th evloop.Thread, body []byte) {
 		lc.unsent = false
 	}
 	out := getBuffer(len(body) + 64)
-	msg := c.appendReply(out.b[:0], c.x.reqID, body)
+	msg := c.appendReply(out.b[:0], c.x.reqID, 0, body)
 	ok := lc.write(msg)
 	putBuffer(out)
 	if ok {

@@ -176,7 +176,10 @@ type Server struct {
 	// goroutine then no longer hands it to the loop (enterLoop), where
 	// nobody would disconnect it.
 	closing atomic.Bool
-	// stopping is closed by Shutdown and Close, to end waits at pause gates.
+	// topo is the topologyVersion of hello replies (awaithello.go).
+	topo topoState
+	// stopping is closed by Shutdown and Close, to end waits at pause gates
+	// and awaitable hellos.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
 
@@ -254,6 +257,7 @@ func New(opts Options) (*Server, error) {
 		stopping:  make(chan struct{}),
 		sweepKick: make(chan struct{}, 1),
 	}
+	s.topo.init()
 	s.maxClients.Store(int64(opts.MaxClientConn))
 	s.SetUserClientLimit(opts.MaxUserClientConn)
 	s.preLoginMax.Store(int64(opts.MaxPreLoginMessageSize))
@@ -517,7 +521,13 @@ func (s *Server) waitLimits() limits {
 // remaining clients are disconnected (their open transactions aborted) and
 // Shutdown returns; ctx's error says whether the drain was complete.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if dl, ok := ctx.Deadline(); ok {
+		s.topo.drainDeadline.Store(dl.UnixNano())
+	}
 	s.draining.Store(true)
+	// Quiesce: the topologyVersion moves and every waiting hello answers
+	// ShutdownInProgress now (awaithello.go).
+	s.topo.bump()
 	s.stoppingOnce.Do(func() { close(s.stopping) })
 	s.clientsMu.Lock()
 	for l := range s.listeners {
@@ -568,10 +578,14 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // silent holds the drain this long at most.
 const freshClientGrace = time.Second
 
-// drained reports whether no client has a request in flight or a
-// transaction open, or is new and has not sent its first message yet
+// drained reports whether no awaitable hello is being served, and no
+// client has a request in flight or a transaction open, or is new and has not sent its first message yet
 // (freshClientGrace).
 func (s *Server) drained() bool {
+	if s.topo.waiting.Load() > 0 {
+		// An awaitable hello writing its quiesce reply (awaithello.go).
+		return false
+	}
 	now := time.Now()
 	s.clientsMu.Lock()
 	defer s.clientsMu.Unlock()
