@@ -20,7 +20,6 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
@@ -244,36 +243,4 @@ func logName(s string) string {
 		return s
 	}
 	return fmt.Sprintf("%s...(%d bytes)", s[:logNameLen], len(s))
-}
-
-// checkCompressed decides, before anything is inflated, whether the
-// client may send the OP_COMPRESSED message msg: its compressor must be
-// one its hello agreed on (an unknown id is left to wire.Decompress,
-// which refuses it by name). The declared size is Decompress's check,
-// against readLimit.
-func (c *client) checkCompressed(msg []byte) error {
-	if len(msg) < wire.CompressedHeaderLen {
-		return nil // Decompress reports the truncation
-	}
-	id := wire.CompressorID(msg[wire.HeaderLen+8])
-	if id > wire.CompressorZstd || c.comp&(1<<id) != 0 {
-		return nil
-	}
-	agreed := c.agreedText()
-	return fmt.Errorf("OP_COMPRESSED with compressor %s, which this connection's hello did not agree on (agreed: %s): %w",
-		id, agreed, errCompressorNotAgreed)
-}
-
-// agreedText names the compressors agreed with the client, for errors.
-func (c *client) agreedText() string {
-	var names []string
-	for id := wire.CompressorNoop; id <= wire.CompressorZstd; id++ {
-		if c.comp&(1<<id) != 0 {
-			names = append(names, id.String())
-		}
-	}
-	if len(names) == 0 {
-		return "none"
-	}
-	return strings.Join(names, ", ")
 }

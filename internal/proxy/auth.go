@@ -210,7 +210,7 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 	if db != externalDB {
 		return errorReply(2, "BadValue", "mongobouncer: MONGODB-X509 logs in on the $external database")
 	}
-	subject, ok := c.peerSubject()
+	subject, ok := c.tlsSubject() // none: a plain client, or no verified certificate
 	if !ok {
 		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "no verified client certificate")
 		return authFailed()
@@ -397,8 +397,3 @@ func (a *ClientAuth) mechanismsText() string {
 	}
 	return "SCRAM-SHA-256 or SCRAM-SHA-1"
 }
-
-// peerSubject is who a MONGODB-X509 login is: the RFC 2253 subject of the
-// client's TLS certificate, verified against tls_ca_file; none for a plain
-// client or one without a verified certificate, whose login fails.
-func (c *client) peerSubject() (string, bool) { return c.tlsSubject() }

@@ -52,12 +52,13 @@ func (s clientState) String() string {
 // Ownership: the fields without a comment of their own are owned by whoever
 // serves the client, its goroutine or the loop thread holding lc.Mu
 // (lc.State says which); the hand-over between them happens under
-// lc.Mu. sessMu guards the session state that other clients touch when
-// they end a transaction this client began, and that SHOW CLIENTS and
-// Shutdown read.
+// lc.Mu. The client is split by owner (doc.go): conn, the socket and
+// buffers; sess, what other clients, SHOW CLIENTS and Shutdown read (its
+// sessMu); login; lc, the loop's side; x, the request being forwarded.
 type client struct {
-	s  *Server
-	nc net.Conn // nil while the loop owns the client
+	s *Server
+	// conn is the socket and the buffers (conn.go). Owner only.
+	conn
 	id int64
 	// only names the route of a listener dedicated to one route ("" for
 	// the main listener); it is resolved at each request, so a reload that
@@ -72,23 +73,11 @@ type client struct {
 	// waits for it (freshClientGrace).
 	spoke atomic.Bool
 
-	hello bool // the client has sent its handshake
-	// legacy is set while a command that came as an OP_QUERY is served:
-	// its replies go back as an OP_REPLY (legacy.go). Such a request is
-	// always the goroutine's.
-	legacy bool
+	hello  bool // the client has sent its handshake
 	maxMsg int
-	nextID int32 // requestID of our own replies
 
-	hdr      [wire.HeaderLen]byte
-	deadline bool    // a read deadline is set on nc
-	in       *buffer // the request being handled
-	aux      *buffer // decompressed request
-	out      *buffer // replies we build, and compressed copies
-	msg      wire.Msg
-	// comp has bit id set for each compressor a hello of the client agreed
-	// on: the ones it may send OP_COMPRESSED with (checkCompressed).
-	comp uint8
+	// msg is the request being handled, parsed (owner only).
+	msg wire.Msg
 
 	// login is who the client logged in as, and its login in progress
 	// (auth.go, logintimeout.go). Owner only.
@@ -109,9 +98,6 @@ type client struct {
 	// owns the client.
 	lc loopClient
 
-	// tlsConn is the client's TLS connection, nil for a plain client (set
-	// by startTLS; such a client never enters the loop).
-	tlsConn *tls.Conn
 	// quiet logs the client's end at debug: a client refused before it
 	// was served (startTLS), which logged why itself.
 	quiet bool
@@ -120,7 +106,7 @@ type client struct {
 func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 	id := s.nextClientID.Add(1)
 	c := &client{
-		s: s, nc: nc, id: id, only: only,
+		s: s, conn: conn{nc: nc}, id: id, only: only,
 		remote:    nc.RemoteAddr().String(),
 		listener:  listener,
 		connected: time.Now(),
@@ -346,26 +332,4 @@ func (c *client) idleTimeout() time.Duration {
 func clearedAndReady(err error, p *pool.Pool) bool {
 	var cleared *pool.PoolClearedError
 	return p != nil && errors.As(err, &cleared) && p.Stats().State == pool.StateReady
-}
-
-// closeConn closes the goroutine's connection; safe to repeat.
-func (c *client) closeConn() {
-	if c.nc != nil {
-		_ = c.nc.Close()
-	}
-}
-
-// appendReply appends our own reply to the client's request responseTo,
-// an OP_MSG of body with flags, to dst: the one framing of every reply we build, on
-// either path.
-func (c *client) appendReply(dst []byte, responseTo int32, flags wire.MsgFlags, body []byte) []byte {
-	c.nextID++
-	return wire.AppendMsg(dst, c.nextID, responseTo, flags, body)
-}
-
-func (c *client) releaseBuffers() {
-	putBuffer(c.in)
-	putBuffer(c.aux)
-	putBuffer(c.out)
-	c.in, c.aux, c.out = nil, nil, nil
 }

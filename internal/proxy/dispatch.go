@@ -8,7 +8,6 @@ package proxy
 // builds itself are written from here too.
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -316,15 +315,4 @@ func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID,
 		return errClientGone
 	}
 	return nil
-}
-
-// writeLegacyReply answers an OP_QUERY with an OP_REPLY.
-func (c *client) writeLegacyReply(responseTo int32, failure bool, doc bsoncore.Document) {
-	c.nextID++
-	b := wire.AppendReply(nil, c.nextID, responseTo, doc)
-	if failure {
-		// responseFlags QueryFailure (bit 1) sits right after the header.
-		binary.LittleEndian.PutUint32(b[wire.HeaderLen:], 2)
-	}
-	_, _ = c.nc.Write(b)
 }

@@ -7,6 +7,8 @@
 //
 //   - server.go: listeners, the client set, advertised limits, shutdown.
 //   - client.go: a client's life and the reads of its messages.
+//   - conn.go: the client's connection (socket, buffers, our framing,
+//     what its hello agreed on): its owner's only.
 //   - dispatch.go: what each message gets (handshake, admin, errors, forward).
 //   - admit.go: admit, the one verdict on each request for both I/O models
 //     (refuse, answer, forward, or leave it to the loop), and the bounds on
@@ -23,16 +25,19 @@
 //     clients and the admin read, under its sessMu), transactions across
 //     client connections, clean-up.
 //   - auth.go: the login (identity, conversation) and client logins (SCRAM,
-//     x509); logintimeout.go: client_login_timeout.
-//
-// A client is thus split by owner: the client itself (socket, read window,
-// buffers, the exchange: its owner's only), its loopClient (the loop's
-// side, under the endpoint's Mu), its session (sessMu) and its login. The
-// exchange holds no client: it is given the server, the session and the
-// login, and the request's command as a parameter.
+//     x509); logintimeout.go: client_login_timeout; userlimit.go:
+//     max_user_client_conn.
+//   - awaithello.go: awaitable hello and quiesce; lbcursor.go: a
+//     load-balanced client's cursors across a drain.
 //   - route.go, affinity.go, command.go, handshake.go, errors.go: routes,
 //     cursor and transaction affinity, command and reply inspection, the
 //     hello reply, synthetic error replies.
+//
+// A client is thus split by owner: its conn (socket, buffers) and the
+// exchange, its owner's only; its loopClient (the loop's side, with the
+// read window, under the endpoint's Mu); its session (sessMu); its login.
+// The exchange holds no client: it is given the server, the session and
+// the login, and the request's command as a parameter.
 //
 // # Ownership
 //

@@ -143,7 +143,7 @@ func FuzzPreLoginCompressed(f *testing.F) {
 	}
 	s := &Server{opts: Options{Auth: &ClientAuth{Users: auth.New(users, nil, nil)}}}
 	f.Fuzz(func(t *testing.T, msg []byte, comp uint8, loggedIn bool) {
-		c := &client{s: s, maxMsg: 128 << 10, comp: comp & 0xf}
+		c := &client{s: s, maxMsg: 128 << 10, conn: conn{comp: comp & 0xf}}
 		c.bind()
 		if loggedIn {
 			c.login.ident = &auth.Identity{User: "app", DB: "admin"}

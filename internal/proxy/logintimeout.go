@@ -341,16 +341,3 @@ func (c *client) expireRead() {
 		_ = c.nc.SetReadDeadline(time.Now())
 	}
 }
-
-// setDeadline sets the read deadline d (zero clears it).
-func (c *client) setDeadline(d time.Time) {
-	if d.IsZero() {
-		if c.deadline {
-			_ = c.nc.SetReadDeadline(time.Time{})
-			c.deadline = false
-		}
-		return
-	}
-	_ = c.nc.SetReadDeadline(d)
-	c.deadline = true
-}

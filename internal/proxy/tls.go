@@ -259,19 +259,3 @@ type tlsClientConn struct {
 }
 
 func (t *tlsClientConn) Close() error { return t.raw.Close() }
-
-// tlsSubject returns the subject of the client's verified certificate as
-// an RFC 2253 distinguished name (most specific first, as MongoDB writes
-// the user names of the MONGODB-X509 mechanism), and whether there is one:
-// only a TLS client that presented a certificate verified against
-// tls_ca_file has one.
-func (c *client) tlsSubject() (string, bool) {
-	if c.tlsConn == nil {
-		return "", false
-	}
-	st := c.tlsConn.ConnectionState()
-	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
-		return "", false
-	}
-	return x509Subject(st.VerifiedChains[0][0].RawSubject)
-}
