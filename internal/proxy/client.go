@@ -64,8 +64,6 @@ type client struct {
 	// the main listener); it is resolved at each request, so a reload that
 	// replaces the route takes effect for connected clients too.
 	only      string
-	remote    string
-	listener  string // the address the client connected to
 	connected time.Time
 	log       *slog.Logger
 	// spoke is set once the client's first message has been answered (by
@@ -106,9 +104,8 @@ type client struct {
 func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 	id := s.nextClientID.Add(1)
 	c := &client{
-		s: s, conn: conn{nc: nc}, id: id, only: only,
-		remote:    nc.RemoteAddr().String(),
-		listener:  listener,
+		s: s, id: id, only: only,
+		conn:      conn{nc: nc, remote: nc.RemoteAddr().String(), listener: listener},
 		connected: time.Now(),
 		maxMsg:    s.opts.MaxMessageSize,
 	}

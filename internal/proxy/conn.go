@@ -24,8 +24,12 @@ import (
 // written by whoever serves the client; the hand-over between its
 // goroutine and the loop happens under the endpoint's Mu.
 type conn struct {
-	nc       net.Conn // nil while the loop owns the client
-	deadline bool     // a read deadline is set on nc
+	nc net.Conn // nil while the loop owns the client
+	// remote is the client's address, listener the address it connected
+	// to (set at accept).
+	remote   string
+	listener string
+	deadline bool // a read deadline is set on nc
 	hdr      [wire.HeaderLen]byte
 	in       *buffer // the request being handled
 	aux      *buffer // decompressed request
