@@ -1,5 +1,8 @@
 package proxy
 
+// admit's verdicts on each request (allocation-free), and the bounds on a
+// client that has not logged in (pre-login size, compressors, draining ping).
+
 import (
 	"bytes"
 	"fmt"

@@ -1,5 +1,8 @@
 package proxy
 
+// The login fields of a hello reply (saslSupportedMechs,
+// speculativeAuthenticate) and when a login is due.
+
 import (
 	"testing"
 

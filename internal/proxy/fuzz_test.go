@@ -1,5 +1,7 @@
 package proxy
 
+// Fuzz tests of the request parsers, admit, and a pre-login OP_COMPRESSED.
+
 import (
 	"strings"
 	"testing"

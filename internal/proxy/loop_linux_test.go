@@ -1,5 +1,8 @@
 package proxy
 
+// The event loop's threads and I/O model: auto falls back to epoll,
+// io_uring never does.
+
 import (
 	"log/slog"
 	"runtime"

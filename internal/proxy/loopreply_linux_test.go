@@ -1,5 +1,8 @@
 package proxy
 
+// Replies on the loop path to clients that read slowly or not at all,
+// leave, or are closed with replies still queued.
+
 import (
 	"context"
 	"io"

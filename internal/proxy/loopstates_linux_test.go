@@ -1,5 +1,8 @@
 package proxy
 
+// The loop path's states from request to reply, its failure exits, and
+// BenchmarkLoopRequest.
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,7 @@
 package proxy
 
+// The exchange's failure exit clears a pool for network errors only.
+
 import (
 	"context"
 	"fmt"

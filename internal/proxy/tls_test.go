@@ -1,5 +1,8 @@
 package proxy
 
+// Client TLS: allow, require, certificates and subjects, the handshake
+// timeout, and the sniffing that keeps TLS off the loop.
+
 import (
 	"context"
 	"crypto/tls"
