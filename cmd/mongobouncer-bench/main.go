@@ -12,6 +12,8 @@
 //	mongobouncer-bench restart -mongobouncer bin/mongobouncer -scenario rolling|upgrade -uri plain|lb -runs 3
 //	mongobouncer-bench -sweep 2,4,8,16,32,64,auto -bouncer bin/mongobouncer -upstream 127.0.0.1:27017 \
 //	    -workload find-insert -clients 10,100,1000 -slow-delay 5ms -slow-at 10s -slow-for 10s -plot limit.png
+//	mongobouncer-bench -sweep 8,16,auto,auto-gradient2 -bouncer bin/mongobouncer -auto-bin gradient2=/tmp/mb-g2 \
+//	    -model 8,5ms,0.3 -clients 100 -slow-workers 6 -slow-at 10s -slow-for 10s
 //
 // With -sweep, the tool starts one mongobouncer per pool size in turn
 // (fixed sizes and "auto"), each in front of -upstream through a relay of
@@ -19,6 +21,9 @@
 // the workload through it, and prints each size's throughput and p99
 // against the best fixed size's; for "auto" it records the adaptive limit
 // from mongobouncer's /metrics and draws it over time as a PNG (-plot).
+// -model replaces -upstream with fakemongo's capacity model in this
+// process (k workers of a fixed service time), where the right size is
+// known; -auto-bin adds builds whose "auto" uses another algorithm.
 //
 // With -spawn, the tool starts a fast fake upstream (this binary again, in
 // a process of its own) and the given mongobouncer binary in front of it,
@@ -53,6 +58,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/loadgen"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 )
 
 func main() {
@@ -141,6 +147,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		slowFor    = fs.Duration("slow-for", 0, "-sweep: how long the slowdown lasts")
 		plotPath   = fs.String("plot", "", "-sweep: write the adaptive limit over time to this PNG (suffixed -N per client count when there are several)")
 		rotate     = fs.Int("sweep-rotate", 0, "-sweep: start the size order at this index, so that repeated runs alternate which size goes first")
+		modelArg   = fs.String("model", "", "-sweep against a capacity model in this process instead of -upstream: WORKERS,SERVICE[,CONTENTION] (8,5ms,0.3: 8 commands served at once, 5 ms each, each 30 % slower per 8 commands beyond 8 in the server)")
+		slowWork   = fs.Int("slow-workers", 0, "-sweep -model: the other slowdown, a background job taking this many of the model's workers from -slow-at for -slow-for")
+		autoBinArg = fs.String("auto-bin", "", "-sweep: NAME=PATH,... mongobouncer builds for sizes auto-NAME (another limiter algorithm, linked in with -ldflags -X)")
 		scrape     = fs.Duration("scrape", 250*time.Millisecond, "-sweep: how often the adaptive limit is read from /metrics")
 	)
 	fs.StringVar(&cfg.Workload, "workload", loadgen.WorkloadPing, "ping (raw OP_MSG, one connection per client), driver (insert/find/update through the Go driver) or find-insert (80 % findOne by _id, 20 % insertOne, through the Go driver)")
@@ -174,10 +183,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		switch {
 		case err != nil:
 			return usage("-sweep: %v", err)
-		case *sweepBin == "" || *upstream == "":
-			return usage("-sweep needs -bouncer and -upstream")
-		case *slowDelay > 0 && (*slowFor <= 0 || *slowAt+*slowFor > cfg.Duration):
-			return usage("-slow-delay needs -slow-for > 0 and the slowdown within -duration")
+		case *sweepBin == "" || (*upstream == "") == (*modelArg == ""):
+			return usage("-sweep needs -bouncer and one of -upstream and -model")
+		case (*slowDelay > 0 || *slowWork > 0) && (*slowFor <= 0 || *slowAt+*slowFor > cfg.Duration):
+			return usage("-slow-delay and -slow-workers need -slow-for > 0 and the slowdown within -duration")
+		case *slowWork > 0 && *modelArg == "":
+			return usage("-slow-workers needs -model")
+		}
+		autoBins, err := parseAutoBins(*autoBinArg)
+		if err != nil {
+			return usage("-auto-bin: %v", err)
+		}
+		var model *fakemongo.Server
+		if *modelArg != "" {
+			c, err := parseModel(*modelArg)
+			if err != nil {
+				return usage("-model: %v", err)
+			}
+			m, err := startModel(c)
+			if err != nil {
+				fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)
+				return 1
+			}
+			defer m.Close()
+			*upstream, model = m.Addr(), m
 		}
 		level := slog.LevelWarn
 		if *verbose {
@@ -194,7 +223,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		var out output
 		out.Sweep, err = runSweep(ctx, sweep{cfg: cfg, counts: slices.DeleteFunc(clientCounts, func(n int) bool { return n == 0 }),
-			sizes: sizes, bin: *sweepBin, upstream: *upstream, mode: *bMode, loop: *bLoop, slowDelay: *slowDelay,
+			sizes: sizes, bin: *sweepBin, autoBins: autoBins, model: model, slowWorkers: *slowWork, upstream: *upstream, mode: *bMode, loop: *bLoop, slowDelay: *slowDelay,
 			slowAt: *slowAt, slowFor: *slowFor, plot: *plotPath, rotate: *rotate, scrape: *scrape}, table)
 		if err != nil {
 			out.Error = err.Error()

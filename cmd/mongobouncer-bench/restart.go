@@ -52,6 +52,7 @@ type restartOpts struct {
 	writers, readers    int
 	warmup, settle      time.Duration
 	shutdownTimeout     time.Duration
+	shutdownDelay       time.Duration
 	opTimeout, probeInt time.Duration
 	burst               int
 	log                 io.Writer // children's output when -v, else nil
@@ -129,6 +130,7 @@ func runRestart(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "load before the first restart (not in the gap's window)")
 	fs.DurationVar(&o.settle, "settle", 11*time.Second, "load after each restarted instance is ready, before the next step; over the driver's 10 s heartbeat, so that a closed monitoring connection is found in the same step")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 0, "mongobouncer's shutdown_timeout (0: its default, 30s)")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "mongobouncer's shutdown_delay (0: none; behind the balancer, 1s covers its /readyz checks, 500ms apart)")
 	fs.DurationVar(&o.opTimeout, "op-timeout", loadgen.DefaultRestartOpTimeout, "each operation's timeout (its context)")
 	fs.DurationVar(&o.probeInt, "probe-interval", 10*time.Millisecond, "a fresh connection and hello this often, for refused and reset connections (0: only -probe-burst)")
 	fs.IntVar(&o.burst, "probe-burst", 200, "fresh connections (hello) started at once just before each SIGTERM, some of them queued on the listener as it closes (0: none; at most 1000)")

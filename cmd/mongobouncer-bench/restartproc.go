@@ -40,8 +40,8 @@ const (
 type bouncerConfig struct {
 	listen, admin, upstream string
 	reusePort               bool
-	// shutdownTimeout is written when not 0.
-	shutdownTimeout time.Duration
+	// shutdownTimeout and shutdownDelay are written when not 0.
+	shutdownTimeout, shutdownDelay time.Duration
 }
 
 // text is the TOML file.
@@ -54,6 +54,9 @@ func (c bouncerConfig) text() string {
 	}
 	if c.shutdownTimeout > 0 {
 		fmt.Fprintf(&b, "shutdown_timeout = %q\n", c.shutdownTimeout.String())
+	}
+	if c.shutdownDelay > 0 {
+		fmt.Fprintf(&b, "shutdown_delay = %q\n", c.shutdownDelay.String())
 	}
 	fmt.Fprintf(&b, "\n[databases.\"*\"]\nconnection_string = %q\n", c.upstream)
 	return b.String()

@@ -34,9 +34,9 @@ const balancerSettle = 1500 * time.Millisecond
 // exitLimit is how long a SIGTERMed mongobouncer may take to exit.
 func (o restartOpts) exitLimit() time.Duration {
 	if o.shutdownTimeout > 0 {
-		return o.shutdownTimeout + exitGrace
+		return o.shutdownDelay + o.shutdownTimeout + exitGrace
 	}
-	return defaultShutdownTimeout + exitGrace
+	return o.shutdownDelay + defaultShutdownTimeout + exitGrace
 }
 
 // rolling is two instances behind HAProxy.
@@ -67,7 +67,7 @@ func startRolling(ctx context.Context, o restartOpts, dir, upstream string) (s s
 		}
 		name := fmt.Sprintf("b%d", k)
 		r.cfgs[k], err = writeConfig(dir, name, bouncerConfig{listen: listen, admin: r.admins[k], upstream: upstream,
-			shutdownTimeout: o.shutdownTimeout})
+			shutdownTimeout: o.shutdownTimeout, shutdownDelay: o.shutdownDelay})
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +150,7 @@ func startUpgrade(ctx context.Context, o restartOpts, dir, upstream string) (s s
 		return nil, err
 	}
 	if u.cfg, err = writeConfig(dir, "mongobouncer", bouncerConfig{listen: u.listen, admin: u.admin, upstream: upstream,
-		reusePort: true, shutdownTimeout: o.shutdownTimeout}); err != nil {
+		reusePort: true, shutdownTimeout: o.shutdownTimeout, shutdownDelay: o.shutdownDelay}); err != nil {
 		return nil, err
 	}
 	u.gen = 1

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/loadgen"
+	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 )
 
 // limitMetric is the adaptive limit's series in mongobouncer's /metrics.
@@ -28,19 +29,26 @@ const limitMetric = "mongobouncer_pool_limit"
 
 // sweep is what runSweep measures.
 type sweep struct {
-	cfg      loadgen.Config
-	counts   []int
-	sizes    []string // "2", "4", ..., "auto"
-	bin      string   // the mongobouncer binary
-	upstream string   // host:port of the upstream (FerretDB)
+	cfg    loadgen.Config
+	counts []int
+	sizes  []string // "2", "4", ..., "auto", "auto-NAME"
+	bin    string   // the mongobouncer binary
+	// autoBins are the binaries of "auto-NAME" sizes, by NAME: builds
+	// whose "auto" uses another algorithm (-auto-bin).
+	autoBins map[string]string
+	upstream string // host:port of the upstream (FerretDB)
 	mode     string
 	loop     bool
 	// The slowdown: from slowAt after a run's start, for slowFor, the
 	// relay holds every reply back by slowDelay (0: no slowdown).
 	slowDelay, slowAt, slowFor time.Duration
-	plot                       string // PNG path ("": none); one per count, suffixed with it when several
-	rotate                     int    // start the size order at this index (alternates repeated runs)
-	scrape                     time.Duration
+	// slowWorkers, with the capacity model, is the other slowdown: a
+	// background job takes this many of its workers for the same span.
+	slowWorkers int
+	model       *fakemongo.Server // the -model upstream, nil with -upstream
+	plot        string            // PNG path ("": none); one per count, suffixed with it when several
+	rotate      int               // start the size order at this index (alternates repeated runs)
+	scrape      time.Duration
 }
 
 // sweepRow is one size's run at one client count.
@@ -53,7 +61,12 @@ type sweepRow struct {
 	Limit []loadgen.Point `json:"limit,omitempty"`
 }
 
-// parseSizes parses -sweep: pool sizes of 1 or more, or "auto".
+// isAuto reports whether a -sweep size is adaptive ("auto" or
+// "auto-NAME").
+func isAuto(size string) bool { return size == "auto" || strings.HasPrefix(size, "auto-") }
+
+// parseSizes parses -sweep: pool sizes of 1 or more, "auto", or
+// "auto-NAME" (auto with the -auto-bin binary called NAME).
 func parseSizes(s string) ([]string, error) {
 	var out []string
 	for part := range strings.SplitSeq(s, ",") {
@@ -61,7 +74,7 @@ func parseSizes(s string) ([]string, error) {
 		if part == "" {
 			continue
 		}
-		if n, err := strconv.Atoi(part); part != "auto" && (err != nil || n < 1) {
+		if n, err := strconv.Atoi(part); !isAuto(part) && (err != nil || n < 1) {
 			return nil, fmt.Errorf("bad pool size %q (want a number of 1 or more, or auto)", part)
 		}
 		out = append(out, part)
@@ -111,7 +124,14 @@ func sweepOne(ctx context.Context, s sweep, clients int, size string) (sweepRow,
 		return sweepRow{}, err
 	}
 	defer relay.Close()
-	b, err := startSweepBouncer(s.bin, relay.Addr(), size, s.mode, s.loop)
+	bin, poolSize := s.bin, size
+	if name, ok := strings.CutPrefix(size, "auto-"); ok {
+		if bin, ok = s.autoBins[name]; !ok {
+			return sweepRow{}, fmt.Errorf("no -auto-bin for %q", name)
+		}
+		poolSize = "auto"
+	}
+	b, err := startSweepBouncer(bin, relay.Addr(), poolSize, s.mode, s.loop)
 	if err != nil {
 		return sweepRow{}, err
 	}
@@ -123,14 +143,20 @@ func sweepOne(ctx context.Context, s sweep, clients int, size string) (sweepRow,
 	defer cancel()
 	var limit chan []loadgen.Point
 	cfg.OnStart = func(start time.Time) {
-		if size == "auto" {
+		if isAuto(size) {
 			limit = make(chan []loadgen.Point, 1)
 			go func() {
 				limit <- loadgen.WatchMetric(runCtx, "http://"+b.admin+"/metrics", limitMetric, start, s.scrape)
 			}()
 		}
-		if s.slowDelay > 0 {
-			go slowDown(runCtx, relay, start, s.slowAt, s.slowFor, s.slowDelay)
+		switch {
+		case s.slowWorkers > 0 && s.model != nil:
+			var release func()
+			go during(runCtx, start, s.slowAt, s.slowFor,
+				func() { release = s.model.Occupy(runCtx, s.slowWorkers) }, func() { release() })
+		case s.slowDelay > 0:
+			go during(runCtx, start, s.slowAt, s.slowFor,
+				func() { relay.SetDelay(s.slowDelay) }, func() { relay.SetDelay(0) })
 		}
 	}
 	res, err := loadgen.Run(ctx, b.listen, cfg)
@@ -142,8 +168,9 @@ func sweepOne(ctx context.Context, s sweep, clients int, size string) (sweepRow,
 	return row, err
 }
 
-// slowDown delays the relay's replies from at to at+dur after start.
-func slowDown(ctx context.Context, relay *loadgen.Relay, start time.Time, at, dur, delay time.Duration) {
+// during calls on at at after start and off at at+dur (or when ctx ends,
+// if on was called).
+func during(ctx context.Context, start time.Time, at, dur time.Duration, on, off func()) {
 	sleepUntil := func(t time.Time) bool {
 		timer := time.NewTimer(time.Until(t))
 		defer timer.Stop()
@@ -154,11 +181,11 @@ func slowDown(ctx context.Context, relay *loadgen.Relay, start time.Time, at, du
 			return true
 		}
 	}
-	defer relay.SetDelay(0)
 	if !sleepUntil(start.Add(at)) {
 		return
 	}
-	relay.SetDelay(delay)
+	on()
+	defer off()
 	sleepUntil(start.Add(at + dur))
 }
 
@@ -212,12 +239,14 @@ func startSweepBouncer(bin, upstream, size, mode string, loop bool) (*sweepBounc
 func writeSweepTable(w io.Writer, clients int, s sweep, rows []sweepRow) {
 	best := -1
 	for i, r := range rows {
-		if r.Size != "auto" && (best < 0 || r.Result.OpsPerSec > rows[best].Result.OpsPerSec) {
+		if !isAuto(r.Size) && (best < 0 || r.Result.OpsPerSec > rows[best].Result.OpsPerSec) {
 			best = i
 		}
 	}
 	slow := "none"
-	if s.slowDelay > 0 {
+	if s.slowWorkers > 0 {
+		slow = fmt.Sprintf("%d workers taken from %v to %v", s.slowWorkers, s.slowAt, s.slowAt+s.slowFor)
+	} else if s.slowDelay > 0 {
 		slow = fmt.Sprintf("+%v per reply from %v to %v", s.slowDelay, s.slowAt, s.slowAt+s.slowFor)
 	}
 	fmt.Fprintf(w, "\n== %d clients, %s workload, %v per size, slowdown %s\n", clients, s.cfg.Workload, s.cfg.Duration, slow)
@@ -252,13 +281,16 @@ func writeSweepTable(w io.Writer, clients int, s sweep, rows []sweepRow) {
 // shaded.
 func writeSweepPlot(path string, s sweep, clients int, rows []sweepRow) error {
 	p := loadgen.Plot{Title: fmt.Sprintf("adaptive pool limit, %d clients, %s", clients, s.cfg.Workload)}
-	if s.slowDelay > 0 {
+	if s.slowWorkers > 0 {
+		p.Title += fmt.Sprintf(", %d workers taken (shaded)", s.slowWorkers)
+		p.Shade = [][2]time.Duration{{s.slowAt, s.slowAt + s.slowFor}}
+	} else if s.slowDelay > 0 {
 		p.Title += fmt.Sprintf(", +%v per reply (shaded)", s.slowDelay)
 		p.Shade = [][2]time.Duration{{s.slowAt, s.slowAt + s.slowFor}}
 	}
 	for _, r := range rows {
 		if len(r.Limit) > 0 {
-			p.Series = append(p.Series, loadgen.PlotSeries{Name: "limit", Points: r.Limit, Color: loadgen.PlotColors[len(p.Series)%len(loadgen.PlotColors)]})
+			p.Series = append(p.Series, loadgen.PlotSeries{Name: r.Size, Points: r.Limit, Color: loadgen.PlotColors[len(p.Series)%len(loadgen.PlotColors)]})
 		}
 	}
 	if len(p.Series) == 0 {

@@ -41,3 +41,25 @@ func TestSweepTable(t *testing.T) {
 		}
 	}
 }
+
+func TestParseModelAndAutoBins(t *testing.T) {
+	c, err := parseModel("8, 5ms, 0.3")
+	if err != nil || c.Workers != 8 || c.Service != 5*time.Millisecond || c.Contention != 0.3 {
+		t.Fatalf("got %+v, %v", c, err)
+	}
+	for _, bad := range []string{"", "8", "0,5ms", "8,x", "8,5ms,-1", "8,5ms,1,2"} {
+		if _, err := parseModel(bad); err == nil {
+			t.Errorf("model %q accepted", bad)
+		}
+	}
+	bins, err := parseAutoBins("vegas=/tmp/a, aimd=/tmp/b")
+	if err != nil || bins["vegas"] != "/tmp/a" || bins["aimd"] != "/tmp/b" {
+		t.Fatalf("got %v, %v", bins, err)
+	}
+	if _, err := parseAutoBins("vegas"); err == nil {
+		t.Error("auto-bin without a path accepted")
+	}
+	if got, err := parseSizes("8,auto,auto-vegas"); err != nil || len(got) != 3 || !isAuto(got[2]) {
+		t.Fatalf("auto-NAME sizes: %v, %v", got, err)
+	}
+}

@@ -223,7 +223,8 @@ wait:
 			break wait
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Global.ShutdownTimeout)
+	// shutdown_delay comes first, then the drain's shutdown_timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Global.ShutdownDelay+cfg.Global.ShutdownTimeout)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- a.GracefulClose(ctx) }()

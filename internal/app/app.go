@@ -276,6 +276,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	}
 	// Set as a reload does; the server serves no client before Start.
 	a.server.SetLoginTimeout(g.ClientLoginTimeout)
+	a.server.SetHelloMaxAwait(g.HelloMaxAwait)
 	a.metrics.SetLoopSpinSource(a.server.LoopSpins)
 	return a, nil
 }
@@ -495,9 +496,34 @@ func (a *App) Shutdown() {
 // closes every pool (CMAP close) and the admin listener.
 func (a *App) GracefulClose(ctx context.Context) error {
 	a.notifyStopping()
+	a.shutdownDelay(ctx)
 	err := a.server.Shutdown(ctx)
 	a.closeRest()
 	return err
+}
+
+// shutdownDelay serves as usual for shutdown_delay, with /readyz saying
+// "shutting down" (Ready reads stopping), before the drain begins, or
+// until ctx ends: a balancer that health-checks /readyz stops sending new
+// connections here first. Without it, the drain's quiesce makes streaming
+// drivers reconnect at once, and behind a balancer that has not yet seen
+// /readyz fail, their new connections reach this instance's closed
+// listener and wait out the balancer's retries (measured behind HAProxy
+// with the plain URI: a 6.5 s stall, against 0.2 s with a 1 s delay).
+func (a *App) shutdownDelay(ctx context.Context) {
+	a.mu.Lock()
+	d := a.cfg.Global.ShutdownDelay
+	a.mu.Unlock()
+	if d <= 0 {
+		return
+	}
+	a.log.Info("shutdown delayed: /readyz says 503 while clients are served as usual", "shutdown_delay", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // Close stops listeners and clients at once, then closes every pool. ctx

@@ -148,7 +148,8 @@ func (a *App) Ready() (bool, []string) {
 			why = append(why, notWritableReason(r))
 		}
 	}
-	if a.server.Draining() {
+	if a.server.Draining() || a.stopping.Load() {
+		// stopping: also during shutdown_delay, before the drain.
 		why = append(why, "shutting down")
 	}
 	ready := len(why) == 0
@@ -225,6 +226,8 @@ func (a *App) Config() map[string]any {
 		"log_level":                string(g.LogLevel),
 		"log_format":               string(g.LogFormat),
 		"shutdown_timeout":         g.ShutdownTimeout.String(),
+		"shutdown_delay":           g.ShutdownDelay.String(),
+		"hello_max_await":          g.HelloMaxAwait.String(),
 		"upstream_command_timeout": g.UpstreamCommandTimeout.String(),
 		"event_loop":               g.EventLoop,
 		"event_loop_threads":       g.EventLoopThreads,

@@ -185,6 +185,10 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 		changes = append(changes, fmt.Sprintf("max_user_client_conn %d", g.MaxUserClientConn))
 	}
 	a.server.SetLoginTimeout(g.ClientLoginTimeout)
+	a.server.SetHelloMaxAwait(g.HelloMaxAwait)
+	if g.HelloMaxAwait != a.cfg.Global.HelloMaxAwait {
+		changes = append(changes, "hello_max_await "+g.HelloMaxAwait.String())
+	}
 	if g.ClientLoginTimeout != a.cfg.Global.ClientLoginTimeout {
 		changes = append(changes, "client_login_timeout "+g.ClientLoginTimeout.String())
 	}

@@ -63,6 +63,25 @@ const (
 // server more often only adds load.
 const MinHeartbeatInterval = 500 * time.Millisecond
 
+// DefaultHelloMaxAwait is hello_max_await's default. A mongos answers a
+// streaming driver's hello at its maxAwaitTimeMS (10 s by default); one
+// second bounds how long a driver with the plain URI behind a balancer
+// takes a draining instance's 91 for the whole balancer's (measured: a
+// 5.8-6.7 s stall of every operation with 10 s, docs/performance.md), for
+// one small reply a second per monitoring connection.
+const DefaultHelloMaxAwait = time.Second
+
+// MinHelloMaxAwait and MaxHelloMaxAwait bound hello_max_await: the
+// specification's minHeartbeatFrequencyMS, and the proxy's own cap.
+const (
+	MinHelloMaxAwait = 500 * time.Millisecond
+	MaxHelloMaxAwait = time.Minute
+)
+
+// MaxShutdownDelay bounds shutdown_delay: a balancer's health check takes
+// seconds to act, and a longer pause only holds the exit.
+const MaxShutdownDelay = 5 * time.Minute
+
 // DefaultTLSWatchInterval is tls_watch_interval's default: cert-manager
 // renews well ahead of expiry, so half a minute is prompt, and reading a
 // few small files that often costs nothing.
@@ -369,6 +388,16 @@ type Global struct {
 	// ShutdownTimeout bounds how long shutdown waits for in-flight
 	// commands before closing connections; 0 closes them at once.
 	ShutdownTimeout time.Duration
+	// HelloMaxAwait (hello_max_await) is the longest a client's awaitable
+	// hello waits without a change before mongobouncer answers it (at
+	// most its maxAwaitTimeMS): a streaming driver's heartbeat interval.
+	HelloMaxAwait time.Duration
+	// ShutdownDelay (shutdown_delay) is how long a graceful shutdown
+	// serves as usual, with /readyz answering 503, before its drain
+	// begins: a balancer that health-checks /readyz takes the instance out
+	// first, so that no new connection reaches it while it drains (what a
+	// preStop pause does in Kubernetes). 0 (the default) drains at once.
+	ShutdownDelay time.Duration
 	// UpstreamCommandTimeout bounds the commands mongobouncer sends
 	// upstream on its own (upstream_command_timeout): the abortTransaction
 	// for a client that disconnects inside a transaction, and the fence
@@ -519,6 +548,7 @@ func Default() Config {
 		LogLevel:               LogLevelInfo,
 		LogFormat:              LogFormatText,
 		ShutdownTimeout:        30 * time.Second,
+		HelloMaxAwait:          DefaultHelloMaxAwait,
 		UpstreamCommandTimeout: 5 * time.Second,
 		EventLoop:              true,
 		EventLoopIO:            EventLoopIOAuto,

@@ -21,7 +21,7 @@ func TestDefault(t *testing.T) {
 	g := Default().Global
 	want := Global{
 		Listen: "127.0.0.1:27017", AdminListen: "", MaxClientConn: 10000, MaxPreLoginMessageSize: 64 * 1024,
-		LogLevel: LogLevelInfo, LogFormat: LogFormatText, ShutdownTimeout: 30 * time.Second,
+		LogLevel: LogLevelInfo, LogFormat: LogFormatText, ShutdownTimeout: 30 * time.Second, HelloMaxAwait: time.Second,
 		UpstreamCommandTimeout: 5 * time.Second,
 		EventLoop:              true, EventLoopIO: EventLoopIOAuto, EventLoopSpin: 150 * time.Microsecond, AuthType: AuthNone,
 		AuthMaxLookups: 16,

@@ -61,6 +61,8 @@ type rawGlobal struct {
 	LogLevel               any `toml:"log_level"`
 	LogFormat              any `toml:"log_format"`
 	ShutdownTimeout        any `toml:"shutdown_timeout"`
+	ShutdownDelay          any `toml:"shutdown_delay"`
+	HelloMaxAwait          any `toml:"hello_max_await"`
 	UpstreamCommandTimeout any `toml:"upstream_command_timeout"`
 	EventLoop              any `toml:"event_loop"`
 	EventLoopThreads       any `toml:"event_loop_threads"`
@@ -109,7 +111,7 @@ var (
 		"read_preference", "read_preference_tags", "max_staleness", "local_threshold",
 		"max_user_connections", "max_db_connections",
 	}
-	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "max_user_client_conn", "max_prelogin_message_size", "log_level", "log_format", "shutdown_timeout", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
+	globalOnlyKeys = []string{"listen", "admin_listen", "max_client_conn", "max_user_client_conn", "max_prelogin_message_size", "log_level", "log_format", "shutdown_timeout", "shutdown_delay", "hello_max_await", "upstream_command_timeout", "event_loop", "event_loop_threads", "event_loop_io", "event_loop_spin",
 		"auth_type", "auth_file", "auth_user", "admin_users", "auth_user_service_routes", "auth_cache_ttl", "auth_lookups_per_peer", "auth_max_lookups", "max_scram_iterations",
 		"tls_mode", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_handshake_timeout", "user_pool_idle_timeout",
 		"client_login_timeout", "tls_watch_interval", "so_reuseport"}
@@ -464,6 +466,8 @@ func (d *converter) global(r *rawGlobal, g *Global) {
 		g.LogFormat = LogFormat(s)
 	}
 	d.duration(at("shutdown_timeout"), r.ShutdownTimeout, &g.ShutdownTimeout)
+	d.duration(at("shutdown_delay"), r.ShutdownDelay, &g.ShutdownDelay)
+	d.duration(at("hello_max_await"), r.HelloMaxAwait, &g.HelloMaxAwait)
 	d.duration(at("upstream_command_timeout"), r.UpstreamCommandTimeout, &g.UpstreamCommandTimeout)
 	d.boolean(at("event_loop"), r.EventLoop, &g.EventLoop)
 	d.integer(at("event_loop_threads"), r.EventLoopThreads, &g.EventLoopThreads)

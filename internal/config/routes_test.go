@@ -273,3 +273,42 @@ func TestMaxUserClientConn(t *testing.T) {
 		t.Error("max_user_client_conn accepted in a route")
 	}
 }
+
+// shutdown_delay: global only, 0s by default, 0s to MaxShutdownDelay.
+func TestShutdownDelay(t *testing.T) {
+	const route = "[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n"
+	cfg, err := Parse([]byte(route), "d.toml")
+	if err != nil || cfg.Global.ShutdownDelay != 0 {
+		t.Fatalf("default: %v, %v; want 0s", cfg.Global.ShutdownDelay, err)
+	}
+	cfg, err = Parse([]byte("[mongobouncer]\nshutdown_delay = \"2s\"\n"+route), "d.toml")
+	if err != nil || cfg.Global.ShutdownDelay != 2*time.Second {
+		t.Fatalf("2s: %v, %v", cfg.Global.ShutdownDelay, err)
+	}
+	for doc, want := range map[string]string{
+		"[mongobouncer]\nshutdown_delay = \"-1s\"\n" + route: "shutdown_delay = \"-1s\": must be 0s to 5m0s",
+		"[mongobouncer]\nshutdown_delay = \"6m\"\n" + route:  "shutdown_delay = \"6m0s\": must be 0s to 5m0s",
+		route + "shutdown_delay = \"1s\"\n":                  "shutdown_delay",
+	} {
+		if _, err := Parse([]byte(doc), "d.toml"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %q", doc, err, want)
+		}
+	}
+}
+
+// hello_max_await: 1s by default, 500ms to 1m.
+func TestHelloMaxAwait(t *testing.T) {
+	const route = "[databases.\"*\"]\nconnection_string = \"mongodb://h/\"\n"
+	cfg, err := Parse([]byte(route), "h.toml")
+	if err != nil || cfg.Global.HelloMaxAwait != time.Second {
+		t.Fatalf("default: %v, %v; want 1s", cfg.Global.HelloMaxAwait, err)
+	}
+	for doc, want := range map[string]string{
+		"[mongobouncer]\nhello_max_await = \"100ms\"\n" + route: "hello_max_await = \"100ms\": must be 500ms to 1m0s",
+		"[mongobouncer]\nhello_max_await = \"2m\"\n" + route:    "hello_max_await = \"2m0s\": must be 500ms to 1m0s",
+	} {
+		if _, err := Parse([]byte(doc), "h.toml"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %q", doc, err, want)
+		}
+	}
+}

@@ -154,6 +154,12 @@ func (v *validator) global() {
 	if g.ShutdownTimeout < 0 {
 		v.add(at("shutdown_timeout"), ErrInvalidValue, fmt.Sprintf("shutdown_timeout = %s: must not be negative", quote(g.ShutdownTimeout.String())))
 	}
+	if g.HelloMaxAwait < MinHelloMaxAwait || g.HelloMaxAwait > MaxHelloMaxAwait {
+		v.add(at("hello_max_await"), ErrInvalidValue, fmt.Sprintf("hello_max_await = %s: must be %s to %s", quote(g.HelloMaxAwait.String()), MinHelloMaxAwait, MaxHelloMaxAwait))
+	}
+	if g.ShutdownDelay < 0 || g.ShutdownDelay > MaxShutdownDelay {
+		v.add(at("shutdown_delay"), ErrInvalidValue, fmt.Sprintf("shutdown_delay = %s: must be 0s to %s", quote(g.ShutdownDelay.String()), MaxShutdownDelay))
+	}
 	v.auth()
 	v.clientTLS()
 	show := func(key string) string { return key + " = " + poolValue(g.Pool, key) }

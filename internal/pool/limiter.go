@@ -1,12 +1,14 @@
 package pool
 
-// The adaptive concurrency limit behind max_pool_size = "auto": how many
-// connections of one pool may be checked out at once. It is Netflix's
-// Gradient2 (concurrency-limits) fed one aggregated sample per window,
+// Gradient2, one of the adaptive concurrency limits measured for
+// max_pool_size = "auto" (how many connections of one pool may be checked
+// out at once); "auto" uses Vegas (limiter_algos.go), which the capacity-
+// model sweep preferred. This is Netflix's Gradient2 (concurrency-limits)
+// fed one aggregated sample per window,
 // with two changes: a decrease applies at once (Envoy's rule; Gradient2
 // smooths both ways), and drops back off multiplicatively as AIMD does
 // (Gradient2 alone ignores them).
-// docs/pool.md says why this one.
+// docs/pool.md compares them.
 
 import (
 	"math"

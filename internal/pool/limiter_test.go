@@ -11,7 +11,7 @@ import (
 // feed gives l n windows of samples of latency rtt, with inflight at the
 // limit (demand saturates it), starting at *now; it returns the limits seen
 // after each window.
-func feed(l *Limiter, now *time.Duration, windows int, rtt time.Duration, drop bool) []int {
+func feed(l limiter, now *time.Duration, windows int, rtt time.Duration, drop bool) []int {
 	var seen []int
 	for range windows {
 		for range DefaultLimiterMinSamples {

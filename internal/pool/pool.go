@@ -116,7 +116,7 @@ type Pool struct {
 	// lim is the adaptive limit on checked-out connections (Options.Adaptive),
 	// nil otherwise. Its state is guarded by mu like the rest: it is fed at
 	// CheckIn and read by the checks that gate checkouts (limitedLocked).
-	lim *Limiter
+	lim limiter
 }
 
 // New creates a pool for address that establishes connections with c. The pool
@@ -163,7 +163,7 @@ func New(address string, c Connector, opts Options) (*Pool, error) {
 		p.services = make(map[bson.ObjectID]*serviceGen)
 	}
 	if opts.Adaptive {
-		p.lim = NewLimiter(opts.Limits().limiterOptions())
+		p.lim = newAdaptiveLimiter(opts.Limits().limiterOptions())
 	}
 	p.baseCtx, p.baseCancel = context.WithCancel(context.Background())
 	p.mu.Lock()
@@ -221,7 +221,7 @@ func (p *Pool) SetLimits(l Limits) error {
 	case !l.Adaptive:
 		p.lim = nil
 	case p.lim == nil:
-		p.lim = NewLimiter(l.limiterOptions())
+		p.lim = newAdaptiveLimiter(l.limiterOptions())
 	default:
 		lo := l.limiterOptions()
 		p.lim.SetBounds(lo.Floor, lo.Ceiling)

@@ -382,6 +382,27 @@ func (c *client) watchPeer() (gone <-chan struct{}, stop func()) {
 	}
 }
 
+// SetHelloMaxAwait sets hello_max_await: the longest an awaitable hello
+// waits without a change before it is answered, whatever maxAwaitTimeMS
+// asks, within [minStreamInterval, maxHelloAwait]. A reply with nothing
+// changed is a heartbeat to the driver, so answering sooner than asked is
+// allowed and costs one small reply. It matters behind a balancer with the
+// plain URI: a 91 from one draining instance marks the balancer's one
+// address Unknown, and the driver does not cancel its streaming check on
+// that (only on a network error), so the address stays Unknown until the
+// healthy instance's next streamed reply. Waits already begun keep theirs.
+func (s *Server) SetHelloMaxAwait(d time.Duration) {
+	s.helloMaxAwait.Store(int64(min(max(d, minStreamInterval), maxHelloAwait)))
+}
+
+// maxAwait is how long a hello that asked for a may wait.
+func (s *Server) maxAwait(a time.Duration) time.Duration {
+	if m := time.Duration(s.helloMaxAwait.Load()); m > 0 {
+		return min(a, m)
+	}
+	return a
+}
+
 // serveHello answers an OP_MSG hello: at once, or after the awaitable
 // protocol's wait, and as a stream of replies when the request allows
 // exhaust.
@@ -391,7 +412,7 @@ func (c *client) serveHello(responseTo int32, compressed bool, compID wire.Compr
 	if a.awaitable() && c.s.checkAwait(&a) == nil {
 		c.s.topo.waiting.Add(1)
 		defer c.s.topo.waiting.Add(-1)
-		if err := c.awaitChange(a.processID, a.counter, a.maxAwait); err != nil {
+		if err := c.awaitChange(a.processID, a.counter, c.s.maxAwait(a.maxAwait)); err != nil {
 			return err
 		}
 	}
@@ -410,7 +431,7 @@ func (c *client) serveHello(responseTo int32, compressed bool, compID wire.Compr
 	// topologyVersion is what the next wait compares with (the
 	// specification: as if the client had sent the same hello again with
 	// that topologyVersion).
-	interval := max(a.maxAwait, minStreamInterval)
+	interval := max(c.s.maxAwait(a.maxAwait), minStreamInterval)
 	for {
 		if err := c.boundedReply(responseTo, wire.FlagMoreToCome, compressed, compID, req.name(), doc); err != nil {
 			return err

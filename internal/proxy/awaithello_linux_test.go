@@ -301,3 +301,37 @@ func TestByteDuringWaitIsKept(t *testing.T) {
 		affOK(t, m.body)
 	})
 }
+
+// hello_max_await caps the wait whatever maxAwaitTimeMS asks, for a single
+// awaitable hello and between streamed replies.
+func TestHelloMaxAwaitCapsTheWait(t *testing.T) {
+	r := newRig(t, rigOptions{}, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+	r.s.SetHelloMaxAwait(600 * time.Millisecond)
+	cl := r.client(0)
+	tv := topologyVersionOf(t, cl.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
+	began := time.Now()
+	affOK(t, cl.cmd(awaitHello(tv, 10000)))
+	if d := time.Since(began); d < 550*time.Millisecond || d > 3*time.Second {
+		t.Errorf("awaitable hello asking 10 s answered after %v, want hello_max_await (600ms)", d)
+	}
+	prev := cl.sendFlags(wire.FlagExhaustAllowed, awaitHello(tv, 10000))
+	began = time.Now()
+	for i := range 3 {
+		m, err := cl.recvMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("streamed reply %d: %v", i, err)
+		}
+		if m.flags&wire.FlagMoreToCome == 0 || m.h.ResponseTo != prev {
+			t.Fatalf("streamed reply %d: flags %v responseTo %d, want moreToCome answering %d", i, m.flags, m.h.ResponseTo, prev)
+		}
+		prev = m.h.RequestID
+	}
+	if d := time.Since(began); d < 1700*time.Millisecond || d > 5*time.Second {
+		t.Errorf("3 streamed replies asking 10 s each in %v, want one per 600ms", d)
+	}
+	// Below the specification's minHeartbeatFrequencyMS it is raised to it.
+	r.s.SetHelloMaxAwait(time.Millisecond)
+	if got := r.s.maxAwait(time.Minute); got != minStreamInterval {
+		t.Errorf("hello_max_await 1ms gives waits of %v, want %v", got, minStreamInterval)
+	}
+}

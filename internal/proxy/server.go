@@ -140,6 +140,9 @@ type Server struct {
 	// (SetLoginTimeout); loginTimeouts counts the clients it closed.
 	loginTimeout  atomic.Int64
 	loginTimeouts atomic.Uint64
+	// helloMaxAwait (nanoseconds) is the live hello_max_await
+	// (SetHelloMaxAwait; 0 until set: maxHelloAwait).
+	helloMaxAwait atomic.Int64
 	// sweepKick wakes the loop's idle sweeper when SetLoginTimeout
 	// shortens the timeout, so that it need not sleep out the old one's
 	// interval.

@@ -352,7 +352,8 @@ func checkPorts(t *testing.T, m mounted, c *corev1.Container, sidecar bool) {
 	}
 }
 
-// checkGrace: the grace period covers the longest preStop sleep, the drain
+// checkGrace: the grace period covers the longest preStop sleep,
+// shutdown_delay, the drain
 // (shutdown_timeout), the clients' disconnection (upstream_command_timeout
 // + 1 s) and 5 s for closing the pools (docs/operations.md "Signals").
 func checkGrace(t *testing.T, m mounted, d *appsv1.Deployment, c *corev1.Container, sidecar bool) {
@@ -374,9 +375,14 @@ func checkGrace(t *testing.T, m mounted, d *appsv1.Deployment, c *corev1.Contain
 	if !sidecar && (c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds < 5) {
 		t.Error("no preStop sleep of at least 5 s: SIGTERM would come before the pod is out of the Service's endpoints")
 	}
-	need := time.Duration(preStop)*time.Second + m.duration(t, "shutdown_timeout") + m.duration(t, "upstream_command_timeout") + time.Second + 5*time.Second
+	// shutdown_delay (optional: 0 when unset) comes before the drain.
+	var delay time.Duration
+	if _, ok := m.global["shutdown_delay"]; ok {
+		delay = m.duration(t, "shutdown_delay")
+	}
+	need := time.Duration(preStop)*time.Second + delay + m.duration(t, "shutdown_timeout") + m.duration(t, "upstream_command_timeout") + time.Second + 5*time.Second
 	if spec.TerminationGracePeriodSeconds == nil || time.Duration(*spec.TerminationGracePeriodSeconds)*time.Second < need {
-		t.Errorf("terminationGracePeriodSeconds %s, need at least %v (preStop %d s + shutdown_timeout + upstream_command_timeout + 1 s + 5 s)", deref(spec.TerminationGracePeriodSeconds), need, preStop)
+		t.Errorf("terminationGracePeriodSeconds %s, need at least %v (preStop %d s + shutdown_delay + shutdown_timeout + upstream_command_timeout + 1 s + 5 s)", deref(spec.TerminationGracePeriodSeconds), need, preStop)
 	}
 }
 

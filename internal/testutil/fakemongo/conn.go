@@ -281,6 +281,12 @@ func (c *conn) serveOne() error {
 		}
 	}
 
+	if c.s.capacity != nil && underCapacity(req.Command) {
+		if err := c.s.capacity.serve(c.s.killed); err != nil {
+			return err
+		}
+	}
+
 	if m != nil {
 		r, act := m.admit(req, class)
 		switch act {

@@ -117,17 +117,23 @@ type Options struct {
 	// TLSConfig, when set, makes the server speak TLS only (see tls.go).
 	TLSConfig *tls.Config
 
+	// Capacity, when set with a Service time, serves every command but
+	// the handshake and authentication through a capacity model (see
+	// capacity.go): Workers at a time, each for Service.
+	Capacity *Capacity
+
 	// Logger receives the server's diagnostics; nil discards them.
 	Logger *slog.Logger
 }
 
 // Server is a running fake server. Its methods are safe for concurrent use.
 type Server struct {
-	opts  Options
-	ln    net.Listener
-	addr  string
-	log   *slog.Logger
-	store *store // nil unless Options.InMemory; shared by a replica set's members
+	opts     Options
+	ln       net.Listener
+	addr     string
+	log      *slog.Logger
+	store    *store    // nil unless Options.InMemory; shared by a replica set's members
+	capacity *capacity // nil without Options.Capacity
 	// member is the replica-set member this server is one life of (nil for
 	// a lone server); it decides the hello state and refuses writes and
 	// reads the member's state forbids.
@@ -255,6 +261,7 @@ func listen(addr string, opts Options, member *Member, shared *store) (*Server, 
 		conns:     make(map[*conn]struct{}),
 		cmdCounts: make(map[string]*cmdCounter),
 		member:    member,
+		capacity:  newCapacity(opts.Capacity),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
