@@ -66,12 +66,13 @@ var layers = map[string]layer{
 	"internal/testutil/devmongo":  {1, []string{"testutil/childproc"}, false},
 	// The event-loop engine (issue 28): moves bytes over swappable I/O,
 	// knowing nothing of MongoDB, so never wire, never proxy.
-	"internal/evloop": {1, []string{"sysconn", "uring"}, true},
+	"internal/evloop": {1, []string{"sysconn", "uring"}, false},
 	// Floor 2.
 	"internal/topology":          {2, []string{"auth", "pool", "sdam", "srv", "upstream", "wire"}, false},
 	"internal/testutil/ferretdb": {2, []string{"testutil/childproc", "testutil/devmongo"}, false},
-	// Floor 3: the proxy; evloop once it exists.
-	"internal/proxy": {3, []string{"auth", "config", "evloop", "pool", "sdam", "sysconn", "topology", "upstream", "uring", "wire"}, false},
+	// Floor 3: the proxy, over the engine (evloop), which owns the sockets'
+	// system calls.
+	"internal/proxy": {3, []string{"auth", "config", "evloop", "pool", "sdam", "topology", "upstream", "wire"}, false},
 	// Floor 4: the wiring.
 	"internal/app": {4, []string{"admin", "auth", "config", "metrics", "pool", "proxy", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
 	// Floor 5: the commands.

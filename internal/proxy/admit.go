@@ -20,7 +20,6 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
@@ -68,7 +67,7 @@ type admission struct {
 func refuse(doc bsoncore.Document) admission { return admission{kind: admitRefuse, reply: doc} }
 
 // preLogin reports whether the client must log in and has not yet.
-func (c *client) preLogin() bool { return c.s.opts.Auth != nil && c.ident == nil }
+func (c *client) preLogin() bool { return c.login.pending(c.s) }
 
 // readLimit is the largest message the client may send now: the
 // listener's (or its route's) max_message_size, and before a login
@@ -104,38 +103,6 @@ func (c *client) sizeError(n, limit int) error {
 // the client's hello did not agree on.
 var errCompressorNotAgreed = errors.New("compressor not agreed in the hello")
 
-// checkCompressed decides, before anything is inflated, whether the
-// client may send the OP_COMPRESSED message msg: its compressor must be
-// one its hello agreed on (an unknown id is left to wire.Decompress,
-// which refuses it by name). The declared size is Decompress's check,
-// against readLimit.
-func (c *client) checkCompressed(msg []byte) error {
-	if len(msg) < wire.CompressedHeaderLen {
-		return nil // Decompress reports the truncation
-	}
-	id := wire.CompressorID(msg[wire.HeaderLen+8])
-	if id > wire.CompressorZstd || c.comp&(1<<id) != 0 {
-		return nil
-	}
-	agreed := c.agreedText()
-	return fmt.Errorf("OP_COMPRESSED with compressor %s, which this connection's hello did not agree on (agreed: %s): %w",
-		id, agreed, errCompressorNotAgreed)
-}
-
-// agreedText names the compressors agreed with the client, for errors.
-func (c *client) agreedText() string {
-	var names []string
-	for id := wire.CompressorNoop; id <= wire.CompressorZstd; id++ {
-		if c.comp&(1<<id) != 0 {
-			names = append(names, id.String())
-		}
-	}
-	if len(names) == 0 {
-		return "none"
-	}
-	return strings.Join(names, ", ")
-}
-
 // admit is the verdict on req, a parsed OP_MSG request of msgLen bytes
 // (uncompressed) with flags, which routeOf sends to route (nil: none).
 // It allocates nothing for a request it admits.
@@ -145,7 +112,7 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 		return admission{kind: admitAnswer}
 	}
 	if a := c.s.opts.Auth; a != nil {
-		if c.ident == nil {
+		if c.login.ident == nil {
 			if isPreLoginAnswered(req) {
 				if c.s.draining.Load() {
 					// As for a logged-in client: a load balancer's health
@@ -157,9 +124,9 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 			return refuse(errorReply(13, "Unauthorized",
 				fmt.Sprintf("mongobouncer: command %s requires authentication: log in first (saslStart)", logName(req.name()))))
 		}
-		if string(req.db) == AdminDatabase && !a.Users.IsAdmin(c.ident) {
+		if string(req.db) == AdminDatabase && !a.Users.IsAdmin(c.login.ident) {
 			return refuse(errorReply(13, "Unauthorized",
-				fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", c.ident.ID())))
+				fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", c.login.ident.ID())))
 		}
 	}
 	if len(req.db) == 0 {
@@ -177,7 +144,7 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 		// Only the commands of an open transaction may still run (on any
 		// client connection: drivers pin the server, not the connection):
 		// everything else goes to another mongobouncer.
-		if (!inTxn || !c.isOpen(key) && c.s.txnRoute(key) == nil) && !c.drainFinishesCursor(req) {
+		if (!inTxn || !c.sess.isOpen(key) && c.s.txnRoute(key) == nil) && !c.sess.drainFinishesCursor(req) {
 			// Labelled as a server labels it: a retryable write is retried
 			// by the driver, on another mongobouncer, not surfaced.
 			return refuse(c.s.shutdownReply(req, inTxn))

@@ -1,5 +1,8 @@
 package proxy
 
+// admit's verdicts on each request (allocation-free), and the bounds on a
+// client that has not logged in (pre-login size, compressors, draining ping).
+
 import (
 	"bytes"
 	"fmt"
@@ -85,14 +88,14 @@ func TestAdmitVerdicts(t *testing.T) {
 		{"session mode", cmd("find", "sess"), session, 0, 100, admitForward, 0},
 		{"admin command, not an admin", cmd("showClients", AdminDatabase), nil, 0, 100, admitRefuse, 13},
 	}
-	c.ident = &auth.Identity{User: "app", DB: "admin"}
+	c.login.ident = &auth.Identity{User: "app", DB: "admin"}
 	for _, x := range loggedIn {
 		v := c.admit(x.size, x.flags, x.req, x.route)
 		if v.kind != x.kind || x.kind == admitRefuse && codeOf(v.reply) != x.code {
 			t.Errorf("logged in, %s: verdict %d %v, want %d code %d", x.name, v.kind, bson.Raw(v.reply), x.kind, x.code)
 		}
 	}
-	c.ident = &auth.Identity{User: "ops", DB: "admin"}
+	c.login.ident = &auth.Identity{User: "ops", DB: "admin"}
 	if v := c.admit(100, 0, cmd("showClients", AdminDatabase), nil); v.kind != admitAnswer {
 		t.Errorf("admin command by an admin: %d %v", v.kind, bson.Raw(v.reply))
 	}
@@ -108,7 +111,7 @@ func TestAdmitVerdicts(t *testing.T) {
 
 	// Without client authentication nobody logs in: ping and find are
 	// forwarded, and the admin console needs no user.
-	c.s.opts.Auth, c.ident, c.s.opts.Admin = nil, nil, stubAdmin{}
+	c.s.opts.Auth, c.login.ident, c.s.opts.Admin = nil, nil, stubAdmin{}
 	for _, x := range []tc{
 		{"ping", cmd("ping", "shop"), route, 0, 100, admitLoop, 0},
 		{"find", cmd("find", "shop"), route, 0, 100, admitLoop, 0},
@@ -127,7 +130,7 @@ func TestAdmitVerdicts(t *testing.T) {
 func TestAdmitAllocatesNothing(t *testing.T) {
 	route := limitsRoute(t, "shop", "127.0.0.1:1")
 	c := authClient(t)
-	c.ident = &auth.Identity{User: "app", DB: "admin"}
+	c.login.ident = &auth.Identity{User: "app", DB: "admin"}
 	req := reqOf(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "shop"}})
 	if n := testing.AllocsPerRun(100, func() { _ = c.admit(100, 0, req, route) }); n != 0 {
 		t.Fatalf("admit allocates %v times per request", n)
@@ -163,11 +166,11 @@ func TestPreLoginLimitsAndCompressors(t *testing.T) {
 	if err := c.sizeError(30_000, c.readLimit()); !strings.Contains(err.Error(), "max_prelogin_message_size") {
 		t.Fatalf("size error before login: %v", err)
 	}
-	c.ident = &auth.Identity{User: "app", DB: "admin"}
+	c.login.ident = &auth.Identity{User: "app", DB: "admin"}
 	if got := c.readLimit(); got != 48_000_000 {
 		t.Fatalf("limit after login %d, want max_message_size", got)
 	}
-	c.ident = nil
+	c.login.ident = nil
 
 	ping := wire.AppendMsg(nil, 1, 0, 0, mustDoc(t, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "x"}}))
 	for _, id := range []wire.CompressorID{wire.CompressorNoop, wire.CompressorSnappy, wire.CompressorZlib, wire.CompressorZstd} {
@@ -197,7 +200,6 @@ func TestPreLoginFailureHidesUpstream(t *testing.T) {
 	c := authClient(t)
 	c.s.log = slog.New(slog.NewTextHandler(&logs, nil))
 	c.s.opts.Observer = nopObserver{}
-	c.x.c = c
 	c.x.route = &Route{Name: "orders"}
 	c.x.req = *reqOf(t, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "shop"}})
 	refused := &upstream.AuthError{Mechanism: "SCRAM-SHA-256", Username: "svc-user", Source: "admin", Code: 18, CodeName: "AuthenticationFailed"}
@@ -210,7 +212,7 @@ func TestPreLoginFailureHidesUpstream(t *testing.T) {
 	if !strings.Contains(logs.String(), "svc-user") {
 		t.Fatalf("the detail is not in the log: %s", logs.String())
 	}
-	c.ident = &auth.Identity{User: "app", DB: "admin"}
+	c.login.ident = &auth.Identity{User: "app", DB: "admin"}
 	if msg, _ := c.x.fail(err).Lookup("errmsg").StringValueOK(); !strings.Contains(msg, "orders") {
 		t.Fatalf("reply after login: %q", msg)
 	}
@@ -228,7 +230,7 @@ func TestLongUserNameFailsLogin(t *testing.T) {
 		return c.saslStart(mustDoc(t, bson.D{{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "SCRAM-SHA-256"},
 			{Key: "payload", Value: bson.Binary{Data: []byte("n,,n=" + user + ",r=abcdefghijklmnop")}}}), "admin")
 	}
-	if d := start(long); codeOf(d) != 18 || c.conv != nil {
+	if d := start(long); codeOf(d) != 18 || c.login.conv != nil {
 		t.Fatalf("saslStart as a %d-byte user: %v", len(long), bson.Raw(d))
 	}
 	// Escapes count as the one byte they stand for.

@@ -1,5 +1,10 @@
 package proxy
 
+// Cursor and transaction affinity on routes of several servers: which
+// server a cursor or an open transaction lives on, so that its getMore,
+// killCursors, commit and abort go back there; bounded maps whose entries
+// expire.
+
 import (
 	"slices"
 	"sync"

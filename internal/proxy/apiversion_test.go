@@ -1,5 +1,7 @@
 package proxy
 
+// A hello's apiVersion field, checked for its type as mongos checks it.
+
 import (
 	"strings"
 	"testing"

@@ -28,6 +28,33 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
+// login is a client's identity and its login in progress, owned by
+// whoever serves the client (logins themselves run on its goroutine).
+type login struct {
+	// ident is who the client logged in as, nil before; conv is its login
+	// conversation in progress.
+	ident *auth.Identity
+	conv  *auth.Conversation
+	// passKey is ident's auth.UserID, boxed once at the login: the key
+	// of the pass-through secrets (Server.pass), which a request looks up
+	// without allocating.
+	passKey any
+	// counted is set when the login was counted for max_user_client_conn
+	// (userlimit.go), as countedUser; refused when it was refused.
+	counted     bool
+	countedUser auth.UserID
+	refused     bool
+	// mechsAsked is set by a hello that asked saslSupportedMechs before
+	// the client logged in: a login follows (due).
+	mechsAsked bool
+	// clock is what client_login_timeout remembers (logintimeout.go).
+	clock loginClock
+}
+
+// pending reports whether a client must still log in: authentication is
+// on (s's) and it has not.
+func (lg *login) pending(s *Server) bool { return s.opts.Auth != nil && lg.ident == nil }
+
 // ClientAuth makes clients log in. The zero value (Options.Auth nil) lets
 // every client in.
 type ClientAuth struct {
@@ -55,10 +82,6 @@ const authFailedMsg = "mongobouncer: Authentication failed."
 // authFailed is the reply to every failed login.
 func authFailed() bsoncore.Document { return errorReply(18, "AuthenticationFailed", authFailedMsg) }
 
-// Identity returns who the client logged in as, or nil. The pass-through
-// work reads Identity().ClientKey to log in upstream as the same user.
-func (c *client) Identity() *auth.Identity { return c.ident }
-
 // handleAuth answers a login command (kindAuth).
 func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
 	a := c.s.opts.Auth
@@ -82,7 +105,7 @@ func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.Compr
 			fmt.Sprintf("mongobouncer: %s is not supported: log in with saslStart (SCRAM-SHA-256 or SCRAM-SHA-1)", req.name()))
 	}
 	err := c.replyError(responseTo, compressed, compID, req, doc)
-	if err == nil && c.loginRefused {
+	if err == nil && c.login.refused {
 		err = errUserClientLimit // over max_user_client_conn: the reply said why
 	}
 	return err
@@ -96,7 +119,7 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 	mech, _ := body.Lookup("mechanism").StringValueOK()
 	if a.X509 || (mech != string(auth.SCRAMSHA1) && mech != string(auth.SCRAMSHA256)) {
 		return errorReply(334, "MechanismUnavailable",
-			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.mechanismsText()))
+			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.s.opts.Auth.mechanismsText()))
 	}
 	payload, ok := binaryOrString(body.Lookup("payload"))
 	if !ok {
@@ -111,23 +134,23 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 	skip, _ := body.Lookup("options", "skipEmptyExchange").BooleanOK()
 	ctx, cancel := context.WithTimeout(c.authContext(), authTimeout)
 	defer cancel()
-	c.conv = nil
+	c.login.conv = nil
 	conv, out, err := a.Users.Start(ctx, auth.Mechanism(mech), db, payload, skip)
 	if err != nil {
 		c.log.Info("client authentication failed", "db", logName(db), "mechanism", mech, "reason", "malformed client-first message")
 		return authFailed()
 	}
-	if other := (auth.UserID{User: conv.User(), DB: db}); c.ident != nil && c.ident.ID() != other {
-		c.log.Info("client authentication refused: one user per connection", "user", logName(c.ident.ID().String()), "other", logName(other.String()))
+	if other := (auth.UserID{User: conv.User(), DB: db}); c.login.ident != nil && c.login.ident.ID() != other {
+		c.log.Info("client authentication refused: one user per connection", "user", logName(c.login.ident.ID().String()), "other", logName(other.String()))
 		return errorReply(18, "AuthenticationFailed",
 			fmt.Sprintf("mongobouncer: this connection is logged in as %s already; a connection has one user: open another connection to log in as %s",
-				c.ident.ID(), other))
+				c.login.ident.ID(), other))
 	}
-	c.conv = conv
+	c.login.conv = conv
 	return saslReply(false, out)
 }
 
-// loginDue reports whether the client is logging in: a conversation is in
+// due reports whether the client is logging in: a conversation is in
 // progress, or its last command was a hello that asked saslSupportedMechs
 // (a driver's handshake on a connection it will log in on). Such a client
 // stays on its goroutine, where every login command is served, rather
@@ -135,16 +158,16 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 // and be handed back at once: two hand-offs per step doubled the cost of
 // a login. It consumes the hello's hint, so a client that asks and never
 // logs in enters the loop after its next command.
-func (c *client) loginDue() bool {
-	asked := c.mechsAsked
-	c.mechsAsked = false
-	return c.conv != nil || asked
+func (lg *login) due() bool {
+	asked := lg.mechsAsked
+	lg.mechsAsked = false
+	return lg.conv != nil || asked
 }
 
 // saslContinue takes the next step of the client's conversation.
 func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 	id, ok := body.Lookup("conversationId").AsInt64OK()
-	conv := c.conv
+	conv := c.login.conv
 	if conv == nil || !ok || id != 1 {
 		return errorReply(17, "ProtocolError", "mongobouncer: no SASL conversation with this conversationId on this connection: begin with saslStart")
 	}
@@ -154,7 +177,7 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 	}
 	out, done, err := conv.Step(payload)
 	if done {
-		c.conv = nil
+		c.login.conv = nil
 	}
 	if err != nil {
 		c.log.Info("client authentication failed", "user", logName(auth.UserID{User: conv.User(), DB: conv.DB()}.String()), "mechanism", string(conv.Mechanism()))
@@ -163,15 +186,15 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 		}
 		return authFailed()
 	}
-	if id := conv.Identity(); id != nil && c.ident != id {
+	if id := conv.Identity(); id != nil && c.login.ident != id {
 		// A new login, or the same user's again (a fresh ClientKey).
-		if c.ident == nil {
-			if refused := c.admitUser(id.ID()); refused != nil {
+		if c.login.ident == nil {
+			if refused := c.login.admitUser(c.s, c.log, id.ID()); refused != nil {
 				return refused
 			}
 			c.loggedIn(id)
 		}
-		c.ident = id
+		c.login.ident = id
 		c.s.noteLogin(id)
 	}
 	return saslReply(done, out)
@@ -182,12 +205,12 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 	mech, _ := body.Lookup("mechanism").StringValueOK()
 	if mech != mechX509 || !c.s.opts.Auth.X509 {
 		return errorReply(334, "MechanismUnavailable",
-			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.mechanismsText()))
+			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.s.opts.Auth.mechanismsText()))
 	}
 	if db != externalDB {
 		return errorReply(2, "BadValue", "mongobouncer: MONGODB-X509 logs in on the $external database")
 	}
-	subject, ok := c.peerSubject()
+	subject, ok := c.tlsSubject() // none: a plain client, or no verified certificate
 	if !ok {
 		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "no verified client certificate")
 		return authFailed()
@@ -208,16 +231,16 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 		c.log.Info("client authentication failed", "mechanism", mechX509, "reason", "user is not the certificate subject")
 		return authFailed()
 	}
-	if c.ident != nil && !(c.ident.User == subject && c.ident.DB == externalDB) {
+	if c.login.ident != nil && !(c.login.ident.User == subject && c.login.ident.DB == externalDB) {
 		return errorReply(18, "AuthenticationFailed", "mongobouncer: this connection is logged in already; a connection has one user")
 	}
-	if c.ident == nil {
+	if c.login.ident == nil {
 		id := &auth.Identity{User: subject, DB: externalDB, Mechanism: mechX509}
-		if refused := c.admitUser(id.ID()); refused != nil {
+		if refused := c.login.admitUser(c.s, c.log, id.ID()); refused != nil {
 			return refused
 		}
-		c.ident = id
-		c.loggedIn(c.ident)
+		c.login.ident = id
+		c.loggedIn(c.login.ident)
 	}
 	idx, doc := bsoncore.AppendDocumentStart(nil)
 	doc = bsoncore.AppendStringElement(doc, "dbname", externalDB)
@@ -232,31 +255,11 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 func (c *client) loggedIn(id *auth.Identity) {
 	c.log = c.log.With("user", logName(id.ID().String()))
 	c.log.Info("client logged in", "mechanism", string(id.Mechanism))
-	c.passKey = id.ID()
+	c.login.passKey = id.ID()
 	// The login rule is over: keep no finished conversation for the
 	// connection's life (logintimeout.go).
-	c.lt.conv, c.lt.convAt = nil, time.Time{}
-	c.setUser(id.ID().String())
-}
-
-// setUser records who the client logged in as, for SHOW CLIENTS.
-func (c *client) setUser(user string) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	c.user = user
-}
-
-// peerSubject is who a MONGODB-X509 login is: the RFC 2253 subject of the
-// client's TLS certificate, verified against tls_ca_file; none for a plain
-// client or one without a verified certificate, whose login fails.
-func (c *client) peerSubject() (string, bool) { return c.tlsSubject() }
-
-// mechanismsText names what clients may log in with, for error messages.
-func (c *client) mechanismsText() string {
-	if c.s.opts.Auth.X509 {
-		return mechX509
-	}
-	return "SCRAM-SHA-256 or SCRAM-SHA-1"
+	c.login.clock.conv, c.login.clock.convAt = nil, time.Time{}
+	c.sess.setUser(id.ID().String())
 }
 
 // scramUserLen returns the length of the user name in a SCRAM
@@ -317,7 +320,7 @@ func (c *client) helloAuth(body, reply bsoncore.Document) bsoncore.Document {
 	}
 	var extra []byte
 	if v, err := body.LookupErr("saslSupportedMechs"); err == nil {
-		c.mechsAsked = c.ident == nil
+		c.login.mechsAsked = c.login.ident == nil
 		if s, ok := v.StringValueOK(); ok {
 			// A name over maxUserName is nobody's: it is not looked up,
 			// and the reply has no saslSupportedMechs.
@@ -385,4 +388,12 @@ func (c *client) speculate(spec bsoncore.Document) bsoncore.Document {
 	}
 	out, _ = bsoncore.AppendDocumentEnd(out, idx)
 	return out
+}
+
+// mechanismsText names what clients may log in with, for error messages.
+func (a *ClientAuth) mechanismsText() string {
+	if a.X509 {
+		return mechX509
+	}
+	return "SCRAM-SHA-256 or SCRAM-SHA-1"
 }

@@ -1,5 +1,8 @@
 package proxy
 
+// The login fields of a hello reply (saslSupportedMechs,
+// speculativeAuthenticate) and when a login is due.
+
 import (
 	"testing"
 
@@ -15,7 +18,9 @@ func authClient(t *testing.T) *client {
 		t.Fatal(err)
 	}
 	s := &Server{opts: Options{Auth: &ClientAuth{Users: auth.New(users, []auth.UserID{{User: "ops", DB: "admin"}}, nil)}}}
-	return &client{s: s}
+	c := &client{s: s}
+	c.bind()
+	return c
 }
 
 func reqOf(t *testing.T, cmd bson.D) *request {
@@ -57,31 +62,31 @@ func codeOf(d bsoncore.Document) int32 {
 	return v
 }
 
-// A client logging in stays on its goroutine (loginDue) from the hello
+// A client logging in stays on its goroutine (login.due) from the hello
 // that asks its mechanisms to the end of the conversation; a hello
 // without the question, or a login over, lets it enter the loop.
 func TestLoginDue(t *testing.T) {
 	c := authClient(t)
 	plain, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}})
 	c.helloAuth(plain, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
-	if c.loginDue() {
+	if c.login.due() {
 		t.Fatal("a monitoring hello: login due")
 	}
 	asks, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin.app"}})
 	c.helloAuth(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
-	if !c.loginDue() {
+	if !c.login.due() {
 		t.Fatal("after a hello asking saslSupportedMechs: no login due")
 	}
-	if c.loginDue() {
+	if c.login.due() {
 		t.Fatal("the hello's hint outlived the next command")
 	}
-	c.conv = &auth.Conversation{}
-	if !c.loginDue() {
+	c.login.conv = &auth.Conversation{}
+	if !c.login.due() {
 		t.Fatal("a conversation in progress: no login due")
 	}
-	c.conv, c.ident = nil, &auth.Identity{User: "app", DB: "admin"}
+	c.login.conv, c.login.ident = nil, &auth.Identity{User: "app", DB: "admin"}
 	c.helloAuth(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
-	if c.loginDue() {
+	if c.login.due() {
 		t.Fatal("a logged-in client's hello: login due")
 	}
 }

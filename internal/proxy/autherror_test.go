@@ -1,5 +1,8 @@
 package proxy
 
+// The error replies of failed upstream logins and selections: what a client
+// is told, and what it is not (members, credentials).
+
 import (
 	"errors"
 	"log/slog"

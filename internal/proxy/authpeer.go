@@ -1,6 +1,6 @@
 package proxy
 
-// The client's addresses for its logins: the lookup cache bounds the
+// The client connection's addresses for its logins: the lookup cache bounds the
 // lookups one client address starts, and a user's
 // authenticationRestrictions are checked against them.
 
@@ -13,12 +13,12 @@ import (
 // authContext carries the client's addresses (auth.WithPeer): its remote
 // address, and the local address it connected to (the listener's when
 // the connection has none to give, as a listener on one address).
-func (c *client) authContext() context.Context {
-	local := c.listener
-	if c.nc != nil {
-		if a := c.nc.LocalAddr(); a != nil {
+func (cn *conn) authContext() context.Context {
+	local := cn.listener
+	if cn.nc != nil {
+		if a := cn.nc.LocalAddr(); a != nil {
 			local = a.String()
 		}
 	}
-	return auth.WithPeer(context.Background(), auth.Peer{Remote: c.remote, Local: local})
+	return auth.WithPeer(context.Background(), auth.Peer{Remote: cn.remote, Local: local})
 }

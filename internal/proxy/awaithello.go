@@ -348,11 +348,12 @@ func (c *client) awaitChange(processID bson.ObjectID, counter int64, d time.Dura
 // will) frees its goroutine and its max_client_conn slot at once rather
 // than at the next reply's write. gone is closed when the connection ends;
 // a byte that comes (a client sends nothing while its hello is answered,
-// but nothing is lost if it does) is kept in rbuf for the next read, and
-// ends the watch only. stop ends the watch and returns once the reader
+// but nothing is lost if it does) is kept for the next read, and
+// ends the watch only (in the read window, lc.Win). stop ends the watch and returns once the reader
 // has, with no read deadline left on the connection.
 func (c *client) watchPeer() (gone <-chan struct{}, stop func()) {
-	if c.rhi == len(c.rbuf) {
+	win := &c.lc.Win
+	if len(win.Free()) == 0 {
 		return nil, func() {}
 	}
 	nc := c.nc
@@ -366,7 +367,7 @@ func (c *client) watchPeer() (gone <-chan struct{}, stop func()) {
 		defer close(done)
 		// Owned by this goroutine until done is closed: the client's
 		// goroutine waits in awaitChange and touches neither.
-		n, err := nc.Read(c.rbuf[c.rhi : c.rhi+1])
+		n, err := nc.Read(win.Free()[:1])
 		got = n
 		if n == 0 && err != nil && !isTimeout(err) {
 			close(ch)
@@ -375,7 +376,7 @@ func (c *client) watchPeer() (gone <-chan struct{}, stop func()) {
 	return ch, func() {
 		_ = nc.SetReadDeadline(time.Now())
 		<-done
-		c.rhi += got
+		win.Hi += got
 		_ = nc.SetReadDeadline(time.Time{})
 		c.deadline = false
 	}

@@ -1,5 +1,8 @@
 package proxy
 
+// Pooled byte buffers for messages and replies, so that memory follows
+// load rather than the number of connections.
+
 import "sync"
 
 // buffer is a pooled byte slice. Idle clients hold none: a client takes a

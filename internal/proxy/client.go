@@ -13,11 +13,9 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -52,21 +50,20 @@ func (s clientState) String() string {
 // client is one driver connection.
 //
 // Ownership: the fields without a comment of their own are owned by whoever
-// serves the client, its goroutine or the loop thread holding lc.ownMu
-// (lc.state says which); the hand-over between them happens under
-// lc.ownMu. sessMu guards the session state that other clients touch when
-// they end a transaction this client began, and that SHOW CLIENTS and
-// Shutdown read.
+// serves the client, its goroutine or the loop thread holding lc.Mu
+// (lc.State says which); the hand-over between them happens under
+// lc.Mu. The client is split by owner (doc.go): conn, the socket and
+// buffers; sess, what other clients, SHOW CLIENTS and Shutdown read (its
+// sessMu); login; lc, the loop's side; x, the request being forwarded.
 type client struct {
-	s  *Server
-	nc net.Conn // nil while the loop owns the client
+	s *Server
+	// conn is the socket and the buffers (conn.go). Owner only.
+	conn
 	id int64
 	// only names the route of a listener dedicated to one route ("" for
 	// the main listener); it is resolved at each request, so a reload that
 	// replaces the route takes effect for connected clients too.
 	only      string
-	remote    string
-	listener  string // the address the client connected to
 	connected time.Time
 	log       *slog.Logger
 	// spoke is set once the client's first message has been answered (by
@@ -74,63 +71,15 @@ type client struct {
 	// waits for it (freshClientGrace).
 	spoke atomic.Bool
 
-	hello bool // the client has sent its handshake
-	// legacy is set while a command that came as an OP_QUERY is served:
-	// its replies go back as an OP_REPLY (legacy.go). Such a request is
-	// always the goroutine's.
-	legacy bool
-	// lbMode is set by the client's first hello when it says loadBalanced
-	// (written once, read by whoever serves the client and by SHOW
-	// CLIENTS).
-	lbMode atomic.Bool
-	// lbCursors are the cursors a load-balanced client opened here and has
-	// not finished: a drain waits for them (lbcursor.go). Guarded by
-	// sessMu.
-	lbCursors map[int64]struct{}
-
+	hello  bool // the client has sent its handshake
 	maxMsg int
-	nextID int32 // requestID of our own replies
-	// state is a clientState, written by setPhaseLocked, read by SHOW
-	// CLIENTS from other goroutines.
-	state    atomic.Uint32
-	requests atomic.Uint64
-	// lastRoute is the route of the client's most recent request, whose
-	// client_idle_timeout applies to it (idleTimeout). Written by whoever
-	// serves the client, read by the idle sweeper.
-	lastRoute atomic.Pointer[Route]
 
-	hdr [wire.HeaderLen]byte
-	// rbuf holds bytes read from the client but not yet consumed
-	// (rbuf[rlo:rhi]); small enough to keep idle clients cheap, large
-	// enough for most commands to arrive in one read.
-	rbuf     [512]byte
-	rlo, rhi int
-	deadline bool    // a read deadline is set on nc
-	in       *buffer // the request being handled
-	aux      *buffer // decompressed request
-	out      *buffer // replies we build, and compressed copies
-	msg      wire.Msg
-	// comp has bit id set for each compressor a hello of the client agreed
-	// on: the ones it may send OP_COMPRESSED with (checkCompressed).
-	comp uint8
+	// msg is the request being handled, parsed (owner only).
+	msg wire.Msg
 
-	// ident is who the client logged in as, nil before (auth.go); conv is
-	// its login conversation in progress.
-	ident *auth.Identity
-	conv  *auth.Conversation
-	// passKey is ident's auth.UserID, boxed once at the login: the key
-	// of the pass-through secrets (Server.pass), which a request looks up
-	// without allocating. Owner only.
-	passKey any
-	// counted is set when the login was counted for max_user_client_conn
-	// (userlimit.go), as countedUser; loginRefused when it was refused.
-	// Owner only.
-	counted      bool
-	countedUser  auth.UserID
-	loginRefused bool
-	// mechsAsked is set by a hello that asked saslSupportedMechs before
-	// the client logged in: a login follows (loginDue).
-	mechsAsked bool
+	// login is who the client logged in as, and its login in progress
+	// (auth.go, logintimeout.go). Owner only.
+	login login
 
 	// x is the request being forwarded (exchange.go).
 	x exchange
@@ -139,30 +88,14 @@ type client struct {
 	checkOutFn   func(*pool.Conn, error)
 	checkedOutCh chan checkOutResult
 
-	sessMu sync.Mutex // guards appName, user, pins, open, lbCursors and phase; see doc.go for the lock order
-	// appName is the client's application name from its handshake.
-	appName string
-	// user is ident's "user@db", for SHOW CLIENTS.
-	user string
-	// pins holds at most one pinned connection per route.
-	pins []pin
-	// open are the transactions begun through this client that have not
-	// ended; they are aborted if the client disconnects.
-	open map[txnKey]*Route
-	// phase is where the client's request is: written by the owner under
-	// sessMu (setPhaseLocked), read by the owner freely and by others under
-	// sessMu.
-	phase phase
+	// sess is the client's session: pins, open transactions, phase, and
+	// what SHOW CLIENTS shows (guarded by its sessMu).
+	sess session
 
 	// lc is the event-loop state; it says whether the goroutine or the loop
 	// owns the client.
 	lc loopClient
-	// lt is what client_login_timeout remembers (logintimeout.go).
-	lt loginClock
 
-	// tlsConn is the client's TLS connection, nil for a plain client (set
-	// by startTLS; such a client never enters the loop).
-	tlsConn *tls.Conn
 	// quiet logs the client's end at debug: a client refused before it
 	// was served (startTLS), which logged why itself.
 	quiet bool
@@ -171,13 +104,11 @@ type client struct {
 func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 	id := s.nextClientID.Add(1)
 	c := &client{
-		s: s, nc: nc, id: id, only: only,
-		remote:    nc.RemoteAddr().String(),
-		listener:  listener,
+		s: s, id: id, only: only,
+		conn:      conn{nc: nc, remote: nc.RemoteAddr().String(), listener: listener},
 		connected: time.Now(),
 		maxMsg:    s.opts.MaxMessageSize,
 	}
-	c.x.c = c
 	if only != "" {
 		// A route's own listener reads under the route's limit.
 		if r := s.Route(only); r != nil {
@@ -187,15 +118,16 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 		}
 	}
 	c.log = s.log.With("client", id, "remote", c.remote)
-	c.initLoop()
+	c.bind()
 	return c
 }
 
-// closeConn closes the goroutine's connection; safe to repeat.
-func (c *client) closeConn() {
-	if c.nc != nil {
-		_ = c.nc.Close()
-	}
+// bind ties a new client's parts together: its exchange is given the
+// server, the session, the login and the client's id, and its loop side
+// the client.
+func (c *client) bind() {
+	c.x.s, c.x.sess, c.x.login, c.x.id = c.s, &c.sess, &c.login, c.id
+	c.lc.init(c)
 }
 
 // monoEpoch anchors monoNow.
@@ -242,7 +174,7 @@ func (c *client) run() {
 			c.spoke.Store(true)
 		}
 		c.releaseBuffers()
-		if c.enterLoop() {
+		if c.lc.enter() {
 			return
 		}
 	}
@@ -259,19 +191,19 @@ func (c *client) finish(err error) {
 // closeOwned marks a client its goroutine owns closed for the loop, which
 // forgets it, under ownMu.
 func (c *client) closeOwned() {
-	c.lc.ownMu.Lock()
-	defer c.lc.ownMu.Unlock()
-	c.lc.state = lsClosed
+	c.lc.Mu.Lock()
+	defer c.lc.Mu.Unlock()
+	c.lc.State = lsClosed
 	c.lingerOnClose()
-	c.loopForget()
+	c.lc.forget()
 }
 
-// finishLocked ends a client the loop owns, holding c.lc.ownMu. Such a client
+// finishOwned ends a client the loop owns, holding c.lc.Mu. Such a client
 // has no transaction open and nothing pinned, so cleanup does no I/O.
-func (c *client) finishLocked(err error) {
+func (c *client) finishOwned(err error) {
 	c.cleanup()
 	c.lingerOnClose()
-	c.loopForget()
+	c.lc.forget()
 	c.finalize(err)
 }
 
@@ -292,7 +224,7 @@ func (c *client) finalize(err error) {
 	} else {
 		c.log.Info("client disconnected", attrs...)
 	}
-	c.releaseUser()
+	c.login.releaseUser(c.s)
 	s := c.s
 	s.clientsMu.Lock()
 	delete(s.clients, c)
@@ -311,24 +243,22 @@ func (c *client) read() ([]byte, error) {
 	// The wait for a message is bounded by client_idle_timeout and the
 	// login rule; a message begun, by partialDeadline (logintimeout.go).
 	w := c.armRead()
-	for c.rhi-c.rlo < wire.HeaderLen {
-		if c.rlo > 0 {
-			c.rhi = copy(c.rbuf[:], c.rbuf[c.rlo:c.rhi])
-			c.rlo = 0
-		}
-		if c.rhi > 0 {
+	win := &c.lc.Win
+	for win.Len() < wire.HeaderLen {
+		win.Compact()
+		if win.Hi > 0 {
 			c.partialDeadline(&w)
 		}
-		n, err := c.nc.Read(c.rbuf[c.rhi:])
-		c.rhi += n
-		if err != nil && c.rhi-c.rlo < wire.HeaderLen {
+		n, err := c.nc.Read(win.Free())
+		win.Hi += n
+		if err != nil && win.Len() < wire.HeaderLen {
 			if c.stillWaiting(&w, err) {
 				continue
 			}
 			return nil, c.readFailed(&w, err)
 		}
 	}
-	hdr := c.rbuf[c.rlo : c.rlo+wire.HeaderLen]
+	hdr := win.Pending()[:wire.HeaderLen]
 	h, err := wire.ParseHeader(hdr)
 	if err != nil {
 		return nil, c.protocolError(int32(binary.LittleEndian.Uint32(hdr[4:])), err)
@@ -337,15 +267,11 @@ func (c *client) read() ([]byte, error) {
 	if limit := c.readLimit(); n < wire.HeaderLen || n > limit {
 		return nil, c.protocolError(h.RequestID, c.sizeError(n, limit))
 	}
-	avail := c.rhi - c.rlo
-	if n <= avail {
+	if n <= win.Len() {
 		c.in = getBuffer(n)
 		b := c.in.b[:n]
-		copy(b, c.rbuf[c.rlo:c.rlo+n])
-		c.rlo += n
-		if c.rlo == c.rhi {
-			c.rlo, c.rhi = 0, 0
-		}
+		copy(b, win.Pending())
+		win.Consume(n)
 		c.noteMessage(&w)
 		return b, nil
 	}
@@ -354,8 +280,8 @@ func (c *client) read() ([]byte, error) {
 	// stalled senders of huge headers cost what they sent.
 	c.in = getBuffer(min(n, initialBodyBuffer))
 	b := c.in.b[:0]
-	b = append(b, c.rbuf[c.rlo:c.rhi]...)
-	c.rlo, c.rhi = 0, 0
+	b = append(b, win.Pending()...)
+	win.Reset()
 	c.partialDeadline(&w)
 	for len(b) < n {
 		if len(b) == cap(b) {
@@ -376,13 +302,6 @@ func (c *client) read() ([]byte, error) {
 	return b, nil
 }
 
-// useRoute records route as the client's most recent one.
-func (c *client) useRoute(route *Route) {
-	if c.lastRoute.Load() != route {
-		c.lastRoute.Store(route)
-	}
-}
-
 // idleTimeout returns the client_idle_timeout that applies to the client
 // now, 0 for none: its listener's route's, else the route of its most
 // recent request (as that route is configured now), else the global one.
@@ -390,7 +309,7 @@ func (c *client) idleTimeout() time.Duration {
 	var r *Route
 	if c.only != "" {
 		r = c.s.Route(c.only)
-	} else if last := c.lastRoute.Load(); last != nil {
+	} else if last := c.sess.lastRoute.Load(); last != nil {
 		r = c.s.Route(last.Name)
 	}
 	if r != nil {
@@ -402,13 +321,6 @@ func (c *client) idleTimeout() time.Duration {
 		}
 	}
 	return time.Duration(c.s.idleTimeout.Load())
-}
-
-func (c *client) releaseBuffers() {
-	putBuffer(c.in)
-	putBuffer(c.aux)
-	putBuffer(c.out)
-	c.in, c.aux, c.out = nil, nil, nil
 }
 
 // clearedAndReady reports whether err says p was cleared while p is ready

@@ -1,5 +1,10 @@
 package proxy
 
+// Command and reply inspection: what a request is (its command, database,
+// session, transaction, cursor) and what a reply says (ok, error code,
+// cursor id), read from the BSON without decoding it; and the error
+// replies we build (errorReply).
+
 import (
 	"bytes"
 	"encoding/binary"

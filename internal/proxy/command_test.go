@@ -1,5 +1,8 @@
 package proxy
 
+// Command and reply inspection (transactions, retryable writes, cursors,
+// reply codes), error reply shape and labels, and the affinity maps' bounds.
+
 import (
 	"testing"
 	"time"

@@ -1,5 +1,7 @@
 package proxy
 
+// Cursor affinity forgets cursors that ended.
+
 import (
 	"context"
 	"log/slog"

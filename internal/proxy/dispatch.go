@@ -8,7 +8,6 @@ package proxy
 // builds itself are written from here too.
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -176,7 +175,7 @@ func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Docum
 	lim := c.s.waitLimits()
 	if !c.hello {
 		c.hello = true
-		c.setHelloInfo(hr.appName, hr.loadBalanced)
+		c.sess.setHelloInfo(hr.appName, hr.loadBalanced)
 		c.log = c.log.With("appName", hr.appName)
 	}
 	if int(lim.maxMsg) < c.maxMsg {
@@ -228,7 +227,6 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 	case admitAnswer:
 		return c.answer(h.RequestID, compressed, compID, req)
 	}
-	c.useRoute(route)
 	return c.forward(route, msg, h, compressed, compID)
 }
 
@@ -268,9 +266,8 @@ func (c *client) reply(responseTo int32, compressed bool, compID wire.Compressor
 // replyFlags sends a reply body we built with OP_MSG flags (moreToCome in
 // an exhaust stream); its requestID is c.nextID after.
 func (c *client) replyFlags(responseTo int32, flags wire.MsgFlags, compressed bool, compID wire.CompressorID, name string, body bsoncore.Document) error {
-	c.nextID++
 	c.out = getBuffer(len(body) + 64)
-	msg := wire.AppendMsg(c.out.b[:0], c.nextID, responseTo, flags, body)
+	msg := c.appendReply(c.out.b[:0], responseTo, flags, body)
 	c.out.b = msg[:0]
 	return c.writeRaw(msg, compressed, compID, name)
 }
@@ -286,17 +283,6 @@ func (c *client) replyError(responseTo int32, compressed bool, compID wire.Compr
 // writeError sends an uncompressed error reply.
 func (c *client) writeError(responseTo int32, compressed bool, compID wire.CompressorID, body bsoncore.Document) error {
 	return c.reply(responseTo, compressed, compID, "", body)
-}
-
-// writeLegacyReply answers an OP_QUERY with an OP_REPLY.
-func (c *client) writeLegacyReply(responseTo int32, failure bool, doc bsoncore.Document) {
-	c.nextID++
-	b := wire.AppendReply(nil, c.nextID, responseTo, doc)
-	if failure {
-		// responseFlags QueryFailure (bit 1) sits right after the header.
-		binary.LittleEndian.PutUint32(b[wire.HeaderLen:], 2)
-	}
-	_, _ = c.nc.Write(b)
 }
 
 // writeRaw writes a whole message to the client, compressed with the
@@ -329,13 +315,4 @@ func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID,
 		return errClientGone
 	}
 	return nil
-}
-
-// setHelloInfo records the application name and the load-balanced mode
-// the client's first hello gave, for SHOW CLIENTS.
-func (c *client) setHelloInfo(name string, loadBalanced bool) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	c.appName = name
-	c.lbMode.Store(loadBalanced)
 }

@@ -7,6 +7,8 @@
 //
 //   - server.go: listeners, the client set, advertised limits, shutdown.
 //   - client.go: a client's life and the reads of its messages.
+//   - conn.go: the client's connection (socket, buffers, our framing,
+//     what its hello agreed on): its owner's only.
 //   - dispatch.go: what each message gets (handshake, admin, errors, forward).
 //   - admit.go: admit, the one verdict on each request for both I/O models
 //     (refuse, answer, forward, or leave it to the loop), and the bounds on
@@ -14,37 +16,45 @@
 //   - exchange.go: the request state machine, every decision of a forwarded
 //     request, written once.
 //   - relay.go: its goroutine driver (blocking I/O).
-//   - loop_client_linux.go: its event-loop driver (non-blocking I/O).
-//   - loop_linux.go: the loop's threads, ready list and driver interface;
-//     loop_epoll_linux.go and loop_ring_linux.go are the two drivers;
-//     loop_place_linux.go places io_uring clients on the threads, and
-//     loop_spin_linux.go has a thread wait awake for a lone fast reply.
-//   - session.go: pins, transactions across client connections, clean-up.
-//   - auth.go: client logins (SCRAM, x509).
+//   - loop_client_linux.go: its event-loop driver (non-blocking I/O), the
+//     client's endpoint and handler in the engine (internal/evloop, which
+//     moves the bytes over epoll or io_uring and knows nothing of MongoDB).
+//   - loop_server_linux.go: the server's side of the loop: starting the
+//     engine, the idle sweeper, stopping it.
+//   - session.go: the session (pins, open transactions, phase: what other
+//     clients and the admin read, under its sessMu), transactions across
+//     client connections, clean-up.
+//   - auth.go: the login (identity, conversation) and client logins (SCRAM,
+//     x509); logintimeout.go: client_login_timeout; userlimit.go:
+//     max_user_client_conn.
+//   - awaithello.go: awaitable hello and quiesce; lbcursor.go: a
+//     load-balanced client's cursors across a drain.
 //   - route.go, affinity.go, command.go, handshake.go, errors.go: routes,
 //     cursor and transaction affinity, command and reply inspection, the
 //     hello reply, synthetic error replies.
 //
+// A client is thus split by owner: its conn (socket, buffers) and the
+// exchange, its owner's only; its loopClient (the loop's side, with the
+// read window, under the endpoint's Mu); its session (sessMu); its login.
+// The exchange holds no client: it is given the server, the session and
+// the login, and the request's command as a parameter.
+//
 // # Ownership
 //
 // A client is served by exactly one owner at a time: its goroutine
-// (loopClient.state == lsGoroutine) or the event loop (any other state),
-// and the owner alone reads its socket and touches the fields without a
-// "guarded by" comment (rbuf, the exchange x, msg, nextID, the buffers).
-// Hand-overs between them happen under the client's loopClient.ownMu. On
-// the loop, whichever loop thread holds ownMu acts for the client; the
-// driver's per-socket state is guarded by that same lock, except where its
-// type says otherwise (epollUp.ready, ringUp.mu). That includes the
-// io_uring client's home thread (ringClient.home), which the placement of
-// clients (loop_place_linux.go) changes under ownMu. A ring thread's
-// utilisation and client count (threadLoad) are atomics, written by the
-// thread (the count by whoever attaches, moves or closes a client) and
-// read by every thread; the rest of threadLoad is the thread's own.
+// (c.lc.State == lsGoroutine) or the event loop (any other state), and the
+// owner alone reads its socket and touches the fields without a "guarded
+// by" comment (the read window c.lc.Win, the exchange x, msg, nextID, the
+// buffers). Hand-overs between them happen under the client's endpoint
+// lock, c.lc.Mu ("ownMu" below). On the loop, whichever loop thread holds
+// it acts for the client; the engine's per-socket state is guarded by that
+// same lock (internal/evloop's doc says where not).
 //
 // An upstream connection belongs to its pool, and between checkout and
 // check-in to the exchange that holds it (or to the client that pins it).
-// The loop borrows its socket through syscall.RawConn; loopUp.owner names
-// the client whose request is out on it.
+// The loop borrows its socket through syscall.RawConn
+// (evloop.Loop.AttachUpstream), and names the client whose request is out
+// on it until its reply ends (evloop.Endpoint.EndReply).
 //
 // # Lock order
 //
@@ -52,8 +62,9 @@
 // network I/O except ownMu, which the loop holds across its non-blocking
 // calls.
 //
-//  1. loopClient.ownMu (a client's event-loop ownership).
-//  2. client.sessMu (a client's pins, open transactions and phase). Another
+//  1. loopClient.Mu, "ownMu" (a client's event-loop ownership: its
+//     evloop.Endpoint's lock).
+//  2. session.sessMu (c.sess: a client's pins, open transactions and phase). Another
 //     client's sessMu is never taken while one is held: a transaction ended
 //     through another client is handed over after the first is released.
 //     Server.clientsMu comes before sessMu (SHOW CLIENTS, the drain check)
@@ -61,8 +72,8 @@
 //  3. The topology's server lock and the pool's lock (checkout, check-in).
 //     The pool calls a CheckOutFunc callback under its lock; the callback
 //     only takes the next locks.
-//  4. The loop threads' queues: loops.readyMu, ringThread.qMu; and the
-//     drivers' own: epollDriver.tabMu, ringUp.mu, and flusher.mu (linger_linux.go).
+//  4. The engine's leaves (evloop: the ready list, the io_uring arm
+//     queues, the drivers' tables, and Flusher.mu: evloop/linger_linux.go).
 //  5. Metrics (the Observer), which take no lock of ours.
 //
 // Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu,
@@ -81,21 +92,21 @@
 // count, the set), so Shutdown does not wait for it. The recovery points:
 //
 //   - path "goroutine": deferred at the top of each goroutine that serves
-//     a client (serve, run, loopWrite's writer, the refusal over
+//     a client (serve, run, loopClient.write's writer, the refusal over
 //     max_client_conn). That covers dispatch, logins and the admin
 //     commands, which run there. No lock of the client's is held at that
 //     point; the recovery takes ownMu to learn who owns the client, and
 //     finishes it as finish does (cleanup, open transactions aborted).
-//   - path "loop": deferred by each function that takes a client's ownMu
-//     on behalf of the loop (epoll clientReady, upstreamReady; io_uring
-//     arm, clientDone, replyDone; loopResume; enterLoop once the loop owns
-//     the client), after its deferred unlock, so the recovery runs under
-//     ownMu and the unlock follows. It ends the client whatever its loop
+//   - path "loop": loopClient.Recover, the evloop.Handler's, deferred by
+//     each engine function that takes a client's ownMu on behalf of the
+//     loop (and by loopClient.enter once the loop owns the client), after its
+//     deferred unlock, so the recovery runs under ownMu and the unlock
+//     follows. It ends the client whatever its loop
 //     state: a request out on an upstream connection has it closed (the
 //     loop's registration keeps the client and its reply buffer reachable
 //     until an io_uring receive still in flight completes); a checkout
 //     still queued is given back, unused, when it is delivered
-//     (loopResume); a client already handed to a goroutine has its
+//     (Resumed); a client already handed to a goroutine has its
 //     connection closed, which ends it there. The loop thread then goes on
 //     with its other clients.
 //
@@ -117,8 +128,8 @@
 // where a process that went on with a thread in an unknown state would be
 // worse off than one that stops; in the closes of loop clients by the
 // idle sweeper and Server.Close, which parse nothing; and in the checkout
-// callbacks (loopDelivered, checkOutDone's), which run on the pool's
+// callbacks (loopClient.delivered, checkOutDone's), which run on the pool's
 // caller under its lock and only post the result. The goroutines the loop
-// starts for a client run recovered code: run, loopResume, upstreamReady.
+// starts for a client run recovered code: run, Resume, upstreamReady.
 // The HTTP admin server's handlers have net/http's own recovery.
 package proxy

@@ -1,5 +1,8 @@
 package proxy
 
+// Shutdown's drain and a client that has just connected: its first
+// message answered, a silent one waited for within bounds.
+
 import (
 	"net"
 	"sync"

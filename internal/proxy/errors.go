@@ -1,5 +1,10 @@
 package proxy
 
+// Upstream failures as clients see them: the error reply for a request
+// that could not reach or finish at its upstream (codes and labels drivers
+// retry on, details kept from clients that have not logged in), and the
+// SDAM state-change errors of replies.
+
 import (
 	"context"
 	"encoding/binary"

@@ -44,8 +44,16 @@ const (
 // It is owned by whoever serves the client: its goroutine, or the loop
 // thread holding the client's ownMu.
 type exchange struct {
-	c   *client
-	req request // the parsed command
+	// s, sess and login are what the exchange uses of its client: the
+	// server, the session (pins, transactions, phase) and the login (a
+	// pass-through route's pool); id names the client in logs.
+	s     *Server
+	sess  *session
+	login *login
+	id    int64
+	req   request // the parsed command
+	// body is the command document the request carries.
+	body bsoncore.Document
 	// route, srv and pc are where the request goes; pinned says pc is the
 	// client's pin. need is the server affinity requires, if any.
 	route  *Route
@@ -91,10 +99,10 @@ func (s *Server) routeOf(only string, req *request) *Route {
 	return s.routeFor(req.db)
 }
 
-// begin starts forwarding the parsed request (x.req) of msgLen bytes to
-// route: prepare, then started.
-func (x *exchange) begin(route *Route, msgLen int, reqID int32) {
-	x.prepare(route, msgLen, reqID)
+// begin starts forwarding the parsed request (x.req, whose command is
+// body) of msgLen bytes to route: prepare, then started.
+func (x *exchange) begin(route *Route, body bsoncore.Document, msgLen int, reqID int32) {
+	x.prepare(route, body, msgLen, reqID)
 	x.started()
 }
 
@@ -102,13 +110,13 @@ func (x *exchange) begin(route *Route, msgLen int, reqID int32) {
 // bytes to route, recording nothing about it yet: the loop prepares, asks
 // target whether it can serve the request without blocking, and only then
 // starts it (or forgets it, and the goroutine begins it again).
-func (x *exchange) prepare(route *Route, msgLen int, reqID int32) {
-	c := x.c
+func (x *exchange) prepare(route *Route, body bsoncore.Document, msgLen int, reqID int32) {
+	x.body = body
 	x.route, x.srv, x.need, x.pc, x.pinned, x.pool = route, nil, nil, nil, false, nil
 	x.key, x.inTxn = x.req.key()
 	x.killIDs, x.addRP = nil, false
-	if x.req.info.kind == kindKillCursors && (route.multi() || c.lbMode.Load()) {
-		x.killIDs = cursorIDs(c.msg.Body)
+	if x.req.info.kind == kindKillCursors && (route.multi() || x.sess.lbMode.Load()) {
+		x.killIDs = cursorIDs(body)
 	}
 	x.reqID, x.replies, x.retried = reqID, 0, false
 	x.start = monoNow()
@@ -118,10 +126,9 @@ func (x *exchange) prepare(route *Route, msgLen int, reqID int32) {
 // started records that the prepared request began: it counts, its route
 // is the client's latest, and the client is active.
 func (x *exchange) started() {
-	c := x.c
-	c.requests.Add(1)
-	c.useRoute(x.route)
-	c.setPhase(phaseActive)
+	x.sess.requests.Add(1)
+	x.sess.useRoute(x.route)
+	x.sess.setPhase(phaseActive)
 }
 
 // forget drops a prepared request that never started.
@@ -159,7 +166,7 @@ const (
 func (x *exchange) target(wait bool) (targetKind, error) {
 	route := x.route
 	need := x.affinity()
-	crit, addRP, err := criteria(route, &x.req, x.c.msg.Body)
+	crit, addRP, err := criteria(route, &x.req, x.body)
 	if err != nil || (addRP && !wait) {
 		if !wait {
 			return targetGoroutine, nil
@@ -193,10 +200,10 @@ func (x *exchange) target(wait bool) (targetKind, error) {
 		}
 		return targetCheckOut, nil
 	}
-	if err := route.waitGate(x.c.s.stopping); err != nil {
+	if err := route.waitGate(x.s.stopping); err != nil {
 		return 0, err
 	}
-	if x.c.s.Route(route.Name) != route {
+	if x.s.Route(route.Name) != route {
 		// A reload replaced or removed the route while the request waited
 		// at its pause (and carried the pause over): the driver's retry
 		// takes the route now configured.
@@ -260,10 +267,9 @@ func (x *exchange) usePin(need *topology.Server, take bool) bool {
 
 // lookPin is usePin's part under sessMu.
 func (x *exchange) lookPin(need *topology.Server, take bool) bool {
-	c := x.c
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	p := c.pinLocked(x.route)
+	x.sess.sessMu.Lock()
+	defer x.sess.sessMu.Unlock()
+	p := x.sess.pinLocked(x.route)
 	ok := p != nil && p.conn != nil && (need == nil || need == p.srv)
 	if ok && take {
 		x.srv, x.pc, x.pinned = p.srv, p.conn, true
@@ -275,7 +281,7 @@ func (x *exchange) lookPin(need *topology.Server, take bool) bool {
 // transaction started by this request.
 func (x *exchange) holding() {
 	if x.inTxn && x.req.startTxn {
-		x.c.beginTxn(x.route, x.srv, x.key)
+		x.s.beginTxn(x.sess, x.route, x.srv, x.key)
 	}
 }
 
@@ -285,7 +291,7 @@ func (x *exchange) holding() {
 // spares the client an error. Otherwise a nil error means the request
 // holds pc, pinned to the client when the pool mode says so.
 func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
-	c, route, srv := x.c, x.route, x.srv
+	route, srv := x.route, x.srv
 	if err != nil && !x.retried && clearedAndReady(err, x.pool) {
 		x.retried = true
 		return true, nil
@@ -298,24 +304,24 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 		_ = pc.Pool().CheckIn(pc)
 		return true, nil
 	}
-	if c.phase != phaseActive { // only the owner writes phase: no lock to read it
-		c.setPhase(phaseActive)
+	if x.sess.phase != phaseActive { // only the owner writes phase: no lock to read it
+		x.sess.setPhase(phaseActive)
 	}
 	if err != nil {
 		if x.pool != nil {
 			srv.HandlePoolError(x.pool, err, nil)
 		}
 		if route.PassThrough {
-			c.passThroughFailed(err)
+			x.login.passThroughFailed(x.s, err)
 		}
 		return false, err
 	}
 	route.held.Add(1)
 	x.pc = pc
 	mode := route.PoolMode()
-	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && c.hasOpen(route))))
-	if pinNow && (x.need == nil || !route.multi() || c.pinServer(route) == nil || c.pinServer(route) == srv) {
-		c.setPin(route, srv, pc)
+	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && x.sess.hasOpen(route))))
+	if pinNow && (x.need == nil || !route.multi() || x.sess.pinServer(route) == nil || x.sess.pinServer(route) == srv) {
+		x.sess.setPin(route, srv, pc)
 		x.pinned = true
 	}
 	x.holding()
@@ -331,14 +337,14 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 // not for a checkout that a free connection serves at once, whichever
 // driver serves the request.
 func (x *exchange) checkOut(done func(*pool.Conn, error)) (pc *pool.Conn, queued bool, err error) {
-	p, err := x.c.poolFor(x.route, x.srv)
+	p, err := x.login.poolFor(x.s, x.route, x.srv)
 	if err != nil {
 		return nil, false, err
 	}
 	x.pool = p
 	pc, queued, err = p.CheckOutFunc(done)
 	if queued {
-		x.c.setPhase(phaseWaiting)
+		x.sess.setPhase(phaseWaiting)
 	}
 	return pc, queued, err
 }
@@ -353,8 +359,8 @@ var errAmbiguousRequestID = errors.New("a reply to an earlier moreToCome request
 func (x *exchange) undo() {
 	x.route.checkIn(x.pc)
 	x.pc = nil
-	x.c.requests.Add(^uint64(0))
-	x.c.setPhase(phaseIdle)
+	x.sess.requests.Add(^uint64(0))
+	x.sess.setPhase(phaseIdle)
 	x.route, x.srv = nil, nil
 }
 
@@ -397,7 +403,7 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 	ri := inspectReply(body)
 	x.ok = ri.ok
 	if !ri.ok && ri.code != 0 {
-		x.c.s.opts.Observer.UpstreamError(x.route.Name, ri.code)
+		x.s.opts.Observer.UpstreamError(x.route.Name, ri.code)
 	}
 	if ri.overloaded {
 		// Passed through unchanged (drivers back off and retry it); the
@@ -414,7 +420,7 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 		// mongobouncer's: shutdown codes softened, the member's
 		// topologyVersion replaced by ours (awaithello.go).
 		softened := softenShutdown(body)
-		stamped := x.c.s.stampTopologyVersion(body)
+		stamped := x.s.stampTopologyVersion(body)
 		if (softened || stamped) && flags&wire.FlagChecksumPresent != 0 {
 			wire.UpdateChecksum(reply)
 		}
@@ -425,8 +431,8 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 
 // track updates cursor and transaction affinity from one reply.
 func (x *exchange) track(ri replyInfo) {
-	c, route, req := x.c, x.route, &x.req
-	c.noteLBCursor(req, ri, x.killIDs)
+	route, req := x.route, &x.req
+	x.sess.noteLBCursor(req, ri, x.killIDs)
 	if route.multi() {
 		switch {
 		case req.info.kind == kindGetMore && ri.cursorID == 0:
@@ -447,12 +453,12 @@ func (x *exchange) track(ri replyInfo) {
 		if route.multi() {
 			route.txns.delete(x.key)
 		}
-		c.s.endTxn(x.key, c)
+		x.s.endTxn(x.key, x.sess)
 	case !ri.ok:
 		// The server aborts a transaction on a command error. Keep the
 		// server affinity (the driver will still send abortTransaction)
 		// but free the connection.
-		c.s.endTxn(x.key, c)
+		x.s.endTxn(x.key, x.sess)
 	}
 }
 
@@ -461,26 +467,26 @@ func (x *exchange) track(ri replyInfo) {
 // transaction-mode pin is dropped once no transaction holds it), and can
 // serve someone else while the reply goes to this client.
 func (x *exchange) release() {
-	c, route, pc := x.c, x.route, x.pc
+	route, pc := x.route, x.pc
 	pinned := x.pinned
 	x.pc = nil
-	if !c.replyingKeepsPin(route, pc, pinned) {
+	if !x.sess.replyingKeepsPin(route, pc, pinned) {
 		route.checkIn(pc)
 	}
 }
 
 // replyingKeepsPin is release's part under sessMu: the client is replying,
 // and keeps pc pinned if it was and still needs it.
-func (c *client) replyingKeepsPin(route *Route, pc *pool.Conn, pinned bool) bool {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	if pinned && route.PoolMode() != ModeSession && !c.hasOpenLocked(route) {
-		if p := c.pinLocked(route); p != nil && p.conn == pc {
+func (ss *session) replyingKeepsPin(route *Route, pc *pool.Conn, pinned bool) bool {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	if pinned && route.PoolMode() != ModeSession && !ss.hasOpenLocked(route) {
+		if p := ss.pinLocked(route); p != nil && p.conn == pc {
 			p.conn = nil
 			pinned = false
 		}
 	}
-	c.setPhaseLocked(phaseReplying)
+	ss.setPhaseLocked(phaseReplying)
 	return pinned
 }
 
@@ -491,7 +497,6 @@ func (c *client) replyingKeepsPin(route *Route, pc *pool.Conn, pinned bool) bool
 // is forgotten. It returns the retryable error reply for the client (nil
 // for a moreToCome request, which gets none).
 func (x *exchange) fail(err error) bsoncore.Document {
-	c := x.c
 	if pc := x.pc; pc != nil {
 		pc.MarkErrored(err)
 		if !errors.Is(err, errUpstreamProtocol) && !errors.Is(err, upstream.ErrBadReply) {
@@ -499,30 +504,30 @@ func (x *exchange) fail(err error) bsoncore.Document {
 			// not the server: the others stay pooled, the server usable.
 			x.srv.HandlePoolError(pc.Pool(), err, pc)
 		}
-		c.s.log.Warn("upstream error", "route", x.route.Name, "server", x.srv.Address(), "client", c.id, "error", err)
+		x.s.log.Warn("upstream error", "route", x.route.Name, "server", x.srv.Address(), "client", x.id, "error", err)
 		x.dropConn()
 	}
 	if x.replies == 0 && x.inTxn && x.req.startTxn {
 		// No reply will say the transaction began; left open it would keep
 		// the client's transaction-mode pins and hold Shutdown's drain. (If
 		// the command did reach the server, it expires there.)
-		c.s.endTxn(x.key, c)
+		x.s.endTxn(x.key, x.sess)
 	}
 	x.ok = false
 	if x.req.more {
 		// The client reads no reply, so no error code is reported either.
 		return nil
 	}
-	if c.preLogin() {
+	if x.login.pending(x.s) {
 		// admit forwards nothing of a client that has not logged in; were
 		// anything to fail for one, what the upstream said (the route's
 		// service user, its hosts) stays in the log.
-		if c.s.log != nil {
-			c.s.log.Warn("upstream error for a client that has not logged in", "route", x.route.Name, "client", c.id, "error", err)
+		if x.s.log != nil {
+			x.s.log.Warn("upstream error for a client that has not logged in", "route", x.route.Name, "client", x.id, "error", err)
 		}
 		return errorReply(codeHostUnreachable, "HostUnreachable", "mongobouncer: no upstream is available before login")
 	}
-	return c.s.upstreamError(x.route, err, &x.req, x.inTxn)
+	return x.s.upstreamError(x.route, err, &x.req, x.inTxn)
 }
 
 // abandon closes the connection of a stream whose client is gone: unread
@@ -536,21 +541,21 @@ func (x *exchange) abandon(err error) {
 // dropConn unpins and checks in the request's connection, which the caller
 // has marked errored so that the pool closes it.
 func (x *exchange) dropConn() {
-	c, pc := x.c, x.pc
+	pc := x.pc
 	x.pc = nil
-	c.unpinReplying(x.route, pc)
+	x.sess.unpinReplying(x.route, pc)
 	x.route.checkIn(pc)
 }
 
 // unpinReplying is dropConn's part under sessMu: pc is pinned no more, and
 // the client is replying.
-func (c *client) unpinReplying(route *Route, pc *pool.Conn) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	if p := c.pinLocked(route); p != nil && p.conn == pc {
+func (ss *session) unpinReplying(route *Route, pc *pool.Conn) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	if p := ss.pinLocked(route); p != nil && p.conn == pc {
 		p.conn = nil
 	}
-	c.setPhaseLocked(phaseReplying)
+	ss.setPhaseLocked(phaseReplying)
 }
 
 // end finishes the request once its reply (or error reply) was written, or
@@ -559,64 +564,63 @@ func (c *client) unpinReplying(route *Route, pc *pool.Conn) {
 // leaves a busy client's pins alone) go back, and the client is idle or
 // pinned.
 func (x *exchange) end() {
-	c := x.c
 	if x.route == nil {
 		return
 	}
-	checkInPins(c.idleTakingPins())
+	checkInPins(x.sess.idleTakingPins())
 	name := x.req.info.name
 	if !x.req.info.known {
 		name = "other" // bounded label cardinality
 	}
-	c.s.opts.Observer.Request(x.route.Name, name, x.bytesIn, x.bytesOut, monoNow()-x.start, x.ok)
+	x.s.opts.Observer.Request(x.route.Name, name, x.bytesIn, x.bytesOut, monoNow()-x.start, x.ok)
 	x.route, x.srv, x.need = nil, nil, nil
 }
 
 // idleTakingPins is end's part under sessMu: the client is idle, and its
 // transaction-mode pins no transaction holds are returned, to be checked
 // in (checkInPins).
-func (c *client) idleTakingPins() []pin {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	back := c.takePinsLocked(func(p *pin) bool { return p.route.PoolMode() != ModeSession })
-	c.setPhaseLocked(phaseIdle)
+func (ss *session) idleTakingPins() []pin {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	back := ss.takePinsLocked(func(p *pin) bool { return p.route.PoolMode() != ModeSession })
+	ss.setPhaseLocked(phaseIdle)
 	return back
 }
 
 // setPhase moves the client's request to p.
-func (c *client) setPhase(p phase) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	c.setPhaseLocked(p)
+func (ss *session) setPhase(p phase) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	ss.setPhaseLocked(p)
 }
 
 // setPhaseLocked is the one place a client's phase changes; it holds
 // sessMu. Only the client's owner calls it, so the owner may read phase
 // without the lock; others read it under sessMu.
-func (c *client) setPhaseLocked(p phase) {
-	c.phase = p
-	c.stateLocked()
+func (ss *session) setPhaseLocked(p phase) {
+	ss.phase = p
+	ss.stateLocked()
 }
 
 // stateLocked sets the SHOW CLIENTS state from the phase and the pins; it
 // holds sessMu.
-func (c *client) stateLocked() {
+func (ss *session) stateLocked() {
 	st := stateIdle
-	switch c.phase {
+	switch ss.phase {
 	case phaseWaiting:
 		st = stateWaiting
 	case phaseActive, phaseReplying:
 		st = stateActive
 	default:
-		if c.hasPinLocked() {
+		if ss.hasPinLocked() {
 			st = statePinned
 		}
 	}
-	if clientState(c.state.Load()) != st {
-		c.state.Store(uint32(st))
+	if clientState(ss.state.Load()) != st {
+		ss.state.Store(uint32(st))
 	}
 }
 
 // busyLocked reports whether the client's request holds or waits for a
 // connection: its pins are then not others' to release. It holds sessMu.
-func (c *client) busyLocked() bool { return c.phase == phaseWaiting || c.phase == phaseActive }
+func (ss *session) busyLocked() bool { return ss.phase == phaseWaiting || ss.phase == phaseActive }

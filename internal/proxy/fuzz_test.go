@@ -1,5 +1,7 @@
 package proxy
 
+// Fuzz tests of the request parsers, admit, and a pre-login OP_COMPRESSED.
+
 import (
 	"strings"
 	"testing"
@@ -89,8 +91,9 @@ func FuzzAdmit(f *testing.F) {
 			return // the wire layer validates every body first
 		}
 		c := &client{s: s}
+		c.bind()
 		if loggedIn {
-			c.ident = &auth.Identity{User: "app", DB: "admin"}
+			c.login.ident = &auth.Identity{User: "app", DB: "admin"}
 		}
 		var req request
 		req.inspect(body)
@@ -142,9 +145,10 @@ func FuzzPreLoginCompressed(f *testing.F) {
 	}
 	s := &Server{opts: Options{Auth: &ClientAuth{Users: auth.New(users, nil, nil)}}}
 	f.Fuzz(func(t *testing.T, msg []byte, comp uint8, loggedIn bool) {
-		c := &client{s: s, maxMsg: 128 << 10, comp: comp & 0xf}
+		c := &client{s: s, maxMsg: 128 << 10, conn: conn{comp: comp & 0xf}}
+		c.bind()
 		if loggedIn {
-			c.ident = &auth.Identity{User: "app", DB: "admin"}
+			c.login.ident = &auth.Identity{User: "app", DB: "admin"}
 		}
 		limit := c.readLimit()
 		if want := 128 << 10; !loggedIn && limit != DefaultMaxPreLoginMessageSize || loggedIn && limit != want {

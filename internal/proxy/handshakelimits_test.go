@@ -1,5 +1,7 @@
 package proxy
 
+// The first hello waits for every route's first monitor check, bounded.
+
 import (
 	"context"
 	"log/slog"

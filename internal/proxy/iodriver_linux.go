@@ -1,8 +1,11 @@
 package proxy
 
 // The name of the I/O driver a started event loop runs on, for
-// Server.LoopIO: read from the driver itself, so that what the startup
-// line says is what runs, never a prediction of it.
+// Server.LoopIO: read from the engine's loop itself (evloop.Loop.IO names
+// the driver that started), so that what the startup line says is what
+// runs, never a prediction of it.
+
+import "github.com/mongobouncer/mongobouncer/internal/evloop"
 
 // loopDriverName names l's driver: "io_uring" or "epoll"; "off" for no
 // loop.
@@ -10,10 +13,10 @@ func loopDriverName(l *loops) string {
 	if l == nil {
 		return LoopIOOff
 	}
-	switch l.drv.(type) {
-	case *ringDriver:
+	switch l.IO() {
+	case evloop.IOUring:
 		return string(LoopIOUring)
-	case *epollDriver:
+	case evloop.IOEpoll:
 		return string(LoopIOEpoll)
 	}
 	return LoopIOOff

@@ -25,25 +25,25 @@ const maxLBCursors = 1024
 // ended it (CursorNotFound, or the server killed it); a killCursors ends
 // the cursors it names. Called for every reply of every client; it costs a
 // plain client one load.
-func (c *client) noteLBCursor(req *request, ri replyInfo, killIDs []int64) {
-	if !c.lbMode.Load() {
+func (ss *session) noteLBCursor(req *request, ri replyInfo, killIDs []int64) {
+	if !ss.lbMode.Load() {
 		return
 	}
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
 	switch {
 	case req.info.kind == kindGetMore && (ri.cursorID == 0 || !ri.ok):
-		delete(c.lbCursors, req.cursorID)
+		delete(ss.lbCursors, req.cursorID)
 	case req.info.kind == kindKillCursors:
 		for _, id := range killIDs {
-			delete(c.lbCursors, id)
+			delete(ss.lbCursors, id)
 		}
 	case req.info.kind != kindGetMore && ri.ok && ri.cursorID != 0:
-		if c.lbCursors == nil {
-			c.lbCursors = make(map[int64]struct{})
+		if ss.lbCursors == nil {
+			ss.lbCursors = make(map[int64]struct{})
 		}
-		if len(c.lbCursors) < maxLBCursors {
-			c.lbCursors[ri.cursorID] = struct{}{}
+		if len(ss.lbCursors) < maxLBCursors {
+			ss.lbCursors[ri.cursorID] = struct{}{}
 		}
 	}
 }
@@ -51,24 +51,24 @@ func (c *client) noteLBCursor(req *request, ri replyInfo, killIDs []int64) {
 // drainFinishesCursor reports whether req, arriving during a drain, is
 // the getMore or killCursors of a cursor the (load-balanced) client opened
 // here, which the drain lets through.
-func (c *client) drainFinishesCursor(req *request) bool {
-	if !c.lbMode.Load() {
+func (ss *session) drainFinishesCursor(req *request) bool {
+	if !ss.lbMode.Load() {
 		return false
 	}
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
 	switch req.info.kind {
 	case kindGetMore:
-		_, ok := c.lbCursors[req.cursorID]
+		_, ok := ss.lbCursors[req.cursorID]
 		return ok
 	case kindKillCursors:
 		// Its ids are read when it is forwarded (exchange.prepare); a
 		// load-balanced driver kills only a cursor of this connection.
-		return len(c.lbCursors) > 0
+		return len(ss.lbCursors) > 0
 	}
 	return false
 }
 
 // hasLBCursorsLocked reports whether the client has a cursor the drain
 // waits for. Called with sessMu held.
-func (c *client) hasLBCursorsLocked() bool { return len(c.lbCursors) > 0 }
+func (ss *session) hasLBCursorsLocked() bool { return len(ss.lbCursors) > 0 }

@@ -1,5 +1,7 @@
 package proxy
 
+// Legacy OP_QUERY commands: translation, refusals and the OP_REPLY framing.
+
 import (
 	"bytes"
 	"errors"

@@ -70,10 +70,7 @@ func TestCloseKeepsRepliesForAClientStillSending(t *testing.T) {
 			}
 			return paddedReply(req)
 		})
-		var ring *ringDriver
-		if l := r.s.loopsPtr.Load(); l != nil {
-			ring, _ = l.drv.(*ringDriver)
-		}
+		l := r.s.loopsPtr.Load()
 		cl := r.tcpClientBufs(64<<10, 4096)
 		sent := fillNonReader(t, cl, &seen)
 		done := startShutdown(t, r)
@@ -105,7 +102,7 @@ func TestCloseKeepsRepliesForAClientStillSending(t *testing.T) {
 		// waits for the reply the proxy was writing, and on io_uring
 		// Close for the ring's send, each of which needs some room.
 		let := func() bool {
-			return r.s.ClientCount() == 0 && (ring == nil || ring.lingering.Load() == 0)
+			return r.s.ClientCount() == 0 && (l == nil || l.Lingering() == 0)
 		}
 		for !let() {
 			if i >= sent {

@@ -14,10 +14,11 @@ import (
 	"testing"
 )
 
-// clientLocks are the client's locks the recovery takes.
-var clientLocks = map[string]bool{"sessMu": true, "ownMu": true}
+// clientLocks are the client's locks the recovery takes: sessMu, and
+// its endpoint's Mu (c.lc.Mu, "ownMu").
+var clientLocks = map[string]bool{"sessMu": true, "Mu": true}
 
-// clientLockCall returns the mutex expression (e.g. "c.lc.ownMu") when call
+// clientLockCall returns the mutex expression (e.g. "c.lc.Mu") when call
 // is a method call on one of clientLocks, and the method's name.
 func clientLockCall(call ast.Expr) (mu, method string) {
 	ce, ok := call.(*ast.CallExpr)
@@ -45,7 +46,7 @@ func clientLockCall(call ast.Expr) (mu, method string) {
 	return b.String(), sel.Sel.Name
 }
 
-// writeExpr renders a selector chain ("c.lc.ownMu").
+// writeExpr renders a selector chain ("c.lc.Mu").
 func writeExpr(b *strings.Builder, e ast.Expr) bool {
 	switch x := e.(type) {
 	case *ast.Ident:

@@ -20,7 +20,7 @@ package proxy
 // has logged in, is governed by client_idle_timeout only. A client's
 // goroutine enforces the rule with read deadlines (readWait, set by read);
 // the event loop's idle sweeper enforces it for the clients the loop holds
-// (loopLoginExpired).
+// (loopClient.loginExpired).
 
 import (
 	"errors"
@@ -77,7 +77,7 @@ func (s *Server) SetLoginTimeout(d time.Duration) {
 	default:
 	}
 	for _, c := range s.snapshot() {
-		if !c.lt.armed.Load() {
+		if !c.login.clock.armed.Load() {
 			continue
 		}
 		c.expireRead()
@@ -96,53 +96,50 @@ type loginClock struct {
 	// started is set once a whole message has arrived.
 	started bool
 	// conv is the SASL conversation convAt is the start of: a saslStart
-	// (or a hello's speculativeAuthenticate) replaces c.conv.
+	// (or a hello's speculativeAuthenticate) replaces c.login.conv.
 	conv   *auth.Conversation
 	convAt time.Time
 	// msgAt is when the last whole message arrived, kept only while the
 	// client has not logged in (auth on).
 	msgAt time.Time
 	// partAt (monoNow) is when the loop saw the first bytes of the message
-	// now in rbuf, 0 when rbuf holds no partial message.
+	// now in the read window, 0 when it holds no partial message.
 	partAt time.Duration
 }
-
-// mustLogIn reports whether the client is held to the login rule after its
-// first message: authentication is on and it has not logged in.
-func (c *client) mustLogIn() bool { return c.s.opts.Auth != nil && c.ident == nil }
 
 // noteMessage records that a whole message arrived, ending the wait w.
 func (c *client) noteMessage(w *readWait) {
 	if w.armed {
-		c.lt.armed.Store(false)
+		c.login.clock.armed.Store(false)
 	}
-	c.lt.started = true
-	if c.mustLogIn() {
-		c.lt.msgAt = time.Now()
+	c.login.clock.started = true
+	if c.preLogin() {
+		c.login.clock.msgAt = time.Now()
 	}
 }
 
 // noteConv records the start of a conversation begun since the last call:
 // the message that began it is the last one read.
-func (c *client) noteConv() {
-	if c.conv != c.lt.conv {
-		c.lt.conv = c.conv
-		c.lt.convAt = c.lt.msgAt
+func (lg *login) noteConv() {
+	if lg.conv != lg.clock.conv {
+		lg.clock.conv = lg.conv
+		lg.clock.convAt = lg.clock.msgAt
 	}
 }
 
-// loginDeadline returns when the login rule closes a client waiting from
-// now for its next message, and why; zero when the rule does not apply.
-func (c *client) loginDeadline(now time.Time, timeout time.Duration) (time.Time, string) {
+// deadline returns when the login rule closes a client (connected then,
+// logging in to s) waiting from now for its next message, and why; zero
+// when the rule does not apply.
+func (lg *login) deadline(s *Server, connected, now time.Time, timeout time.Duration) (time.Time, string) {
 	switch {
 	case timeout <= 0:
 		return time.Time{}, ""
-	case !c.lt.started:
-		return c.connected.Add(timeout), LoginTimeoutFirstMessage
-	case !c.mustLogIn():
+	case !lg.clock.started:
+		return connected.Add(timeout), LoginTimeoutFirstMessage
+	case !lg.pending(s):
 		return time.Time{}, ""
-	case c.conv != nil && !c.lt.convAt.IsZero():
-		return c.lt.convAt.Add(timeout), LoginTimeoutSASL
+	case lg.conv != nil && !lg.clock.convAt.IsZero():
+		return lg.clock.convAt.Add(timeout), LoginTimeoutSASL
 	}
 	return now.Add(timeout), LoginTimeoutNotLoggedIn
 }
@@ -163,10 +160,10 @@ type readWait struct {
 // message: client_idle_timeout's and the login rule's, whichever is first.
 func (c *client) armRead() readWait {
 	var w readWait
-	if !c.lt.started || c.mustLogIn() {
+	if !c.login.clock.started || c.preLogin() {
 		// Before the timeout is read: a SetLoginTimeout after this sees
 		// armed and wakes the read (see armDeadline).
-		c.lt.armed.Store(true)
+		c.login.clock.armed.Store(true)
 		w.armed = true
 	}
 	c.armDeadline(&w)
@@ -195,7 +192,7 @@ func (c *client) armDeadline(w *readWait) {
 // byte, or the login rule's deadline if first.
 func (c *client) computeDeadline(w *readWait) {
 	idle := c.idleTimeout()
-	needLogin := w.timeout > 0 && (!c.lt.started || c.mustLogIn())
+	needLogin := w.timeout > 0 && (!c.login.clock.started || c.preLogin())
 	w.deadline, w.byLogin, w.why = time.Time{}, false, ""
 	if w.since.IsZero() && (idle > 0 || needLogin || !w.partAt.IsZero()) {
 		w.since = time.Now()
@@ -217,25 +214,12 @@ func (c *client) computeDeadline(w *readWait) {
 		}
 	}
 	if needLogin {
-		c.noteConv()
-		login, why := c.loginDeadline(w.since, w.timeout)
+		c.login.noteConv()
+		login, why := c.login.deadline(c.s, c.connected, w.since, w.timeout)
 		if !login.IsZero() && (w.deadline.IsZero() || !login.After(w.deadline)) {
 			w.deadline, w.byLogin, w.why = login, true, why
 		}
 	}
-}
-
-// setDeadline sets the read deadline d (zero clears it).
-func (c *client) setDeadline(d time.Time) {
-	if d.IsZero() {
-		if c.deadline {
-			_ = c.nc.SetReadDeadline(time.Time{})
-			c.deadline = false
-		}
-		return
-	}
-	_ = c.nc.SetReadDeadline(d)
-	c.deadline = true
 }
 
 // partialDeadline bounds the rest of a message whose first bytes have
@@ -270,7 +254,7 @@ func (c *client) stillWaiting(w *readWait, err error) bool {
 // deadline of the login rule is logged and counted.
 func (c *client) readFailed(w *readWait, err error) error {
 	if w.armed {
-		c.lt.armed.Store(false)
+		c.login.clock.armed.Store(false)
 	}
 	if !w.byLogin || !isTimeout(err) {
 		return errClientGone
@@ -280,7 +264,7 @@ func (c *client) readFailed(w *readWait, err error) error {
 	case LoginTimeoutFirstMessage:
 		waited = time.Since(c.connected)
 	case LoginTimeoutSASL:
-		waited = time.Since(c.lt.convAt)
+		waited = time.Since(c.login.clock.convAt)
 	case LoginTimeoutPartialMessage:
 		waited = time.Since(w.partAt)
 	default:
@@ -306,25 +290,26 @@ func (c *client) loginTimedOut(reason string, waited, timeout time.Duration) {
 		"waited", waited.Round(time.Millisecond), "client_login_timeout", timeout)
 }
 
-// loopLoginExpired reports why the login rule closes a client the loop
-// holds idle at now (monoNow), "" when it does not; waited is how long.
-// Holding ownMu, state lsIdle.
-func (c *client) loopLoginExpired(now time.Duration, timeout time.Duration) (reason string, waited time.Duration) {
+// loginExpired reports why the login rule closes a client the loop holds
+// idle at now (monoNow), "" when it does not; waited is how long. Holding
+// ownMu, state lsIdle.
+func (lc *loopClient) loginExpired(now time.Duration, timeout time.Duration) (reason string, waited time.Duration) {
+	c := lc.c
 	if timeout <= 0 {
 		return "", 0
 	}
-	if at := c.lt.partAt; at > 0 && c.rhi > c.rlo && now-at > timeout {
+	if at := c.login.clock.partAt; at > 0 && c.lc.Win.Hi > c.lc.Win.Lo && now-at > timeout {
 		return LoginTimeoutPartialMessage, now - at
 	}
 	switch {
-	case !c.lt.started:
+	case !c.login.clock.started:
 		// The goroutine reads a client's first message; kept for safety.
 		if d := time.Since(c.connected); d > timeout {
 			return LoginTimeoutFirstMessage, d
 		}
-	case !c.mustLogIn():
-	case c.conv != nil && !c.lt.convAt.IsZero():
-		if d := time.Since(c.lt.convAt); d > timeout {
+	case !c.preLogin():
+	case c.login.conv != nil && !c.login.clock.convAt.IsZero():
+		if d := time.Since(c.login.clock.convAt); d > timeout {
 			return LoginTimeoutSASL, d
 		}
 	default:
@@ -335,23 +320,24 @@ func (c *client) loopLoginExpired(now time.Duration, timeout time.Duration) (rea
 	return "", 0
 }
 
-// loopNotePartial records, as the loop waits for more of the client's
-// bytes, whether rbuf holds the start of a message and since when.
-func (c *client) loopNotePartial() {
+// notePartial records, as the loop waits for more of the client's bytes,
+// whether the read window holds the start of a message (pending bytes)
+// and since when.
+func (k *loginClock) notePartial(pending int) {
 	switch {
-	case c.rhi == c.rlo:
-		c.lt.partAt = 0
-	case c.lt.partAt == 0:
-		c.lt.partAt = monoNow()
+	case pending == 0:
+		k.partAt = 0
+	case k.partAt == 0:
+		k.partAt = monoNow()
 	}
 }
 
 // expireRead makes the pending read of a client its goroutine owns return
 // now, under ownMu (the loop may own it instead).
 func (c *client) expireRead() {
-	c.lc.ownMu.Lock()
-	defer c.lc.ownMu.Unlock()
-	if c.lc.state == lsGoroutine && c.nc != nil {
+	c.lc.Mu.Lock()
+	defer c.lc.Mu.Unlock()
+	if c.lc.State == lsGoroutine && c.nc != nil {
 		_ = c.nc.SetReadDeadline(time.Now())
 	}
 }

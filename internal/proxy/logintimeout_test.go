@@ -8,7 +8,7 @@ import (
 )
 
 // The decision table of client_login_timeout for a client's goroutine
-// (computeDeadline) and for the loop's sweeper (loopLoginExpired): which
+// (computeDeadline) and for the loop's sweeper (loopClient.loginExpired): which
 // deadline holds, from when, and why.
 func TestLoginTimeoutRules(t *testing.T) {
 	const T = 10 * time.Second
@@ -41,17 +41,18 @@ func TestLoginTimeoutRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &client{s: &Server{}, connected: connected}
+			c.bind()
 			if tc.auth {
 				c.s.opts.Auth = &ClientAuth{}
 			}
 			c.s.idleTimeout.Store(int64(tc.idle))
-			c.lt.started = tc.started
+			c.login.clock.started = tc.started
 			if tc.ident {
-				c.ident = &auth.Identity{User: "app", DB: "admin"}
+				c.login.ident = &auth.Identity{User: "app", DB: "admin"}
 			}
 			if tc.sas {
-				c.conv = &auth.Conversation{}
-				c.lt.msgAt = convAt
+				c.login.conv = &auth.Conversation{}
+				c.login.clock.msgAt = convAt
 			}
 			w := readWait{timeout: tc.timeout, since: base}
 			if tc.part {
@@ -74,13 +75,13 @@ func TestLoginTimeoutRules(t *testing.T) {
 			expired := func(ago time.Duration) string {
 				m := monoNow() + time.Hour
 				c.lc.lastActive = m
-				c.lt.convAt = time.Now().Add(-ago - base.Sub(convAt))
-				c.rlo, c.rhi, c.lt.partAt = 0, 0, 0
+				c.login.clock.convAt = time.Now().Add(-ago - base.Sub(convAt))
+				c.lc.Win.Lo, c.lc.Win.Hi, c.login.clock.partAt = 0, 0, 0
 				if tc.part {
-					c.rhi = 8
-					c.lt.partAt = m - base.Sub(partAt)
+					c.lc.Win.Hi = 8
+					c.login.clock.partAt = m - base.Sub(partAt)
 				}
-				why, _ := c.loopLoginExpired(m+ago, tc.timeout)
+				why, _ := c.lc.loginExpired(m+ago, tc.timeout)
 				return why
 			}
 			if tc.want.IsZero() {
@@ -104,17 +105,17 @@ func TestLoginTimeoutRules(t *testing.T) {
 func TestLoginTimeoutConversationStart(t *testing.T) {
 	c := &client{s: &Server{opts: Options{Auth: &ClientAuth{}}}}
 	t0 := time.Now()
-	c.lt.msgAt = t0
-	c.conv = &auth.Conversation{}
-	c.noteConv()
-	c.lt.msgAt = t0.Add(time.Second)
-	c.noteConv()
-	if !c.lt.convAt.Equal(t0) {
-		t.Fatalf("conversation dated %v, want its saslStart's %v", c.lt.convAt.Sub(t0), time.Duration(0))
+	c.login.clock.msgAt = t0
+	c.login.conv = &auth.Conversation{}
+	c.login.noteConv()
+	c.login.clock.msgAt = t0.Add(time.Second)
+	c.login.noteConv()
+	if !c.login.clock.convAt.Equal(t0) {
+		t.Fatalf("conversation dated %v, want its saslStart's %v", c.login.clock.convAt.Sub(t0), time.Duration(0))
 	}
-	c.conv = &auth.Conversation{} // a new saslStart
-	c.noteConv()
-	if !c.lt.convAt.Equal(t0.Add(time.Second)) {
-		t.Fatalf("a new conversation dated %v, want %v", c.lt.convAt.Sub(t0), time.Second)
+	c.login.conv = &auth.Conversation{} // a new saslStart
+	c.login.noteConv()
+	if !c.login.clock.convAt.Equal(t0.Add(time.Second)) {
+		t.Fatalf("a new conversation dated %v, want %v", c.login.clock.convAt.Sub(t0), time.Second)
 	}
 }

@@ -1,14 +1,15 @@
 package proxy
 
+// The event loop's threads and I/O model: auto falls back to epoll,
+// io_uring never does.
+
 import (
-	"bytes"
 	"log/slog"
 	"runtime"
-	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/seccomp"
 	"github.com/mongobouncer/mongobouncer/internal/uring"
 )
@@ -28,7 +29,7 @@ func TestLoopThreads(t *testing.T) {
 			if l == nil {
 				t.Fatalf("LoopThreads %d: the loop did not start", tc.threads)
 			}
-			if got := l.threads; got != tc.want {
+			if got := l.Threads(); got != tc.want {
 				t.Errorf("LoopThreads %d: %d loop threads, want %d", tc.threads, got, tc.want)
 			}
 			if want := io == LoopIOAuto && uring.Supported(); isRing(l) != want {
@@ -50,8 +51,8 @@ func TestLoopFallsBackToEpoll(t *testing.T) {
 		t.Fatal("the loop did not start")
 	}
 	defer s.stopLoops()
-	if isRing(l) || l.threads != 2 {
-		t.Fatalf("io_uring %v with %d threads, want epoll with 2", isRing(l), l.threads)
+	if isRing(l) || l.Threads() != 2 {
+		t.Fatalf("io_uring %v with %d threads, want epoll with 2", isRing(l), l.Threads())
 	}
 }
 
@@ -78,31 +79,5 @@ func TestLoopIOUringNeverFallsBack(t *testing.T) {
 
 // isRing reports whether the loops run on the io_uring driver.
 func isRing(l *loops) bool {
-	_, ok := l.drv.(*ringDriver)
-	return ok
-}
-
-// A ring thread whose wait fails goes on when the kernel could not flush
-// its completions at once, or dropped some (logged); any other error stops
-// it, logged.
-func TestEnterGoesOn(t *testing.T) {
-	for _, tc := range []struct {
-		err        error
-		on, logged bool
-	}{
-		{syscall.EAGAIN, true, false},
-		{syscall.EBUSY, true, false},
-		{syscall.EBADR, true, true},
-		{syscall.EBADF, false, true},
-		{syscall.EINVAL, false, true},
-	} {
-		var buf bytes.Buffer
-		l := &loops{log: slog.New(slog.NewTextHandler(&buf, nil))}
-		if got := enterGoesOn(l, tc.err); got != tc.on {
-			t.Errorf("%v: goes on %v, want %v", tc.err, got, tc.on)
-		}
-		if logged := strings.Contains(buf.String(), "level=ERROR"); logged != tc.logged {
-			t.Errorf("%v: logged %q, want an error logged: %v", tc.err, buf.String(), tc.logged)
-		}
-	}
+	return l.IO() == evloop.IOUring
 }

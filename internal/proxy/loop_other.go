@@ -4,33 +4,34 @@ package proxy
 
 import (
 	"context"
-	"sync"
 	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/evloop"
 )
 
 // EventLoopSupported reports whether this platform has the event loop;
 // elsewhere every client is served by its goroutine.
 const EventLoopSupported = false
 
-// loopClient is the event-loop state of a client; here only the lock and
-// the state that finish uses.
+// loopClient is the event-loop state of a client; here only the endpoint
+// (its lock, state and read window) and the state that finish uses.
 type loopClient struct {
-	ownMu sync.Mutex
-	state loopState
+	evloop.Endpoint
+	c *client
 	// lastActive is never set without the loop; logintimeout.go's
-	// loopLoginExpired, shared with Linux, reads it.
+	// loopClient.loginExpired, shared with Linux, reads it.
 	lastActive time.Duration
 }
 
-func (c *client) initLoop() {}
+func (lc *loopClient) init(c *client) { lc.c = c }
 
-func (c *client) enterLoop() bool { return false }
+func (lc *loopClient) enter() bool { return false }
 
-func (c *client) loopForget() {}
+func (lc *loopClient) forget() {}
 
 func (c *client) disconnect() {
-	c.lc.ownMu.Lock()
-	defer c.lc.ownMu.Unlock()
+	c.lc.Mu.Lock()
+	defer c.lc.Mu.Unlock()
 	if c.nc != nil {
 		_ = c.nc.Close()
 	}
@@ -48,7 +49,7 @@ type loops struct{}
 // releaseOwned ends a client whose goroutine panicked after finish had
 // closed it (recover.go), holding ownMu.
 func (c *client) releaseOwned() {
-	if c.lc.state == lsClosed {
+	if c.lc.State == lsClosed {
 		c.finalizeOnce()
 	}
 }

@@ -1,5 +1,8 @@
 package proxy
 
+// The loop path's depth: pipelined requests served by iteration, and a
+// drain that waits for the rest of a reply.
+
 import (
 	"context"
 	"runtime"

@@ -1,5 +1,8 @@
 package proxy
 
+// Replies on the loop path to clients that read slowly or not at all,
+// leave, or are closed with replies still queued.
+
 import (
 	"context"
 	"io"
@@ -88,9 +91,9 @@ func TestLoopSmallRepliesToANonReader(t *testing.T) {
 		if io == LoopIOEpoll {
 			want = lsGoroutine
 		}
-		c.lc.ownMu.Lock()
-		st := c.lc.state
-		c.lc.ownMu.Unlock()
+		c.lc.Mu.Lock()
+		st := c.lc.State
+		c.lc.Mu.Unlock()
 		if st != want {
 			t.Fatalf("client state %v with its replies waiting, want %v", st, want)
 		}
@@ -210,7 +213,7 @@ func TestLoopCloseForgetsAFlushingClientThatResets(t *testing.T) {
 		t.Skip("the kernel refuses io_uring here")
 	}
 	r, cl, _, _ := nonReader(t, LoopIOUring, true)
-	d := r.s.loopsPtr.Load().drv.(*ringDriver)
+	d := r.s.loopsPtr.Load()
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -220,9 +223,7 @@ func TestLoopCloseForgetsAFlushingClientThatResets(t *testing.T) {
 	// Read a little at a time, until the ring's send is whole and the
 	// socket lingers with what is left.
 	flushing := func() bool {
-		r.s.flush.mu.Lock()
-		defer r.s.flush.mu.Unlock()
-		return len(r.s.flush.fds) > 0 && d.lingering.Load() == 0
+		return r.s.flush.Lingering() > 0 && d.Lingering() == 0
 	}
 	// 64 bytes a read: the socket must not drain before the test sees it
 	// lingering (with 512 it did, about 1 run in 35).
@@ -243,7 +244,7 @@ func TestLoopCloseForgetsAFlushingClientThatResets(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if n := d.lingering.Load(); n != 0 {
+	if n := d.Lingering(); n != 0 {
 		t.Fatalf("%d clients still lingering", n)
 	}
 }
@@ -298,9 +299,9 @@ func TestLoopReplySendFails(t *testing.T) {
 		c := r.only()
 		affOK(t, cl.cmd(ping()))
 		r.waitState(c, lsIdle)
-		c.lc.ownMu.Lock()
-		err := syscall.Shutdown(c.lc.sock.fd(), syscall.SHUT_WR)
-		c.lc.ownMu.Unlock()
+		c.lc.Mu.Lock()
+		err := syscall.Shutdown(c.lc.Fd(), syscall.SHUT_WR)
+		c.lc.Mu.Unlock()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -324,8 +325,8 @@ func TestLoopDrainWaitsForASmallReply(t *testing.T) {
 		// Fill the client's socket from the proxy's side.
 		junk := make([]byte, 1024)
 		filled := 0
-		c.lc.ownMu.Lock()
-		fd := c.lc.sock.fd()
+		c.lc.Mu.Lock()
+		fd := c.lc.Fd()
 		for {
 			n, err := syscall.Write(fd, junk)
 			if err != nil {
@@ -333,7 +334,7 @@ func TestLoopDrainWaitsForASmallReply(t *testing.T) {
 			}
 			filled += n
 		}
-		c.lc.ownMu.Unlock()
+		c.lc.Mu.Unlock()
 		close(release)
 		r.waitState(c, lsGoroutine)
 		select {

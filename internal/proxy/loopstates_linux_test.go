@@ -1,5 +1,8 @@
 package proxy
 
+// The loop path's states from request to reply, its failure exits, and
+// BenchmarkLoopRequest.
+
 import (
 	"context"
 	"fmt"
@@ -183,9 +186,9 @@ func (r *loopRig) only() *client {
 func (r *loopRig) waitState(c *client, want loopState) {
 	r.t.Helper()
 	wait.Until(r.t, "loop state", 10*time.Second, time.Millisecond, func() bool {
-		c.lc.ownMu.Lock()
-		defer c.lc.ownMu.Unlock()
-		return c.lc.state == want
+		c.lc.Mu.Lock()
+		defer c.lc.Mu.Unlock()
+		return c.lc.State == want
 	})
 }
 
@@ -248,7 +251,7 @@ func TestWaitingMeansWaitingForAConnection(t *testing.T) {
 		if o.loop {
 			r.waitState(ca, lsIdle)
 		}
-		state := func(c *client) clientState { return clientState(c.state.Load()) }
+		state := func(c *client) clientState { return clientState(c.sess.state.Load()) }
 
 		g := make(chan struct{})
 		gate.Store(&g)
@@ -374,8 +377,8 @@ func TestLoopStates(t *testing.T) {
 				affOK(t, cl.cmd(ping()))
 			}
 			r.waitState(c, lsIdle)
-			if c.requests.Load() != 3 || c.nc != nil {
-				t.Fatalf("%d requests, goroutine conn %v: want 3 served on the loop", c.requests.Load(), c.nc)
+			if c.sess.requests.Load() != 3 || c.nc != nil {
+				t.Fatalf("%d requests, goroutine conn %v: want 3 served on the loop", c.sess.requests.Load(), c.nc)
 			}
 			cl.c.Close()
 			wait.Until(t, "client gone", 5*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })
@@ -391,14 +394,14 @@ func TestLoopStates(t *testing.T) {
 			go func() { done <- b.cmd(ping()) }()
 			states := func() (up, waiting int) {
 				for _, c := range cs {
-					c.lc.ownMu.Lock()
-					switch c.lc.state {
+					c.lc.Mu.Lock()
+					switch c.lc.State {
 					case lsUpstream:
 						up++
 					case lsWaiting:
 						waiting++
 					}
-					c.lc.ownMu.Unlock()
+					c.lc.Mu.Unlock()
 				}
 				return up, waiting
 			}

@@ -302,10 +302,7 @@ func TestLoopConnectionClosedWhileRegistering(t *testing.T) {
 	}
 	pc.MarkErrored(net.ErrClosed)
 	_ = p.CheckIn(pc)
-	ru := lu.sock.(*ringUp)
-	ru.mu.Lock()
-	fd, closed := ru.fdn, ru.closed
-	ru.mu.Unlock()
+	fd, closed := lu.OwnFd()
 	if fd >= 0 {
 		_, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
 		t.Fatalf("connection closed, its loop descriptor %d still open (fcntl errno %v), ringUp.closed=%v: leaked", fd, errno, closed)

@@ -193,14 +193,14 @@ func testPanicAt(t *testing.T, o rigOptions, at, leave string) {
 	stack := setPanicHook(t, at, func() func() {
 		vc := victimC.Load()
 		// The panicking loop code holds the client's ownMu.
-		state.Store(int32(vc.lc.state))
+		state.Store(int32(vc.lc.State))
 		switch leave {
 		case "sessMu":
-			vc.sessMu.Lock()
-			return vc.sessMu.Unlock
+			vc.sess.sessMu.Lock()
+			return vc.sess.sessMu.Unlock
 		case "ownMu":
-			vc.lc.ownMu.Lock()
-			return vc.lc.ownMu.Unlock
+			vc.lc.Mu.Lock()
+			return vc.lc.Mu.Unlock
 		}
 		return nil
 	})
@@ -355,7 +355,7 @@ func TestPanicWhileWaitingForAConnection(t *testing.T) {
 		})
 		var victimC atomic.Pointer[client]
 		var state atomic.Int32
-		setPanicHook(t, "loop-sent", func() func() { state.Store(int32(victimC.Load().lc.state)); return nil })
+		setPanicHook(t, "loop-sent", func() func() { state.Store(int32(victimC.Load().lc.State)); return nil })
 
 		victim := r.client(0)
 		vc := r.only()
@@ -448,9 +448,9 @@ func TestPanicInATransactionClosesItsPin(t *testing.T) {
 			return d
 		}
 		affOK(t, victim.cmd(txn("find", true)))
-		vc.sessMu.Lock()
-		pinned := vc.hasPinLocked()
-		vc.sessMu.Unlock()
+		vc.sess.sessMu.Lock()
+		pinned := vc.sess.hasPinLocked()
+		vc.sess.sessMu.Unlock()
 		if !pinned {
 			t.Fatal("no pin after a transaction's first command")
 		}

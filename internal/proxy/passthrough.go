@@ -130,31 +130,31 @@ func (s *Server) noteLogin(id *auth.Identity) {
 // the upstream refused the user's login, the user's credentials from an
 // auth_user lookup are forgotten, so that the user's next login looks them
 // up again (the secret may have changed upstream).
-func (c *client) passThroughFailed(err error) {
+func (lg *login) passThroughFailed(s *Server, err error) {
 	var sel *topology.SelectionError
 	var cleared *pool.PoolClearedError
-	if id := c.ident; id != nil && c.s.opts.Auth != nil && upstreamAuthFailure(err, &sel, &cleared) {
-		c.s.opts.Auth.Users.Refresh(id.User, id.DB)
+	if id := lg.ident; id != nil && s.opts.Auth != nil && upstreamAuthFailure(err, &sel, &cleared) {
+		s.opts.Auth.Users.Refresh(id.User, id.DB)
 	}
 }
 
 // poolFor returns the pool the client's request checks out from on srv:
 // the server's own pool, or on a pass-through route the pool of the
 // client's user.
-func (c *client) poolFor(route *Route, srv *topology.Server) (*pool.Pool, error) {
+func (lg *login) poolFor(s *Server, route *Route, srv *topology.Server) (*pool.Pool, error) {
 	if !route.PassThrough {
 		return srv.Pool(), nil
 	}
-	id := c.ident
+	id := lg.ident
 	if id == nil {
 		// admit forwards nothing of a client that has not logged in (its
 		// ping and buildInfo are answered by mongobouncer): kept as a
 		// guard, never a connection without a user.
 		return nil, fmt.Errorf("route %q: the client has not logged in: %w", route.Name, errNoPassThroughSecret)
 	}
-	// c.passKey is id.ID(), boxed once at the login, so that the request
+	// lg.passKey is id.ID(), boxed once at the login, so that the request
 	// allocates nothing.
-	v, ok := c.s.pass.m.Load(c.passKey)
+	v, ok := s.pass.m.Load(lg.passKey)
 	if !ok || v.(*passAuth).cur.Load() == nil {
 		return nil, fmt.Errorf("route %q, user %s: %w", route.Name, id.ID(), errNoPassThroughSecret)
 	}

@@ -1,5 +1,7 @@
 package proxy
 
+// The exchange's failure exit clears a pool for network errors only.
+
 import (
 	"context"
 	"fmt"
@@ -36,20 +38,20 @@ func TestFailureExitClearsThePoolOnlyForNetworkErrors(t *testing.T) {
 		{"network", &upstream.NetworkError{Addr: srv.Address(), Op: "read", Err: io.EOF}, true},
 	} {
 		gen := srv.Pool().Stats().Generation
-		c.lc.ownMu.Lock() // act as the client's owner
+		c.lc.Mu.Lock() // act as the client's owner
 		x := &c.x
-		x.begin(r.route, 0, 1)
+		x.begin(r.route, nil, 0, 1)
 		x.srv = srv
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		pc, err := srv.Pool().CheckOut(ctx)
 		cancel()
 		if retry, err := x.checkedOut(pc, err); retry || err != nil {
-			c.lc.ownMu.Unlock()
+			c.lc.Mu.Unlock()
 			t.Fatalf("%s: checkout: %v (a pool cleared by an earlier case?)", tc.name, err)
 		}
 		x.fail(tc.err)
 		x.end()
-		c.lc.ownMu.Unlock()
+		c.lc.Mu.Unlock()
 		cleared := srv.Pool().Stats().Generation != gen
 		if cleared != tc.clear {
 			t.Errorf("%s: pool cleared %v, want %v", tc.name, cleared, tc.clear)

@@ -1,5 +1,8 @@
 package proxy
 
+// Read preference criteria, their error replies, and the softening of
+// upstream shutdown codes.
+
 import (
 	"errors"
 	"testing"

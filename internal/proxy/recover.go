@@ -102,12 +102,12 @@ func (c *client) afterPanic(release func()) {
 
 // endGoroutine ends the client of a goroutine that panicked. The goroutine
 // owns the client unless the panic came from loop code it ran (the hand-
-// over in enterLoop recovers its own): the loop's state says which.
+// over in loopClient.enter recovers its own): the loop's state says which.
 func (c *client) endGoroutine() {
 	if c.releaseIfLoopOwned() {
 		return
 	}
-	c.releaseRequest()
+	c.x.releaseAfterPanic()
 	c.finish(errPanicked)
 }
 
@@ -118,9 +118,9 @@ func (c *client) endGoroutine() {
 // callback would block its loop thread for good.
 func (c *client) releaseIfLoopOwned() bool {
 	lc := &c.lc
-	lc.ownMu.Lock()
-	defer lc.ownMu.Unlock()
-	if lc.state == lsGoroutine {
+	lc.Mu.Lock()
+	defer lc.Mu.Unlock()
+	if lc.State == lsGoroutine {
 		return false
 	}
 	panicPoint("release-loop-owned", &c.x.req)
@@ -128,34 +128,33 @@ func (c *client) releaseIfLoopOwned() bool {
 	return true
 }
 
-// releaseRequest releases what the request the panic interrupted holds,
+// releaseAfterPanic releases what the request a panic interrupted holds,
 // its owner calling: the connection, whose state is unknown (a request
 // may be half sent, a reply half read), is closed, unpinned if pinned;
 // the client is idle. Other pins, between requests, are in a known state
 // and go through the usual clean-up.
-func (c *client) releaseRequest() {
-	x := &c.x
+func (x *exchange) releaseAfterPanic() {
 	if pc := x.pc; pc != nil {
 		pc.MarkErrored(errPanicked)
 		x.dropConn()
 	}
-	c.setPhase(phaseIdle)
+	x.sess.setPhase(phaseIdle)
 	x.route, x.srv, x.need, x.pinned = nil, nil, nil, false
 }
 
-// registered reports whether the client is still in the server's set,
-// which finalize takes it out of.
-func (c *client) registered() bool {
-	c.s.clientsMu.Lock()
-	defer c.s.clientsMu.Unlock()
-	_, ok := c.s.clients[c]
+// registered reports whether c is still in the server's set, which
+// finalize takes it out of.
+func (s *Server) registered(c *client) bool {
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
+	_, ok := s.clients[c]
 	return ok
 }
 
 // finalizeOnce finalizes a client that a panic interrupted before its
 // finalize ran.
 func (c *client) finalizeOnce() {
-	if c.registered() {
+	if c.s.registered(c) {
 		c.finalize(errPanicked)
 	}
 }

@@ -4,16 +4,17 @@ package proxy
 // callback that panics while it holds a client's ownMu ends that client,
 // still under ownMu, and returns; the loop thread goes on with the others.
 
-// recoverOwned is deferred by each loop function that takes a client's
-// ownMu, right after it does and after the deferred unlock, so that it
-// runs under ownMu and the unlock follows: clientReady and upstreamReady
-// (epoll), arm, clientDone and replyDone (io_uring), loopResume, and the
-// hand-over from the goroutine (enterLoop).
-func (c *client) recoverOwned() {
+// Recover (evloop.Handler) is deferred by each engine function that takes
+// a client's endpoint Mu, right after it does and after the deferred
+// unlock, so that it runs under Mu and the unlock follows (clientReady
+// and upstreamReady on epoll; arm, clientDone and replyDone on io_uring;
+// Resume), and by the hand-over from the goroutine (loopClient.enter).
+func (lc *loopClient) Recover() {
 	v := recover()
 	if v == nil {
 		return
 	}
+	c := lc.c
 	c.reportPanic("loop", v)
 	c.afterPanic(c.releaseOwned)
 }
@@ -22,7 +23,7 @@ func (c *client) recoverOwned() {
 // whatever its loop state.
 func (c *client) releaseOwned() {
 	lc := &c.lc
-	switch lc.state {
+	switch lc.State {
 	case lsGoroutine:
 		// Handed to a goroutine before the panic: closing its connection
 		// ends it there.
@@ -31,25 +32,25 @@ func (c *client) releaseOwned() {
 		}
 		return
 	case lsClosed:
-		if c.registered() {
-			c.loopForget()
+		if c.s.registered(c) {
+			c.lc.forget()
 			c.finalize(errPanicked)
 		}
 		return
 	}
-	// lsIdle, lsWaiting, lsUpstream. A request out on lc.up keeps lu.owner
-	// and lc.buf: a receive of the ring may still be writing into lc.buf,
-	// and through its slot (ringUp, lu, owner) keeps the client and the
-	// buffer reachable until it completes, which the close of the
-	// connection (releaseRequest) brings about; that completion, or epoll's
-	// event, finds the client closed. A checkout still queued (lsWaiting)
-	// is delivered later to loopResume, which gives it back.
-	if lc.up == nil {
+	// lsIdle, lsWaiting, lsUpstream. A request out on an upstream keeps
+	// lc.buf: a receive of the ring may still be writing into it, and its
+	// slot in the engine keeps the buffer reachable until it completes,
+	// which the close of the connection (exchange.releaseAfterPanic) brings about; that
+	// completion, or epoll's event, finds the client closed. A checkout
+	// still queued (lsWaiting) is delivered later to Resumed, which gives
+	// it back.
+	if lc.State != lsUpstream {
 		putBuffer(lc.buf)
 		lc.buf = nil
 	}
 	lc.unsent = false
-	c.releaseRequest()
-	lc.state = lsClosed
-	c.finishLocked(errPanicked) // a loop client has nothing pinned nor open: no I/O
+	c.x.releaseAfterPanic()
+	lc.State = lsClosed
+	c.finishOwned(errPanicked) // a loop client has nothing pinned nor open: no I/O
 }

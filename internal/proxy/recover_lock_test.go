@@ -19,18 +19,18 @@ import (
 // it over: taken over, the recovery would go on, and unlock, under a lock
 // another goroutine holds, and that holder's own Unlock would be the fatal
 // "sync: unlock of unlocked mutex" (not recoverable), ending the process,
-// not one client. Here a holder keeps sessMu 1.5 s while releaseRequest,
+// not one client. Here a holder keeps sessMu 1.5 s while releaseAfterPanic,
 // as a recovery runs it, needs it.
 func TestRecoveryWaitsForALockAnotherGoroutineHolds(t *testing.T) {
 	c := authClient(t)
 	c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	var returned atomic.Bool // releaseRequest has returned
+	var returned atomic.Bool // releaseAfterPanic has returned
 	var released atomic.Bool // set by the holder before its Unlock: the lock orders it before the recovery's Lock
 	held := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.sessMu.Lock()
+		c.sess.sessMu.Lock()
 		close(held)
 		time.Sleep(1500 * time.Millisecond)
 		if returned.Load() {
@@ -39,21 +39,21 @@ func TestRecoveryWaitsForALockAnotherGoroutineHolds(t *testing.T) {
 			return
 		}
 		released.Store(true)
-		c.sessMu.Unlock()
+		c.sess.sessMu.Unlock()
 	}()
 	<-held
 	start := time.Now()
-	c.releaseRequest()
+	c.x.releaseAfterPanic()
 	returned.Store(true)
 	took := time.Since(start)
 	if !released.Load() {
 		t.Errorf("the recovery went on after %v under sessMu while another goroutine still held it (it took over a lock no panicking frame held)", took.Round(time.Millisecond))
 	}
 	<-done
-	if !c.sessMu.TryLock() {
+	if !c.sess.sessMu.TryLock() {
 		t.Fatal("sessMu is left held")
 	}
-	c.sessMu.Unlock()
+	c.sess.sessMu.Unlock()
 }
 
 // A goroutine's recovery that ends a client the loop's state says it does
@@ -64,7 +64,7 @@ func TestPanicInReleaseOwnedLeavesOwnMuUnlocked(t *testing.T) {
 	c := authClient(t)
 	var logs strings.Builder // written by the goroutine, read after done
 	c.log = slog.New(slog.NewTextHandler(&logs, nil))
-	c.lc.state = lsClosed // finish closed it before the panic
+	c.lc.State = lsClosed // finish closed it before the panic
 	hook := func(at, _ string) {
 		if at == "release-loop-owned" {
 			panic("test panic in releaseOwned")
@@ -89,8 +89,8 @@ func TestPanicInReleaseOwnedLeavesOwnMuUnlocked(t *testing.T) {
 	if !strings.Contains(logs.String(), "test panic in releaseOwned") {
 		t.Fatalf("releaseOwned did not panic; log:\n%s", logs.String())
 	}
-	if !c.lc.ownMu.TryLock() {
+	if !c.lc.Mu.TryLock() {
 		t.Fatalf("ownMu is left held after a panic in the recovery; log:\n%s", logs.String())
 	}
-	c.lc.ownMu.Unlock()
+	c.lc.Mu.Unlock()
 }

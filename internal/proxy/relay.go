@@ -18,8 +18,8 @@ import (
 // pool mode and affinity, and relays the reply or the whole exhaust stream.
 func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
 	x := &c.x
-	x.begin(route, len(msg), h.RequestID)
-	if len(c.pins) > 0 {
+	x.begin(route, c.msg.Body, len(msg), h.RequestID)
+	if len(c.sess.pins) > 0 {
 		c.dropStalePins()
 	}
 	err := c.relay(msg, compressed, compID)

@@ -1,5 +1,8 @@
 package proxy
 
+// Routes: a database's (or a dedicated listener's) upstream topology, pool
+// mode, limits and pause gate, as configuration and reloads set them.
+
 import (
 	"context"
 	"errors"

@@ -198,8 +198,8 @@ type Server struct {
 	loopsOff bool       // the loop failed to start, or the server closed
 
 	txnMu sync.Mutex // guards txnOwners
-	// txnOwners maps an open transaction to the client that began it.
-	txnOwners map[txnKey]*client
+	// txnOwners maps an open transaction to the session that began it.
+	txnOwners map[txnKey]*session
 
 	// tls is the client TLS in force (SetTLS); new clients read it.
 	tls atomic.Pointer[ClientTLS]
@@ -397,12 +397,12 @@ func (s *Server) Close(ctx context.Context) error {
 		// Replies already written may still be on their way to clients
 		// that read slowly: let them out before the sockets close.
 		err := s.awaitLoopSends(ctx)
-		if ferr := s.flush.await(ctx); err == nil {
+		if ferr := s.flush.Await(ctx); err == nil {
 			err = ferr
 		}
 		return err
 	case <-ctx.Done():
-		_ = s.flush.await(ctx)
+		_ = s.flush.Await(ctx)
 		return fmt.Errorf("mongobouncer: clients still running at close: %w", ctx.Err())
 	}
 }
@@ -593,7 +593,7 @@ func (s *Server) drained() bool {
 	s.clientsMu.Lock()
 	defer s.clientsMu.Unlock()
 	for c := range s.clients {
-		if c.busy() || !c.spoke.Load() && now.Sub(c.connected) < freshClientGrace {
+		if c.sess.busy() || !c.spoke.Load() && now.Sub(c.connected) < freshClientGrace {
 			return false
 		}
 	}
@@ -602,10 +602,10 @@ func (s *Server) drained() bool {
 
 // busy reports whether the client has a request in flight or a
 // transaction open.
-func (c *client) busy() bool {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	return c.phase != phaseIdle || len(c.open) > 0 || c.hasLBCursorsLocked()
+func (ss *session) busy() bool {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	return ss.phase != phaseIdle || len(ss.open) > 0 || ss.hasLBCursorsLocked()
 }
 
 // ClientInfo describes one connected client (SHOW CLIENTS).
@@ -636,22 +636,22 @@ func (s *Server) Clients() []ClientInfo {
 	out := make([]ClientInfo, 0, len(cs))
 	for _, c := range cs {
 		ci := ClientInfo{ID: c.id, Addr: c.remote, Listener: c.listener, ConnectedAt: c.connected,
-			State: clientState(c.state.Load()).String(), Requests: c.requests.Load()}
-		c.describeSession(&ci)
+			State: clientState(c.sess.state.Load()).String(), Requests: c.sess.requests.Load()}
+		c.sess.describe(&ci)
 		out = append(out, ci)
 	}
 	slices.SortFunc(out, func(a, b ClientInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
-// describeSession fills in what sessMu guards of ci.
-func (c *client) describeSession(ci *ClientInfo) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	ci.AppName = c.appName
-	ci.User = c.user
-	ci.LoadBalanced = c.lbMode.Load()
-	for _, p := range c.pins {
+// describe fills in what sessMu guards of ci.
+func (ss *session) describe(ci *ClientInfo) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	ci.AppName = ss.appName
+	ci.User = ss.user
+	ci.LoadBalanced = ss.lbMode.Load()
+	for _, p := range ss.pins {
 		if p.conn != nil {
 			ci.PinnedServer = p.srv.Address()
 			break

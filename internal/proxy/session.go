@@ -9,6 +9,8 @@ package proxy
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -17,6 +19,69 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
+
+// session is what a client keeps across requests, and what other clients
+// and the server's admin and drain read of it. sessMu guards every field;
+// the client's owner (its goroutine, or the loop thread holding its
+// endpoint's Mu) writes them under it. See doc.go for the lock order: a
+// session's sessMu comes after its client's endpoint Mu, and no other
+// session's is taken under it. The methods whose names end in Locked hold
+// sessMu; no other lock is meant by that suffix.
+type session struct {
+	sessMu sync.Mutex
+	// appName is the client's application name from its handshake.
+	appName string
+	// user is the login's "user@db", for SHOW CLIENTS.
+	user string
+	// pins holds at most one pinned connection per route.
+	pins []pin
+	// open are the transactions begun through this client that have not
+	// ended; they are aborted if the client disconnects.
+	open map[txnKey]*Route
+	// lbCursors are the cursors a load-balanced client opened here and has
+	// not finished: a drain waits for them (lbcursor.go).
+	lbCursors map[int64]struct{}
+	// lbMode is set by the client's first hello when it says loadBalanced
+	// (written once under sessMu, read by whoever serves the client
+	// without it).
+	lbMode atomic.Bool
+	// phase is where the client's request is: written by the owner under
+	// sessMu (setPhaseLocked), read by the owner freely and by others under
+	// sessMu.
+	phase phase
+	// state is a clientState, written by setPhaseLocked, read by SHOW
+	// CLIENTS from other goroutines without the lock.
+	state atomic.Uint32
+	// requests counts the client's forwarded requests (SHOW CLIENTS), and
+	// lastRoute is the route of the most recent one, whose
+	// client_idle_timeout applies to the client (idleTimeout): atomics,
+	// written by the owner, read by others without the lock.
+	requests  atomic.Uint64
+	lastRoute atomic.Pointer[Route]
+}
+
+// useRoute records route as the client's most recent one.
+func (ss *session) useRoute(route *Route) {
+	if ss.lastRoute.Load() != route {
+		ss.lastRoute.Store(route)
+	}
+}
+
+// setHelloInfo records the application name and the load-balanced mode
+// the client's first hello gave, for SHOW CLIENTS.
+func (ss *session) setHelloInfo(name string, loadBalanced bool) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	ss.appName = name
+	ss.lbMode.Store(loadBalanced)
+}
+
+// setUser records who the client logged in as, for SHOW CLIENTS.
+func (ss *session) setUser(user string) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	ss.user = user
+}
 
 // pin is an upstream connection a client keeps across requests: in session
 // mode for its whole life, in transaction mode while it has a transaction
@@ -27,47 +92,47 @@ type pin struct {
 	conn  *pool.Conn
 }
 
-func (c *client) pinLocked(route *Route) *pin {
-	for i := range c.pins {
-		if c.pins[i].route == route {
-			return &c.pins[i]
+func (ss *session) pinLocked(route *Route) *pin {
+	for i := range ss.pins {
+		if ss.pins[i].route == route {
+			return &ss.pins[i]
 		}
 	}
 	return nil
 }
 
-func (c *client) pinServer(route *Route) *topology.Server {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	if p := c.pinLocked(route); p != nil && p.conn != nil {
+func (ss *session) pinServer(route *Route) *topology.Server {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	if p := ss.pinLocked(route); p != nil && p.conn != nil {
 		return p.srv
 	}
 	return nil
 }
 
 // setPin pins pc, of srv, to the client for route.
-func (c *client) setPin(route *Route, srv *topology.Server, pc *pool.Conn) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	c.setPinLocked(route, srv, pc)
+func (ss *session) setPin(route *Route, srv *topology.Server, pc *pool.Conn) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	ss.setPinLocked(route, srv, pc)
 }
 
-func (c *client) setPinLocked(route *Route, srv *topology.Server, pc *pool.Conn) {
-	if p := c.pinLocked(route); p != nil {
+func (ss *session) setPinLocked(route *Route, srv *topology.Server, pc *pool.Conn) {
+	if p := ss.pinLocked(route); p != nil {
 		p.srv, p.conn = srv, pc
 		return
 	}
-	c.pins = append(c.pins, pin{route: route, srv: srv, conn: pc})
+	ss.pins = append(ss.pins, pin{route: route, srv: srv, conn: pc})
 }
 
-func (c *client) hasOpen(route *Route) bool {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	return c.hasOpenLocked(route)
+func (ss *session) hasOpen(route *Route) bool {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	return ss.hasOpenLocked(route)
 }
 
-func (c *client) hasOpenLocked(route *Route) bool {
-	for _, r := range c.open {
+func (ss *session) hasOpenLocked(route *Route) bool {
+	for _, r := range ss.open {
 		if r == route {
 			return true
 		}
@@ -76,8 +141,8 @@ func (c *client) hasOpenLocked(route *Route) bool {
 }
 
 // hasPinLocked reports whether the client holds any pinned connection.
-func (c *client) hasPinLocked() bool {
-	for _, p := range c.pins {
+func (ss *session) hasPinLocked() bool {
+	for _, p := range ss.pins {
 		if p.conn != nil {
 			return true
 		}
@@ -85,34 +150,34 @@ func (c *client) hasPinLocked() bool {
 	return false
 }
 
-// beginTxn records a transaction begun through this client.
-func (c *client) beginTxn(route *Route, srv *topology.Server, key txnKey) {
-	c.setOpen(key, route)
+// beginTxn records a transaction begun through session ss.
+func (s *Server) beginTxn(ss *session, route *Route, srv *topology.Server, key txnKey) {
+	ss.setOpen(key, route)
 	if route.multi() {
 		route.txns.put(key, srv, time.Now())
 	}
-	c.s.setTxnOwner(key, c)
+	s.setTxnOwner(key, ss)
 }
 
 // setOpen records transaction key open on route.
-func (c *client) setOpen(key txnKey, route *Route) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	if c.open == nil {
-		c.open = make(map[txnKey]*Route)
+func (ss *session) setOpen(key txnKey, route *Route) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	if ss.open == nil {
+		ss.open = make(map[txnKey]*Route)
 	}
-	c.open[key] = route
+	ss.open[key] = route
 }
 
 // setTxnOwner notes which client began a transaction, so that a commit that
 // arrives on another client connection (drivers pin the server, not the
 // connection) can release the first client's pinned connection.
-func (s *Server) setTxnOwner(key txnKey, c *client) {
+func (s *Server) setTxnOwner(key txnKey, ss *session) {
 	s.txnMu.Lock()
 	if s.txnOwners == nil {
-		s.txnOwners = make(map[txnKey]*client)
+		s.txnOwners = make(map[txnKey]*session)
 	}
-	s.txnOwners[key] = c
+	s.txnOwners[key] = ss
 	s.txnMu.Unlock()
 }
 
@@ -130,7 +195,7 @@ func (s *Server) txnRoute(key txnKey) *Route {
 }
 
 // endTxn ends a transaction wherever it was begun.
-func (s *Server) endTxn(key txnKey, by *client) {
+func (s *Server) endTxn(key txnKey, by *session) {
 	s.txnMu.Lock()
 	owner := s.txnOwners[key]
 	delete(s.txnOwners, key)
@@ -144,27 +209,27 @@ func (s *Server) endTxn(key txnKey, by *client) {
 // txnEnded forgets an open transaction; if no transaction holds this
 // client's transaction-mode pin and the client is idle, the connection goes
 // back to the pool now rather than at the client's next request.
-func (c *client) txnEnded(key txnKey) {
-	if back := c.forgetTxn(key); back.conn != nil {
+func (ss *session) txnEnded(key txnKey) {
+	if back := ss.forgetTxn(key); back.conn != nil {
 		back.route.checkIn(back.conn)
 	}
 }
 
 // forgetTxn is txnEnded's part under sessMu: it returns the pin to give
 // back, if any.
-func (c *client) forgetTxn(key txnKey) (back pin) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	route, ok := c.open[key]
+func (ss *session) forgetTxn(key txnKey) (back pin) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	route, ok := ss.open[key]
 	if !ok {
 		return pin{}
 	}
-	delete(c.open, key)
-	if !c.busyLocked() && route.PoolMode() != ModeSession && !c.hasOpenLocked(route) {
-		if p := c.pinLocked(route); p != nil && p.conn != nil {
+	delete(ss.open, key)
+	if !ss.busyLocked() && route.PoolMode() != ModeSession && !ss.hasOpenLocked(route) {
+		if p := ss.pinLocked(route); p != nil && p.conn != nil {
 			back = *p
 			p.conn = nil
-			c.stateLocked() // pinned no more, perhaps
+			ss.stateLocked() // pinned no more, perhaps
 		}
 	}
 	return back
@@ -173,10 +238,10 @@ func (c *client) forgetTxn(key txnKey) (back pin) {
 // cleanup runs when the client disconnects: open transactions are aborted
 // upstream, then pinned connections go back to their pools.
 func (c *client) cleanup() {
-	for key, route := range c.takeOpen() {
+	for key, route := range c.sess.takeOpen() {
 		c.abort(route, key)
 		c.s.txnMu.Lock()
-		if c.s.txnOwners[key] == c {
+		if c.s.txnOwners[key] == &c.sess {
 			delete(c.s.txnOwners, key)
 		}
 		c.s.txnMu.Unlock()
@@ -184,7 +249,7 @@ func (c *client) cleanup() {
 			route.txns.delete(key)
 		}
 	}
-	for _, p := range c.takePins() {
+	for _, p := range c.sess.takePins() {
 		if p.conn != nil {
 			p.route.checkIn(p.conn)
 		}
@@ -192,20 +257,20 @@ func (c *client) cleanup() {
 }
 
 // takeOpen takes the client's open transactions, for cleanup.
-func (c *client) takeOpen() map[txnKey]*Route {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	open := c.open
-	c.open = nil
+func (ss *session) takeOpen() map[txnKey]*Route {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	open := ss.open
+	ss.open = nil
 	return open
 }
 
 // takePins takes the client's pins, for cleanup.
-func (c *client) takePins() []pin {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	pins := c.pins
-	c.pins = nil
+func (ss *session) takePins() []pin {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	pins := ss.pins
+	ss.pins = nil
 	return pins
 }
 
@@ -218,7 +283,7 @@ func (c *client) abort(route *Route, key txnKey) {
 	var srv *topology.Server
 	var pc *pool.Conn
 	pinned := false
-	if p, ok := c.pinned(route); ok {
+	if p, ok := c.sess.pinned(route); ok {
 		srv, pc, pinned = p.srv, p.conn, true
 	}
 	if pc == nil {
@@ -234,7 +299,7 @@ func (c *client) abort(route *Route, key txnKey) {
 			srv = s
 		}
 		// As the client's user: the transaction is that user's upstream.
-		p, err := c.poolFor(route, srv)
+		p, err := c.login.poolFor(c.s, route, srv)
 		if err == nil {
 			pc, err = route.checkOut(ctx, p)
 		}
@@ -259,10 +324,10 @@ func (c *client) abort(route *Route, key txnKey) {
 }
 
 // pinned returns the client's pin for route, if it holds a connection.
-func (c *client) pinned(route *Route) (pin, bool) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	if p := c.pinLocked(route); p != nil && p.conn != nil {
+func (ss *session) pinned(route *Route) (pin, bool) {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	if p := ss.pinLocked(route); p != nil && p.conn != nil {
 		return *p, true
 	}
 	return pin{}, false
@@ -282,10 +347,10 @@ func abortCommand(key txnKey) bsoncore.Document {
 }
 
 // isOpen reports whether the client has transaction key open.
-func (c *client) isOpen(key txnKey) bool {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	_, ok := c.open[key]
+func (ss *session) isOpen(key txnKey) bool {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	_, ok := ss.open[key]
 	return ok
 }
 
@@ -294,23 +359,24 @@ func (c *client) isOpen(key txnKey) bool {
 // route's pools can drain and close; the client's next request on that
 // database uses the new route.
 func (c *client) dropStalePins() {
-	checkInPins(c.takeStalePins())
+	checkInPins(c.sess.takeStalePins(c.s))
 }
 
-// takeStalePins is dropStalePins's part under sessMu.
-func (c *client) takeStalePins() []pin {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	return c.takePinsLocked(func(p *pin) bool { return c.s.Route(p.route.Name) != p.route })
+// takeStalePins is dropStalePins's part under sessMu: the pins of routes
+// s no longer serves as they were.
+func (ss *session) takeStalePins(s *Server) []pin {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	return ss.takePinsLocked(func(p *pin) bool { return s.Route(p.route.Name) != p.route })
 }
 
 // takePinsLocked unpins and returns the pinned connections of routes with
 // no transaction open for which drop says so; the caller checks them in
-// (checkInPins) once it has released c.sessMu.
-func (c *client) takePinsLocked(drop func(*pin) bool) []pin {
+// (checkInPins) once it has released ss.sessMu.
+func (ss *session) takePinsLocked(drop func(*pin) bool) []pin {
 	var back []pin
-	for i := range c.pins {
-		if p := &c.pins[i]; p.conn != nil && !c.hasOpenLocked(p.route) && drop(p) {
+	for i := range ss.pins {
+		if p := &ss.pins[i]; p.conn != nil && !ss.hasOpenLocked(p.route) && drop(p) {
 			back = append(back, *p)
 			p.conn = nil
 		}
@@ -327,8 +393,8 @@ func checkInPins(back []pin) {
 
 // hasPinOrOpen reports whether the client holds a pinned connection or has
 // a transaction open: such a client stays on its goroutine.
-func (c *client) hasPinOrOpen() bool {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
-	return c.hasPinLocked() || len(c.open) > 0
+func (ss *session) hasPinOrOpen() bool {
+	ss.sessMu.Lock()
+	defer ss.sessMu.Unlock()
+	return ss.hasPinLocked() || len(ss.open) > 0
 }

@@ -4,7 +4,7 @@ package proxy
 // bytes, the handshake on the client's own goroutine (never on the accept
 // loop, always under a deadline), and the refusal of plain clients when TLS
 // is required. A TLS client stays on its goroutine for its whole life: the
-// event loop reads raw sockets and cannot decrypt (enterLoop).
+// event loop reads raw sockets and cannot decrypt (loopClient.enter).
 
 import (
 	"crypto/tls"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -94,7 +95,7 @@ const maxRefusedRequest = 64 * 1024
 
 // startTLS runs on the client's goroutine before its first request. With
 // TLS off, or for a unix socket client, it does nothing. Otherwise it reads the client's first bytes
-// into rbuf, under the handshake timeout: a plain client keeps them there
+// into the read window, under the handshake timeout: a plain client keeps them there
 // for its first request (allow) or is refused (require); a TLS client's
 // bytes are replayed into the handshake, and c.nc becomes the TLS
 // connection.
@@ -116,7 +117,7 @@ func (c *client) startTLS() error {
 		deadline, byLogin = ld, true
 	}
 	_ = c.nc.SetDeadline(deadline)
-	isTLS, err := c.sniffTLS()
+	isTLS, err := sniffTLS(c.nc, &c.lc.Win)
 	if err != nil {
 		// Connected and said nothing in time, or left: port scanners
 		// and TCP health checks.
@@ -141,8 +142,8 @@ func (c *client) startTLS() error {
 		return errTLSRefused
 	}
 	raw := c.nc
-	pre := append([]byte(nil), c.rbuf[c.rlo:c.rhi]...)
-	c.rlo, c.rhi = 0, 0
+	pre := append([]byte(nil), c.lc.Win.Pending()...)
+	c.lc.Win.Reset()
 	tc := tls.Server(&replayConn{Conn: raw, pre: pre}, ts.Config)
 	if err := tc.Handshake(); err != nil {
 		c.s.tlsHandshakeFailed.Add(1)
@@ -164,27 +165,28 @@ func (c *client) startTLS() error {
 // setTLSConn makes the client's connection tc, over raw, under ownMu:
 // disconnect reads c.nc under it.
 func (c *client) setTLSConn(tc *tls.Conn, raw net.Conn) {
-	c.lc.ownMu.Lock()
-	defer c.lc.ownMu.Unlock()
+	c.lc.Mu.Lock()
+	defer c.lc.Mu.Unlock()
 	c.nc = &tlsClientConn{Conn: tc, raw: raw}
 	c.tlsConn = tc
 }
 
-// sniffTLS reads a new client's first bytes into rbuf until they tell a
+// sniffTLS reads a new client's first bytes from nc into the read window
+// win until they tell a
 // TLS handshake record from a MongoDB message. The first byte alone does
 // not: 0x16 is also the low byte of a message length (a 278-byte hello
 // starts with it). A TLS record continues with the version 3.1 to 3.4 (TLS
 // 1.0 to 1.3 spell the record version 0x0301 to 0x0303), which for a
 // message would mean a first request of at least 66,326 bytes; a driver's
 // first request is a hello of a few hundred.
-func (c *client) sniffTLS() (bool, error) {
+func sniffTLS(nc net.Conn, win *evloop.Window) (bool, error) {
 	for {
-		if isTLS, decided := tlsRecordStart(c.rbuf[:c.rhi]); decided {
+		if isTLS, decided := tlsRecordStart(win.Pending()); decided {
 			return isTLS, nil
 		}
-		n, err := c.nc.Read(c.rbuf[c.rhi:])
-		c.rhi += n
-		if _, decided := tlsRecordStart(c.rbuf[:c.rhi]); err != nil && !decided {
+		n, err := nc.Read(win.Free())
+		win.Hi += n
+		if _, decided := tlsRecordStart(win.Pending()); err != nil && !decided {
 			return false, err
 		}
 	}
@@ -204,24 +206,24 @@ func tlsRecordStart(b []byte) (isTLS, decided bool) {
 
 // refusePlain answers a plain client's first request with an error that
 // says TLS is required, then the caller closes it. Its first bytes are in
-// rbuf.
+// the read window.
 func (c *client) refusePlain(reason string) {
 	_ = c.nc.SetDeadline(time.Now().Add(2 * time.Second))
-	for c.rhi < wire.HeaderLen {
-		n, err := c.nc.Read(c.rbuf[c.rhi:])
-		c.rhi += n
-		if err != nil && c.rhi < wire.HeaderLen {
+	for c.lc.Win.Hi < wire.HeaderLen {
+		n, err := c.nc.Read(c.lc.Win.Buf[c.lc.Win.Hi:])
+		c.lc.Win.Hi += n
+		if err != nil && c.lc.Win.Hi < wire.HeaderLen {
 			return
 		}
 	}
-	h, err := wire.ParseHeader(c.rbuf[:wire.HeaderLen])
+	h, err := wire.ParseHeader(c.lc.Win.Buf[:wire.HeaderLen])
 	if err != nil {
 		return
 	}
-	if rest := int(h.MessageLength) - c.rhi; rest > 0 && rest <= maxRefusedRequest {
+	if rest := int(h.MessageLength) - c.lc.Win.Hi; rest > 0 && rest <= maxRefusedRequest {
 		_, _ = io.CopyN(io.Discard, c.nc, int64(rest))
 	}
-	c.rlo, c.rhi = 0, 0
+	c.lc.Win.Lo, c.lc.Win.Hi = 0, 0
 	doc := errorReply(6, "HostUnreachable", reason)
 	if h.OpCode == wire.OpQuery {
 		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
@@ -257,19 +259,3 @@ type tlsClientConn struct {
 }
 
 func (t *tlsClientConn) Close() error { return t.raw.Close() }
-
-// tlsSubject returns the subject of the client's verified certificate as
-// an RFC 2253 distinguished name (most specific first, as MongoDB writes
-// the user names of the MONGODB-X509 mechanism), and whether there is one:
-// only a TLS client that presented a certificate verified against
-// tls_ca_file has one.
-func (c *client) tlsSubject() (string, bool) {
-	if c.tlsConn == nil {
-		return "", false
-	}
-	st := c.tlsConn.ConnectionState()
-	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
-		return "", false
-	}
-	return x509Subject(st.VerifiedChains[0][0].RawSubject)
-}

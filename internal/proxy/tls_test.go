@@ -1,5 +1,8 @@
 package proxy
 
+// Client TLS: allow, require, certificates and subjects, the handshake
+// timeout, and the sniffing that keeps TLS off the loop.
+
 import (
 	"context"
 	"crypto/tls"
@@ -13,6 +16,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/certs"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
@@ -87,9 +91,9 @@ func (r *tlsRig) clientsBy() (tlsStates, plainStates []loopState) {
 	r.s.clientsMu.Lock()
 	defer r.s.clientsMu.Unlock()
 	for c := range r.s.clients {
-		c.lc.ownMu.Lock()
-		st, isTLS := c.lc.state, c.tlsConn != nil
-		c.lc.ownMu.Unlock()
+		c.lc.Mu.Lock()
+		st, isTLS := c.lc.State, c.tlsConn != nil
+		c.lc.Mu.Unlock()
 		if isTLS {
 			tlsStates = append(tlsStates, st)
 		} else {
@@ -240,14 +244,14 @@ func TestSniffTLSDecides(t *testing.T) {
 	}
 	for _, c := range cases {
 		a, b := net.Pipe()
-		cl := &client{nc: b}
+		var win evloop.Window
 		go func() { _, _ = a.Write(c.in); a.Close() }()
-		got, err := cl.sniffTLS()
+		got, err := sniffTLS(b, &win)
 		b.Close()
 		if err != nil || got != c.tls {
 			t.Errorf("% x: tls %v (%v), want %v", c.in, got, err, c.tls)
 		}
-		if cl.rhi == 0 {
+		if win.Hi == 0 {
 			t.Errorf("% x: the bytes read were not kept", c.in)
 		}
 	}

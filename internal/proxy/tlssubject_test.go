@@ -1,5 +1,7 @@
 package proxy
 
+// A certificate subject as an RFC 2253 name, as OpenSSL and MongoDB write it.
+
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"

@@ -12,6 +12,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -79,30 +80,30 @@ func (s *Server) UserClientCount(id auth.UserID) int {
 
 // admitUser counts the client's first login as id, or refuses it over
 // max_user_client_conn with the error reply to send (the client ends after
-// it: handleAuth).
-func (c *client) admitUser(id auth.UserID) bsoncore.Document {
-	ok, limit := c.s.userClients.acquire(id)
+// it: handleAuth); log is the client's logger.
+func (lg *login) admitUser(s *Server, log *slog.Logger, id auth.UserID) bsoncore.Document {
+	ok, limit := s.userClients.acquire(id)
 	if ok {
-		c.countedUser, c.counted = id, true
+		lg.countedUser, lg.counted = id, true
 		return nil
 	}
-	if !c.loginRefused { // a speculative login refused, then the same one
-		c.loginRefused = true
-		c.s.userClients.refused.Add(1)
-		if o, isO := c.s.opts.Observer.(UserLimitObserver); isO {
+	if !lg.refused { // a speculative login refused, then the same one
+		lg.refused = true
+		s.userClients.refused.Add(1)
+		if o, isO := s.opts.Observer.(UserLimitObserver); isO {
 			o.UserClientRefused()
 		}
 	}
-	c.log.Warn("client refused", "user", logName(id.String()),
+	log.Warn("client refused", "user", logName(id.String()),
 		"reason", fmt.Sprintf("max_user_client_conn = %d reached for this user", limit))
 	return errorReply(6, "HostUnreachable",
 		fmt.Sprintf("mongobouncer: too many client connections for this user (max_user_client_conn = %d)", limit))
 }
 
 // releaseUser uncounts the client's login at its disconnect.
-func (c *client) releaseUser() {
-	if c.counted {
-		c.counted = false
-		c.s.userClients.release(c.countedUser)
+func (lg *login) releaseUser(s *Server) {
+	if lg.counted {
+		lg.counted = false
+		s.userClients.release(lg.countedUser)
 	}
 }

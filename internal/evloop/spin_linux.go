@@ -1,4 +1,4 @@
-package proxy
+package evloop
 
 // Waiting awake for a lone request's reply (io_uring driver). A loop
 // thread whose one request in flight is its only work sleeps in
@@ -56,11 +56,11 @@ func (th *ringThread) spinWait() bool {
 	for {
 		err := r.Enter(0)
 		if r.Produced() {
-			th.d.spins.caught.Add(1)
+			th.d.spins.Caught.Add(1)
 			return true
 		}
 		if err != nil || monoNow() > deadline {
-			th.d.spins.missed.Add(1)
+			th.d.spins.Missed.Add(1)
 			return false
 		}
 	}

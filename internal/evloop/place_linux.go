@@ -1,4 +1,4 @@
-package proxy
+package evloop
 
 // Where the io_uring driver arms a client's next receive: clients are
 // packed onto the loop threads that have headroom, and spread again when a

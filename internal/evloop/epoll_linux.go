@@ -1,4 +1,4 @@
-package proxy
+package evloop
 
 // The epoll driver of the event loop: threads, each with an edge-triggered
 // epoll set of its own, and non-blocking read and write calls.
@@ -7,7 +7,7 @@ package proxy
 // to its own thread, which takes them at its next epoll_wait while it is
 // busy, instead of waking another thread (a context switch, and the
 // socket's cache lines moved to another core) for each of them. Any thread
-// may still act on any client: everything is under the client's ownMu.
+// may still act on any endpoint: everything is under the endpoint's Mu.
 //
 // Edge-triggered readiness says when bytes arrived, not that they are
 // still there, so each socket keeps a ready flag: set by an event, cleared
@@ -29,23 +29,28 @@ const epollET = 1 << 31
 
 // epollDriver is the loop on epoll.
 type epollDriver struct {
-	l   *loops
-	eps []int // one epoll set per thread
+	l       *Loop
+	threads []*epollThread // one epoll set each
 
 	tabMu sync.Mutex // guards growth of tab; entries are stored and read atomically
 	// tab maps a descriptor to its registration.
 	tab atomic.Pointer[[]atomic.Pointer[epollEntry]]
 }
 
-// epollEntry is what an epoll event names: a client or an upstream.
+// epollThread is one epoll loop thread: its epoll set.
+type epollThread struct{ ep int }
+
+func (*epollThread) loopThread() {}
+
+// epollEntry is what an epoll event names: an endpoint or an upstream.
 type epollEntry struct {
 	fd int
-	c  *client
+	ep *Endpoint
 	u  *epollUp
 }
 
-// epollClient is a client socket's registration. ready and hup are
-// guarded by the client's ownMu. hup is set once an event said the peer
+// epollClient is an endpoint socket's registration. ready and hup are
+// guarded by the endpoint's Mu. hup is set once an event said the peer
 // has shut its end down: from then on a short read does not mean the
 // socket is drained, since the end of the stream is still to be read and
 // no new edge will say so.
@@ -63,7 +68,7 @@ func (e *epollClient) entered() { e.ready = true }
 // whoever owns the connection, and cleared by its owner; hup as for
 // epollClient.
 type epollUp struct {
-	lu    *loopUp
+	u     *Upstream
 	ready atomic.Bool
 	hup   atomic.Bool
 }
@@ -73,8 +78,8 @@ type epollUp struct {
 const epollHangUp = syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR
 
 // startEpoll starts n loop threads on epoll.
-func startEpoll(n int, log *slog.Logger) (_ *loops, err error) {
-	l, err := newLoops(log)
+func startEpoll(n int, log *slog.Logger) (_ *Loop, err error) {
+	l, err := newLoop(IOEpoll, log)
 	if err != nil {
 		return nil, err
 	}
@@ -105,30 +110,30 @@ func startEpoll(n int, log *slog.Logger) (_ *loops, err error) {
 				return nil, fmt.Errorf("epoll_ctl: %w", err)
 			}
 		}
-		d.eps = append(d.eps, ep)
+		d.threads = append(d.threads, &epollThread{ep: ep})
 	}
-	l.drv, l.threads = d, len(d.eps)
+	l.drv, l.threads = d, len(d.threads)
 	tab := make([]atomic.Pointer[epollEntry], 1024)
 	d.tab.Store(&tab)
-	for _, ep := range d.eps {
+	for _, th := range d.threads {
 		l.wg.Add(1)
-		go d.run(ep)
+		go d.run(th)
 	}
 	return l, nil
 }
 
 // run is one loop thread.
-func (d *epollDriver) run(ep int) {
+func (d *epollDriver) run(th *epollThread) {
 	l := d.l
 	defer l.wg.Done()
 	evs := make([]syscall.EpollEvent, 64)
 	for {
-		n, err := syscall.EpollWait(ep, evs, -1)
+		n, err := syscall.EpollWait(th.ep, evs, -1)
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
-			l.log.Error("event loop thread stopped: its clients are no longer served", "io", "epoll", "error", err)
+			l.log.Error("event loop thread stopped: its endpoints are no longer served", "io", "epoll", "error", err)
 			return
 		}
 		l.running.Add(1)
@@ -156,68 +161,62 @@ func (d *epollDriver) run(ep int) {
 				e := tab[fd].Load()
 				switch {
 				case e == nil:
-				case e.c != nil:
-					d.clientReady(e.c, evs[i].Events&epollHangUp != 0)
+				case e.ep != nil:
+					d.clientReady(th, e.ep, evs[i].Events&epollHangUp != 0)
 				default:
-					d.upstreamReady(e.u, evs[i].Events&epollHangUp != 0)
+					d.upstreamReady(th, e.u, evs[i].Events&epollHangUp != 0)
 				}
 			}
-			l.runReady(nil)
+			l.runReady(th)
 		}
-		l.settle(nil)
+		l.settle(th)
 	}
 }
 
-// clientReady runs when the client's socket may be readable.
-func (d *epollDriver) clientReady(c *client, hup bool) {
-	lc := &c.lc
-	lc.ownMu.Lock()
-	defer lc.ownMu.Unlock()
-	defer c.recoverOwned()
-	switch lc.state {
-	case lsClosed, lsGoroutine:
-	case lsIdle:
-		ec := lc.sock.(*epollClient)
+// clientReady runs when the endpoint's socket may be readable: it is
+// marked ready whatever its state, and served when still wanted (a busy
+// endpoint is read once its reply is written).
+func (d *epollDriver) clientReady(th *epollThread, ep *Endpoint, hup bool) {
+	ep.Mu.Lock()
+	defer ep.Mu.Unlock()
+	defer ep.h.Recover()
+	if ec, ok := ep.reg.(*epollClient); ok {
 		ec.ready, ec.hup = true, ec.hup || hup
-		c.loopServe(nil)
-	default:
-		// Read once the reply is written (loopAfter).
-		ec := lc.sock.(*epollClient)
-		ec.ready, ec.hup = true, ec.hup || hup
+		ep.ready(th)
 	}
 }
 
-// upstreamReady runs when an upstream socket may be readable.
-func (d *epollDriver) upstreamReady(eu *epollUp, hup bool) {
+// upstreamReady runs when an upstream socket may be readable (th nil when
+// the upstream's Close says so, off the loop threads).
+func (d *epollDriver) upstreamReady(th Thread, eu *epollUp, hup bool) {
 	if hup {
 		eu.hup.Store(true)
 	}
-	lu := eu.lu
-	c := lu.owner.Load()
-	if c == nil {
+	u := eu.u
+	ep := u.owner.Load()
+	if ep == nil {
 		eu.ready.Store(true)
 		return
 	}
-	lc := &c.lc
-	lc.ownMu.Lock()
-	defer lc.ownMu.Unlock()
-	defer c.recoverOwned()
+	ep.Mu.Lock()
+	defer ep.Mu.Unlock()
+	defer ep.h.Recover()
 	eu.ready.Store(true)
-	if lc.state == lsUpstream && lc.up == lu {
-		d.recvReply(nil, c)
+	if ep.wanted(u) {
+		d.recvReply(th, ep)
 	}
 }
 
-func (d *epollDriver) attachClient(c *client, fd int) (loopSock, error) {
-	ec := &epollClient{fdn: fd, ent: &epollEntry{fd: fd, c: c}}
+func (d *epollDriver) attachClient(ep *Endpoint, fd int) (registration, error) {
+	ec := &epollClient{fdn: fd, ent: &epollEntry{fd: fd, ep: ep}}
 	if err := d.add(fd, ec.ent); err != nil {
 		return nil, err
 	}
 	return ec, nil
 }
 
-func (d *epollDriver) attachUpstream(lu *loopUp, fd int) (any, error) {
-	eu := &epollUp{lu: lu}
+func (d *epollDriver) attachUpstream(u *Upstream, fd int) (any, error) {
+	eu := &epollUp{u: u}
 	eu.ready.Store(true)
 	if err := d.add(fd, &epollEntry{fd: fd, u: eu}); err != nil {
 		return nil, err
@@ -225,13 +224,14 @@ func (d *epollDriver) attachUpstream(lu *loopUp, fd int) (any, error) {
 	return eu, nil
 }
 
-func (d *epollDriver) recvClient(th loopThread, c *client) {
-	ec := c.lc.sock.(*epollClient)
+func (d *epollDriver) recvRequest(th Thread, ep *Endpoint) {
+	ec := ep.reg.(*epollClient)
 	if !ec.ready {
 		return // the next event says when more has come
 	}
-	room := len(c.rbuf) - c.rhi
-	n, err := readFd(ec.fdn, c.rbuf[c.rhi:])
+	free := ep.Win.Free()
+	room := len(free)
+	n, err := readFd(ec.fdn, free)
 	if err == syscall.EAGAIN {
 		ec.ready = false
 		return
@@ -240,18 +240,18 @@ func (d *epollDriver) recvClient(th loopThread, c *client) {
 	// no new event would say so; nor would one for the end of a stream
 	// already announced.
 	ec.ready = err == nil && (n == room || ec.hup)
-	c.clientReceived(th, n, err)
+	ep.received(th, n, err)
 }
 
-func (d *epollDriver) recvReply(th loopThread, c *client) {
-	lu := c.lc.up
-	eu := lu.sock.(*epollUp)
+func (d *epollDriver) recvReply(th Thread, ep *Endpoint) {
+	u := ep.lp.up
+	eu := u.sock.(*epollUp)
 	if !eu.ready.Load() {
 		return
 	}
-	b := c.lc.buf.b
-	room := cap(b) - len(b)
-	n, err := lu.io.read(lu.rc, b[len(b):cap(b)])
+	b := ep.lp.reply
+	room := len(b)
+	n, err := u.io.readVia(u.rc, b)
 	if err == syscall.EAGAIN {
 		eu.ready.Store(false)
 		return
@@ -259,49 +259,39 @@ func (d *epollDriver) recvReply(th loopThread, c *client) {
 	if err == nil && n < room && !eu.hup.Load() {
 		eu.ready.Store(false)
 	}
-	c.replyReceived(th, n, err)
+	ep.replied(th, u, n, "read", err)
 }
 
-func (d *epollDriver) sendClient(c *client, b []byte) (int, error) {
-	return writeFd(c.lc.sock.fd(), b)
-}
-
-// sendReply: epoll has no way to send and wait in one call.
-func (d *epollDriver) sendReply(loopThread, *client, []byte) bool { return false }
-
-// sendRequest: epoll has no way to send and wait in one call.
-func (d *epollDriver) sendRequest(loopThread, *client, []byte) bool { return false }
-
-func (d *epollDriver) sendUpstream(lu *loopUp, b []byte) (int, error) {
-	return lu.io.write(lu.rc, b)
-}
-
-func (d *epollDriver) closeClient(c *client) {
-	lc := &c.lc
-	ec := lc.sock.(*epollClient)
+// closeClient closes at once: epoll's receives are read calls, ended when
+// they return, and its writes too (flush has nothing to wait for).
+func (d *epollDriver) closeClient(ep *Endpoint, _ bool) {
+	ec := ep.reg.(*epollClient)
 	d.forget(ec.ent)
 	// Closing the descriptor also takes it out of the epoll set.
 	if ec.fdn >= 0 {
 		_ = syscall.Close(ec.fdn)
 		ec.fdn = -1
 	}
-	lc.sock = nil
 }
 
 // upstreamClosed: the close may have dropped the event that would have
 // woken the loop, so a request in flight reads now, finds the socket
 // closed and fails, on a goroutine of its own (Close may run under locks).
-func (d *epollDriver) upstreamClosed(lu *loopUp) {
-	if lu.owner.Load() != nil {
-		go d.upstreamReady(lu.sock.(*epollUp), true)
+func (d *epollDriver) upstreamClosed(u *Upstream) {
+	if u.owner.Load() != nil {
+		go d.upstreamReady(nil, u.sock.(*epollUp), true)
 	}
 }
 
 // awaitSends has nothing to wait for: epoll's sends are write calls, ended
-// when they return, or a goroutine's, which Server.Close waits for.
+// when they return (or the user's goroutine's, which the user waits for).
 func (d *epollDriver) awaitSends(context.Context) error { return nil }
 
-func (d *epollDriver) stop() { closeFds(d.eps...) }
+func (d *epollDriver) stop() {
+	for _, th := range d.threads {
+		_ = syscall.Close(th.ep)
+	}
+}
 
 // add registers fd, edge-triggered, for e.
 func (d *epollDriver) add(fd int, e *epollEntry) error {
@@ -319,8 +309,8 @@ func (d *epollDriver) add(fd int, e *epollEntry) error {
 	d.tabMu.Unlock()
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET, Fd: int32(fd)}
 	// Round-robin over the threads' sets.
-	ep := d.eps[int(d.l.next.Add(1)-1)%len(d.eps)]
-	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	th := d.threads[int(d.l.next.Add(1)-1)%len(d.threads)]
+	if err := syscall.EpollCtl(th.ep, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		d.forget(e)
 		return fmt.Errorf("epoll_ctl: %w", err)
 	}

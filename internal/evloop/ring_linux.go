@@ -1,8 +1,8 @@
-package proxy
+package evloop
 
 // The io_uring driver of the event loop. It makes no read system call and
 // no epoll_wait: every socket the loop waits on has a receive in flight on
-// a loop thread's ring (a client's into its rbuf while it is idle, an
+// a loop thread's ring (an endpoint's into its window while it is idle, an
 // upstream connection's into the reply buffer while a request is out on
 // it), and a thread submits the receives it prepared and collects the
 // completions of its ring in one io_uring_enter per batch. A request sent
@@ -13,7 +13,7 @@ package proxy
 // request, and the preemption that often follows it when the write wakes
 // the upstream: the thread sends and sleeps in one io_uring_enter. A reply
 // goes to its client the same way, linked to the receive of the client's
-// next request, when it fits the client's rbuf and the client has nothing
+// next request, when it fits the client's window and the client has nothing
 // else to serve (sendReply): the common request-reply round costs the
 // thread no write call at all. Larger replies, replies to pipelining
 // clients and requests sent off the loop threads stay plain non-blocking
@@ -82,14 +82,17 @@ const (
 	opReply // a reply's failed send, whose linked receive of the client's next request was cancelled
 )
 
+// RingSupported reports whether the kernel allows io_uring here.
+func RingSupported() bool { return uring.Supported() }
+
 // ringDriver is the loop on io_uring.
 type ringDriver struct {
-	l       *loops
+	l       *Loop
 	threads []*ringThread
 	// spinMax is Options.LoopSpin (loop_spin_linux.go); spins are the
 	// server's counts of the threads' spins.
 	spinMax time.Duration
-	spins   *spinCounts
+	spins   *SpinCounts
 	// lingering counts closed clients whose descriptor waits for a
 	// receive in flight, maybe behind a reply's send
 	// (loop_ringclose_linux.go).
@@ -136,24 +139,27 @@ type ringThread struct {
 
 func (*ringThread) loopThread() {}
 
-// armItem asks a loop thread to start a receive for c.
+// armItem asks a loop thread to start a receive on rc (or, armClose, to
+// end one).
 type armItem struct {
-	c    *client
+	rc   *ringClient
 	kind armKind
 }
 
-// ringClient is a client socket's registration, guarded by the client's
-// ownMu. armed is set while a receive into rbuf is in flight, which
-// happens only in lsIdle; a client closed meanwhile keeps its descriptor
-// until that receive completes. home is the thread its receives go on,
-// which placeRecv may change; left is set once the client no longer
-// counts among its home's clients. placed is a placement sendReply made
-// but could not use, for recvClient to follow rather than decide again.
-// lingering is set while the closed client's descriptor waits for that
-// receive; flush says it was closed by Server.Close, whose replies are let
-// out (loop_ringclose_linux.go).
+// ringClient is an endpoint socket's registration, guarded by the
+// endpoint's Mu. armed is set while a receive into its window is in
+// flight, which happens only while Idle; closed is set by closeClient,
+// and an endpoint closed meanwhile keeps its descriptor until that receive
+// completes. home is the thread its receives go on, which placeRecv may
+// change; left is set once the endpoint no longer counts among its home's
+// clients. placed is a placement sendReply made but could not use, for
+// recvRequest to follow rather than decide again. lingering is set while
+// the closed endpoint's descriptor waits for that receive; flush says its
+// replies are let out (ringclose_linux.go).
 type ringClient struct {
+	ep        *Endpoint
 	fdn       int
+	closed    bool
 	home      *ringThread
 	placed    *ringThread
 	armed     bool
@@ -171,8 +177,11 @@ func (r *ringClient) entered() {}
 // pool closed the connection: fd is shut down, and closed once nothing is
 // in flight) and sendErr (why a request's send failed).
 type ringUp struct {
-	lu      *loopUp
-	mu      sync.Mutex
+	u  *Upstream
+	mu sync.Mutex
+	// reply is the buffer a receive in flight fills: held here so that
+	// the operation's slot keeps it reachable.
+	reply   []byte
 	sentAt  time.Duration // when the request awaiting its reply was sent (monoNow), 0 once its reply began
 	fdn     int
 	armed   bool
@@ -181,8 +190,11 @@ type ringUp struct {
 }
 
 // startRing starts n loop threads, each with an io_uring.
-func startRing(n int, spinMax time.Duration, spins *spinCounts, log *slog.Logger) (*loops, error) {
-	l, err := newLoops(log)
+func startRing(n int, spinMax time.Duration, spins *SpinCounts, log *slog.Logger) (*Loop, error) {
+	if spins == nil {
+		spins = new(SpinCounts)
+	}
+	l, err := newLoop(IOUring, log)
 	if err != nil {
 		return nil, err
 	}
@@ -220,12 +232,12 @@ func (d *ringDriver) home() *ringThread {
 	return d.threads[int(d.l.next.Add(1)-1)%len(d.threads)]
 }
 
-// post asks th to start a receive for c. The protocol is the ready
+// post asks th to start a receive for ep. The protocol is the ready
 // list's: th looks at q after clearing busy, and a poster that finds busy
 // clear wakes it.
-func (th *ringThread) post(c *client, kind armKind) {
+func (th *ringThread) post(rc *ringClient, kind armKind) {
 	th.qMu.Lock()
-	th.q = append(th.q, armItem{c: c, kind: kind})
+	th.q = append(th.q, armItem{rc: rc, kind: kind})
 	th.qN.Add(1)
 	th.qMu.Unlock()
 	if !th.busy.Load() && th.evPending.CompareAndSwap(false, true) {
@@ -251,18 +263,22 @@ func (th *ringThread) runArms() {
 
 // arm starts the receive an arm item asks for, if it is still wanted.
 func (th *ringThread) arm(it armItem) {
-	c := it.c
-	lc := &c.lc
-	lc.ownMu.Lock()
-	defer lc.ownMu.Unlock()
-	defer c.recoverOwned()
-	switch {
-	case it.kind == armClient && lc.state == lsIdle && !lc.sock.(*ringClient).armed:
-		c.loopServe(th)
-	case it.kind == armReply && lc.state == lsUpstream && lc.up != nil:
-		th.d.recvReply(th, c)
-	case it.kind == armClose && lc.state == lsClosed:
-		if rc := lc.sock.(*ringClient); rc.armed && rc.fdn >= 0 {
+	rc := it.rc
+	ep := rc.ep
+	ep.Mu.Lock()
+	defer ep.Mu.Unlock()
+	defer ep.h.Recover()
+	switch it.kind {
+	case armClient:
+		if !rc.closed && !rc.armed {
+			ep.ready(th)
+		}
+	case armReply:
+		if !rc.closed && ep.wanted(ep.lp.up) {
+			th.d.recvReply(th, ep)
+		}
+	case armClose:
+		if rc.armed && rc.fdn >= 0 {
 			// A reply prepared on this ring (sendReply) is submitted
 			// first: the shutdown is for the receive after it.
 			_ = th.ring.Enter(0)
@@ -329,7 +345,7 @@ func (d *ringDriver) run(th *ringThread, first bool, started chan<- error) {
 // (EBADR) leave their clients waiting until their idle timeout, but the
 // thread's other clients served. Any other error means the ring is
 // unusable, and the thread's clients are no longer served: said loudly.
-func enterGoesOn(l *loops, err error) bool {
+func enterGoesOn(l *Loop, err error) bool {
 	switch err {
 	case syscall.EAGAIN, syscall.EBUSY:
 		return true
@@ -337,7 +353,7 @@ func enterGoesOn(l *loops, err error) bool {
 		l.log.Error("io_uring dropped completions: some clients wait until client_idle_timeout", "error", err)
 		return true
 	}
-	l.log.Error("event loop thread stopped: its clients are no longer served", "io", "io_uring", "error", err)
+	l.log.Error("event loop thread stopped: its endpoints are no longer served", "io", "io_uring", "error", err)
 	return false
 }
 
@@ -381,7 +397,7 @@ func (th *ringThread) complete(ud uint64, res int32) {
 		th.evPending.Store(false)
 		th.ring.Read(th.ev, th.evBuf[:], opEvent)
 	case opClient:
-		th.clientDone(th.take(ud).(*client), res)
+		th.clientDone(th.take(ud).(*ringClient), res)
 	case opUpstream:
 		th.replyDone(th.take(ud).(*ringUp), res)
 	case opSend:
@@ -392,21 +408,20 @@ func (th *ringThread) complete(ud uint64, res int32) {
 		if res >= 0 {
 			res = -int32(syscall.EPIPE)
 		}
-		th.clientDone(th.take(ud).(*client), res)
+		th.clientDone(th.take(ud).(*ringClient), res)
 	}
 	l.runReady(th)
 }
 
-// disarm marks a client's receive, which the ring's release cancelled, no
-// longer in flight, under ownMu; a closed client's descriptor, whose close
-// waited for it, is closed.
-func (th *ringThread) disarm(c *client) {
-	lc := &c.lc
-	lc.ownMu.Lock()
-	defer lc.ownMu.Unlock()
-	rc := lc.sock.(*ringClient)
+// disarm marks an endpoint's receive, which the ring's release cancelled,
+// no longer in flight, under Mu; a closed endpoint's descriptor, whose
+// close waited for it, is closed.
+func (th *ringThread) disarm(rc *ringClient) {
+	ep := rc.ep
+	ep.Mu.Lock()
+	defer ep.Mu.Unlock()
 	rc.armed = false
-	if lc.state == lsClosed {
+	if rc.closed {
 		th.d.closeLingering(rc)
 	}
 }
@@ -422,7 +437,7 @@ func (th *ringThread) teardown() {
 	for i, obj := range th.ops {
 		th.ops[i] = nil
 		switch o := obj.(type) {
-		case *client:
+		case *ringClient:
 			th.disarm(o)
 		case *ringUp:
 			o.mu.Lock()
@@ -436,25 +451,23 @@ func (th *ringThread) teardown() {
 	}
 }
 
-// clientDone handles the completion of a receive into a client's rbuf.
-func (th *ringThread) clientDone(c *client, res int32) {
-	lc := &c.lc
-	lc.ownMu.Lock()
-	defer lc.ownMu.Unlock()
-	defer c.recoverOwned()
-	rc := lc.sock.(*ringClient)
+// clientDone handles the completion of a receive into an endpoint's
+// window.
+func (th *ringThread) clientDone(rc *ringClient, res int32) {
+	ep := rc.ep
+	ep.Mu.Lock()
+	defer ep.Mu.Unlock()
+	defer ep.h.Recover()
 	rc.armed = false
 	switch {
-	case lc.state != lsIdle:
+	case rc.closed:
 		// Closed while the receive was in flight: closeClient left the
 		// descriptor to this completion.
-		if lc.state == lsClosed {
-			th.d.closeLingering(rc)
-		}
+		th.d.closeLingering(rc)
 	case res < 0:
-		c.clientReceived(th, 0, syscall.Errno(-res))
+		ep.received(th, 0, syscall.Errno(-res))
 	default:
-		c.clientReceived(th, int(res), nil)
+		ep.received(th, int(res), nil)
 	}
 }
 
@@ -483,58 +496,57 @@ func (th *ringThread) replyDone(ru *ringUp, res int32) {
 	closed := ru.closed
 	sendErr := ru.sendErr
 	ru.sendErr = nil
+	ru.reply = nil
 	if closed && ru.fdn >= 0 {
 		_ = syscall.Close(ru.fdn)
 		ru.fdn = -1
 	}
 	ru.mu.Unlock()
-	c := ru.lu.owner.Load()
-	if c == nil {
+	ep := ru.u.owner.Load()
+	if ep == nil {
 		return
 	}
-	lc := &c.lc
-	lc.ownMu.Lock()
-	defer lc.ownMu.Unlock()
-	defer c.recoverOwned()
-	if lc.state == lsUpstream && lc.up == ru.lu {
-		switch {
-		case sendErr != nil:
-			c.loopFail(th, ru.lu.uc.IOError("write", sendErr))
-		case closed:
-			c.replyReceived(th, 0, net.ErrClosed)
-		case res < 0:
-			c.replyReceived(th, 0, syscall.Errno(-res))
-		default:
-			c.replyReceived(th, int(res), nil)
-		}
+	ep.Mu.Lock()
+	defer ep.Mu.Unlock()
+	defer ep.h.Recover()
+	switch {
+	case sendErr != nil:
+		ep.replied(th, ru.u, 0, "write", sendErr)
+	case closed:
+		ep.replied(th, ru.u, 0, "read", net.ErrClosed)
+	case res < 0:
+		ep.replied(th, ru.u, 0, "read", syscall.Errno(-res))
+	default:
+		ep.replied(th, ru.u, int(res), "read", nil)
 	}
 }
 
-func (d *ringDriver) attachClient(c *client, fd int) (loopSock, error) {
+func (d *ringDriver) attachClient(ep *Endpoint, fd int) (registration, error) {
 	h := d.home()
 	h.load.clients.Add(1)
-	return &ringClient{fdn: fd, home: h}, nil
+	return &ringClient{ep: ep, fdn: fd, home: h}, nil
 }
 
-func (d *ringDriver) attachUpstream(lu *loopUp, fd int) (any, error) {
+func (d *ringDriver) attachUpstream(u *Upstream, fd int) (any, error) {
 	dup, err := sysconn.DupFd(fd)
 	if err != nil {
 		return nil, err
 	}
-	return &ringUp{lu: lu, fdn: dup}, nil
+	return &ringUp{u: u, fdn: dup}, nil
 }
 
-// recvClient starts a receive into the free end of rbuf (compacted by
-// loopServe) on the client's home thread, which placeRecv may change.
-func (d *ringDriver) recvClient(th loopThread, c *client) {
-	rc := c.lc.sock.(*ringClient)
+// recvRequest starts a receive into the free end of the window (compacted
+// by Endpoint.RecvRequest) on the endpoint's home thread, which placeRecv
+// may change.
+func (d *ringDriver) recvRequest(th Thread, ep *Endpoint) {
+	rc := ep.reg.(*ringClient)
 	if rc.armed {
 		return
 	}
 	t, _ := th.(*ringThread)
 	if t == nil {
 		// Off the loop threads: ask the home thread.
-		rc.home.post(c, armClient)
+		rc.home.post(rc, armClient)
 		return
 	}
 	to := rc.placed
@@ -543,116 +555,105 @@ func (d *ringDriver) recvClient(th loopThread, c *client) {
 		to = d.placeRecv(t, rc)
 	}
 	if to != t {
-		to.post(c, armClient)
+		to.post(rc, armClient)
 		return
 	}
 	rc.armed = true
-	t.ring.Recv(rc.fdn, c.rbuf[c.rhi:], t.slot(c, opClient), true)
+	t.ring.Recv(rc.fdn, ep.Win.Free(), t.slot(rc, opClient), true)
 }
 
-// recvReply starts a receive of the reply into the free end of the reply
-// buffer, on the calling thread's ring.
-func (d *ringDriver) recvReply(th loopThread, c *client) {
-	lc := &c.lc
-	lu := lc.up
+// recvReply starts a receive of the reply into the reply buffer, on the
+// calling thread's ring.
+func (d *ringDriver) recvReply(th Thread, ep *Endpoint) {
+	u := ep.lp.up
 	t, _ := th.(*ringThread)
 	if t == nil {
-		// Off the loop threads (a request sent as the client entered the
-		// loop): the home thread receives.
-		lc.sock.(*ringClient).home.post(c, armReply)
+		// Off the loop threads (a request sent as the endpoint entered
+		// the loop): the home thread receives.
+		rc := ep.reg.(*ringClient)
+		rc.home.post(rc, armReply)
 		return
 	}
-	ru := lu.sock.(*ringUp)
-	b := lc.buf.b
+	ru := u.sock.(*ringUp)
 	ru.mu.Lock()
 	if ru.closed || ru.armed {
 		ru.mu.Unlock()
-		c.loopFail(th, lu.uc.IOError("read", net.ErrClosed))
+		ep.h.Failed(th, "read", net.ErrClosed)
 		return
 	}
 	ru.armed = true
+	ru.reply = ep.lp.reply
 	t.spin.out++
-	t.ring.Recv(ru.fdn, b[len(b):cap(b)], t.slot(ru, opUpstream), true)
+	t.ring.Recv(ru.fdn, ru.reply, t.slot(ru, opUpstream), true)
 	ru.mu.Unlock()
 }
 
-// sendRequest prepares, on th's ring, the send of the request b linked to
-// the receive of its reply into the free end of the reply buffer. b is at
-// the front of the client's rbuf, which stays untouched while the client
-// waits for the reply, and the reply's receive, which ends that wait,
-// completes only after the send.
-func (d *ringDriver) sendRequest(th loopThread, c *client, b []byte) bool {
+// sendRequest prepares, on th's ring, the send of the request req linked
+// to the receive of its reply into the reply buffer. req stays untouched
+// while the endpoint waits for the reply (Endpoint.SendRequest), and the
+// reply's receive, which ends that wait, completes only after the send.
+func (d *ringDriver) sendRequest(th Thread, ep *Endpoint, req []byte) bool {
 	t, _ := th.(*ringThread)
 	if t == nil {
 		return false
 	}
-	lc := &c.lc
-	lu := lc.up
-	ru := lu.sock.(*ringUp)
-	rb := lc.buf.b
+	u := ep.lp.up
+	ru := u.sock.(*ringUp)
 	ru.mu.Lock()
 	if ru.closed || ru.armed {
 		ru.mu.Unlock()
-		c.loopFail(th, lu.uc.IOError("write", net.ErrClosed))
+		ep.h.Failed(th, "write", net.ErrClosed)
 		return true
 	}
 	ru.armed = true
 	ru.sendErr = nil
 	ru.sentAt = monoNow()
+	ru.reply = ep.lp.reply
 	t.spin.out++
 	recv := t.slot(ru, opUpstream)
-	t.ring.SendThenRecv(ru.fdn, b, recv&^0xff|opSend, rb[len(rb):cap(rb)], recv)
+	t.ring.SendThenRecv(ru.fdn, req, recv&^0xff|opSend, ru.reply, recv)
 	ru.mu.Unlock()
 	return true
 }
 
 // sendReply prepares, on th's ring, the send of the reply msg linked to the
-// receive of the client's next request. msg is copied to the front of
-// rbuf, which the receive fills only once the send is whole; a failed or
-// short send cancels the receive, and its own completion closes the
-// client. So the reply costs no write call and no completion, and the
-// client no memory beyond rbuf while it idles. A send the socket cannot
-// take at once waits in the kernel, not on the thread. Only for a reply
-// that fits rbuf, to a client with nothing in rbuf, whose next receive
-// stays on this thread, and not once the server drains: the request ends
-// here, without knowing when the kernel has sent the reply, and a drain
-// waits for the reply's write to end (the write path and its goroutine do
-// that); a reply sent here just before the drain began is waited for by
-// Server.Close (awaitSends). A client closed before the thread's next
-// Enter has submitted the send does not have it cut short: closeClient
-// leaves the shutdown to this thread.
-func (d *ringDriver) sendReply(th loopThread, c *client, msg []byte) bool {
+// receive of the endpoint's next request. msg is copied to the front of
+// the (empty) window, which the receive fills only once the send is whole;
+// a failed or short send cancels the receive, and its own completion ends
+// the endpoint's stream. So the reply costs no write call and no
+// completion, and the endpoint no memory beyond its window while it
+// idles. A send the socket cannot take at once waits in the kernel, not on
+// the thread. Only for a reply that fits the window, whose next receive
+// stays on this thread; the user decides the rest (not once its server
+// drains: a reply sent so is not known to have left, and a reply sent
+// just before a close with flush is waited for by awaitSends). An
+// endpoint closed before the thread's next Enter has submitted the send
+// does not have it cut short: closeClient leaves the shutdown to this
+// thread.
+func (d *ringDriver) sendReply(th Thread, ep *Endpoint, msg []byte) bool {
 	t, _ := th.(*ringThread)
-	rc := c.lc.sock.(*ringClient)
-	if t == nil || c.rlo != c.rhi || len(msg) > len(c.rbuf) || rc.armed || rc.fdn < 0 || c.s.draining.Load() {
+	rc := ep.reg.(*ringClient)
+	if t == nil || len(msg) > len(ep.Win.Buf) || rc.armed || rc.fdn < 0 {
 		return false
 	}
 	if to := d.placeRecv(t, rc); to != t {
 		rc.placed = to
 		return false
 	}
-	c.rlo, c.rhi = 0, 0
-	n := copy(c.rbuf[:], msg)
+	ep.Win.Reset()
+	n := copy(ep.Win.Buf[:], msg)
 	rc.armed = true
-	recv := t.slot(c, opClient)
-	t.ring.SendThenRecv(rc.fdn, c.rbuf[:n], recv&^0xff|opReply, c.rbuf[:], recv)
+	recv := t.slot(rc, opClient)
+	t.ring.SendThenRecv(rc.fdn, ep.Win.Buf[:n], recv&^0xff|opReply, ep.Win.Buf[:], recv)
 	return true
-}
-
-func (d *ringDriver) sendClient(c *client, b []byte) (int, error) {
-	return writeFd(c.lc.sock.fd(), b)
-}
-
-func (d *ringDriver) sendUpstream(lu *loopUp, b []byte) (int, error) {
-	return lu.io.write(lu.rc, b)
 }
 
 // upstreamClosed: a receive in flight ends with the socket shut down, and
 // its completion fails the request and closes the descriptor; otherwise
 // the descriptor is closed now, and a request about to receive on it
 // fails in recvReply.
-func (d *ringDriver) upstreamClosed(lu *loopUp) {
-	ru := lu.sock.(*ringUp)
+func (d *ringDriver) upstreamClosed(u *Upstream) {
+	ru := u.sock.(*ringUp)
 	ru.mu.Lock()
 	defer ru.mu.Unlock()
 	ru.closed = true

@@ -1,4 +1,4 @@
-package proxy
+package evloop
 
 // Closing a client of the io_uring driver. A client's socket with a
 // receive in flight is the kernel's until that receive completes, so its
@@ -25,12 +25,12 @@ import (
 	"time"
 )
 
-// closeClient closes the client's descriptor, or with a receive in flight
-// leaves it to the home thread (armClose, then the receive's completion).
-// It holds ownMu.
-func (d *ringDriver) closeClient(c *client) {
-	lc := &c.lc
-	rc := lc.sock.(*ringClient)
+// closeClient closes the endpoint's descriptor, or with a receive in
+// flight leaves it to the home thread (armClose, then the receive's
+// completion). It holds Mu.
+func (d *ringDriver) closeClient(ep *Endpoint, flush bool) {
+	rc := ep.reg.(*ringClient)
+	rc.closed = true
 	if !rc.left {
 		rc.left = true
 		rc.home.load.clients.Add(-1)
@@ -45,9 +45,9 @@ func (d *ringDriver) closeClient(c *client) {
 		// the replies are let out is decided now, by who closes.
 		if !rc.lingering {
 			rc.lingering = true
-			rc.flush = c.s.closing.Load()
+			rc.flush = flush
 			d.lingering.Add(1)
-			rc.home.post(c, armClose)
+			rc.home.post(rc, armClose)
 		}
 		return
 	}
