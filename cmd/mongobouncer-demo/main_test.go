@@ -67,8 +67,17 @@ func TestCountTCPRows(t *testing.T) {
    4: 0100007F:A005 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 104 1 0000000000000000 20 4 30 10 -1
 `
 	inodes := map[string]bool{"101": true, "102": true, "103": true, "104": true}
-	if n := countTCPRows(bufio.NewScanner(strings.NewReader(table)), 27017, inodes); n != 2 {
+	if n := countTCPRows(bufio.NewScanner(strings.NewReader(table)), 27017, inodes, map[string]bool{}); n != 2 {
 		t.Fatalf("counted %d, want 2", n)
+	}
+}
+
+// A socket listed twice (the table changed while it was read) counts once.
+func TestCountTCPRowsOncePerSocket(t *testing.T) {
+	row := "   0: 0100007F:A001 0100007F:6989 01 00000000:00000000 00:00000000 00000000     0        0 101 1 0000000000000000 20 4 30 10 -1\n"
+	table := "  sl  local_address rem_address   st\n" + row + row
+	if n := countTCPRows(bufio.NewScanner(strings.NewReader(table)), 27017, map[string]bool{"101": true}, map[string]bool{}); n != 1 {
+		t.Fatalf("counted %d, want 1", n)
 	}
 }
 

@@ -527,16 +527,25 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		s.topo.drainDeadline.Store(dl.UnixNano())
 	}
-	s.draining.Store(true)
-	// Quiesce: the topologyVersion moves and every waiting hello answers
-	// ShutdownInProgress now (awaithello.go).
-	s.topo.bump()
-	s.stoppingOnce.Do(func() { close(s.stopping) })
+	// The listeners close before anything says "shutting down": a driver
+	// that hears the quiesce (or a request's 91) clears its pool and opens
+	// new connections at once, and behind a balancer that has not yet seen
+	// /readyz fail, those reach this instance. Refused, the balancer sends
+	// them on elsewhere; accepted in the moment before a close, their
+	// handshake would meet the quiesce reply, and a driver with the plain
+	// URI would clear its pool a second time, failing retries in flight
+	// (TestDrainBehindABalancerDevmongo saw it once). draining is set under
+	// clientsMu, so Serve refuses any listener from now on.
 	s.clientsMu.Lock()
 	for l := range s.listeners {
 		l.Close()
 	}
+	s.draining.Store(true)
 	s.clientsMu.Unlock()
+	// Quiesce: the topologyVersion moves and every waiting hello answers
+	// ShutdownInProgress now (awaithello.go).
+	s.topo.bump()
+	s.stoppingOnce.Do(func() { close(s.stopping) })
 	// A client an accept loop took just before its listener closed is
 	// registered once the loop ends: wait for that, so the drain counts it
 	// (and Close disconnects it only after its first reply, see drained)
