@@ -60,7 +60,7 @@ type restartOpts struct {
 	stuckDir   string
 	stuckAfter time.Duration
 	log        io.Writer // children's output when -v, else nil
-	logger              *slog.Logger
+	logger     *slog.Logger
 }
 
 // exitInfo is one stopped process.
