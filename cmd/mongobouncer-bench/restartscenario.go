@@ -69,7 +69,7 @@ func startRolling(ctx context.Context, o restartOpts, dir, upstream string) (s s
 		}
 		name := fmt.Sprintf("b%d", k)
 		r.cfgs[k], err = writeConfig(dir, name, bouncerConfig{listen: listen, admin: r.admins[k], upstream: upstream,
-			shutdownTimeout: o.shutdownTimeout, shutdownDelay: o.shutdownDelay})
+			shutdownTimeout: o.shutdownTimeout, shutdownDelay: o.shutdownDelay, eventLoop: o.eventLoop})
 		if err != nil {
 			return nil, err
 		}
@@ -159,7 +159,7 @@ func startUpgrade(ctx context.Context, o restartOpts, dir, upstream string) (s s
 		return nil, err
 	}
 	if u.cfg, err = writeConfig(dir, "mongobouncer", bouncerConfig{listen: u.listen, admin: u.admin, upstream: upstream,
-		reusePort: true, shutdownTimeout: o.shutdownTimeout, shutdownDelay: o.shutdownDelay}); err != nil {
+		reusePort: true, shutdownTimeout: o.shutdownTimeout, shutdownDelay: o.shutdownDelay, eventLoop: o.eventLoop}); err != nil {
 		return nil, err
 	}
 	u.gen = 1
