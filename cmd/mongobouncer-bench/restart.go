@@ -55,8 +55,13 @@ type restartOpts struct {
 	shutdownDelay       time.Duration
 	opTimeout, probeInt time.Duration
 	burst               int
-	log                 io.Writer // children's output when -v, else nil
-	logger              *slog.Logger
+	// stuckDir and stuckAfter: where a command unanswered for stuckAfter
+	// has the sockets' state dumped (restartstuck.go); "" for nowhere.
+	stuckDir   string
+	stuckAfter time.Duration
+	eventLoop  string    // "", "true" or "false": mongobouncer's event_loop
+	log        io.Writer // children's output when -v, else nil
+	logger     *slog.Logger
 }
 
 // exitInfo is one stopped process.
@@ -134,6 +139,9 @@ func runRestart(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.DurationVar(&o.opTimeout, "op-timeout", loadgen.DefaultRestartOpTimeout, "each operation's timeout (its context)")
 	fs.DurationVar(&o.probeInt, "probe-interval", 10*time.Millisecond, "a fresh connection and hello this often, for refused and reset connections (0: only -probe-burst)")
 	fs.IntVar(&o.burst, "probe-burst", 200, "fresh connections (hello) started at once just before each SIGTERM, some of them queued on the listener as it closes (0: none; at most 1000)")
+	fs.StringVar(&o.stuckDir, "stuck-dump", "", "a `directory`: a command without a reply after -stuck-after has the state of every TCP socket (ss) and each mongobouncer's /admin/clients written there, to find where a reply waits")
+	fs.DurationVar(&o.stuckAfter, "stuck-after", 6*time.Second, "how long a command waits for its reply before -stuck-dump dumps")
+	fs.StringVar(&o.eventLoop, "event-loop", "", "mongobouncer's event_loop: true or false (empty: its default)")
 	migrate := fs.String("tcp-migrate-req", "host", "host: run in this network namespace as it is; 0 or 1: run in a network namespace of its own (root) with net.ipv4.tcp_migrate_req set so")
 	timeout := fs.Duration("timeout", 15*time.Minute, "bound on the whole measurement")
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (the table then goes to stderr)")
@@ -167,6 +175,8 @@ func runRestart(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return usage("-writers must be at least 1, and -writers + -readers at most 1000")
 	case o.burst < 0 || o.burst > 1000:
 		return usage("-probe-burst must be 0 to 1000")
+	case o.eventLoop != "" && o.eventLoop != "true" && o.eventLoop != "false":
+		return usage("-event-loop: %q, want true or false", o.eventLoop)
 	case *migrate != "host" && *migrate != "0" && *migrate != "1":
 		return usage("-tcp-migrate-req: %q, want host, 0 or 1", *migrate)
 	}
@@ -283,7 +293,8 @@ func oneRun(ctx context.Context, o restartOpts, dm *devmongo.Server, n int) rest
 	start := time.Now()
 	ledger := loadgen.NewLedger(start)
 	load, err := loadgen.StartRestartLoad(ctx, loadgen.RestartLoadConfig{URI: uri, Writers: o.writers, Readers: o.readers,
-		OpTimeout: o.opTimeout, Database: "bench", Collection: coll, Logger: o.logger}, ledger)
+		OpTimeout: o.opTimeout, Database: "bench", Collection: coll, Logger: o.logger,
+		OnStuck: stuckDumper(o, sc), StuckAfter: o.stuckAfter}, ledger)
 	if err != nil {
 		r.Error = err.Error()
 		return r

@@ -42,6 +42,9 @@ type bouncerConfig struct {
 	reusePort               bool
 	// shutdownTimeout and shutdownDelay are written when not 0.
 	shutdownTimeout, shutdownDelay time.Duration
+	// eventLoop is written as event_loop when "true" or "false"; ""
+	// leaves mongobouncer's default.
+	eventLoop string
 }
 
 // text is the TOML file.
@@ -57,6 +60,9 @@ func (c bouncerConfig) text() string {
 	}
 	if c.shutdownDelay > 0 {
 		fmt.Fprintf(&b, "shutdown_delay = %q\n", c.shutdownDelay.String())
+	}
+	if c.eventLoop != "" {
+		fmt.Fprintf(&b, "event_loop = %s\n", c.eventLoop)
 	}
 	fmt.Fprintf(&b, "\n[databases.\"*\"]\nconnection_string = %q\n", c.upstream)
 	return b.String()

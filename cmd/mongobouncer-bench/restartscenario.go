@@ -25,6 +25,8 @@ type scenario interface {
 	restart(ctx context.Context, i int, beforeTerm func()) (exitInfo, error)
 	// close stops everything still running.
 	close()
+	// adminAddrs are the admin listeners (diagnostics: restartstuck.go).
+	adminAddrs() []string
 }
 
 // balancerSettle is how long HAProxy needs to mark freshly started servers
@@ -67,7 +69,7 @@ func startRolling(ctx context.Context, o restartOpts, dir, upstream string) (s s
 		}
 		name := fmt.Sprintf("b%d", k)
 		r.cfgs[k], err = writeConfig(dir, name, bouncerConfig{listen: listen, admin: r.admins[k], upstream: upstream,
-			shutdownTimeout: o.shutdownTimeout, shutdownDelay: o.shutdownDelay})
+			shutdownTimeout: o.shutdownTimeout, shutdownDelay: o.shutdownDelay, eventLoop: o.eventLoop})
 		if err != nil {
 			return nil, err
 		}
@@ -75,6 +77,7 @@ func startRolling(ctx context.Context, o restartOpts, dir, upstream string) (s s
 			return nil, err
 		}
 		r.gen[k] = 1
+		o.logger.Info("started", "name", name+".1", "pid", r.inst[k].pid(), "admin", r.admins[k], "listen", listen)
 		servers = append(servers, loadgen.BalancerServer{Addr: listen, Check: r.admins[k]})
 	}
 	for _, b := range r.inst {
@@ -96,14 +99,18 @@ func startRolling(ctx context.Context, o restartOpts, dir, upstream string) (s s
 
 func (r *rolling) address() string { return r.hap.Addr() }
 
+func (r *rolling) adminAddrs() []string { return r.admins[:] }
+
 // restart stops instance i%2 (SIGTERM, wait for its exit), starts it
 // again on the same configuration and waits for its /readyz.
 func (r *rolling) restart(ctx context.Context, i int, beforeTerm func()) (exitInfo, error) {
 	k := i % 2
 	old := r.inst[k]
 	beforeTerm()
+	r.o.logger.Info("SIGTERM", "name", old.name, "pid", old.pid(), "admin", r.admins[k])
 	code, took, killed := old.terminate(r.o.exitLimit())
 	ex := exitInfo{Name: old.name, Code: code, Drain: took, Killed: killed}
+	r.o.logger.Info("exited", "name", old.name, "pid", old.pid(), "code", code)
 	r.gen[k]++
 	nb, err := startBouncer(r.o.bin, fmt.Sprintf("b%d.%d", k, r.gen[k]), r.cfgs[k], r.admins[k], r.o.log)
 	if err != nil {
@@ -111,7 +118,9 @@ func (r *rolling) restart(ctx context.Context, i int, beforeTerm func()) (exitIn
 		return ex, err
 	}
 	r.inst[k] = nb
-	return ex, nb.waitReady(ctx)
+	err = nb.waitReady(ctx)
+	r.o.logger.Info("ready", "name", nb.name, "pid", nb.pid(), "admin", r.admins[k])
+	return ex, err
 }
 
 func (r *rolling) close() {
@@ -150,7 +159,7 @@ func startUpgrade(ctx context.Context, o restartOpts, dir, upstream string) (s s
 		return nil, err
 	}
 	if u.cfg, err = writeConfig(dir, "mongobouncer", bouncerConfig{listen: u.listen, admin: u.admin, upstream: upstream,
-		reusePort: true, shutdownTimeout: o.shutdownTimeout, shutdownDelay: o.shutdownDelay}); err != nil {
+		reusePort: true, shutdownTimeout: o.shutdownTimeout, shutdownDelay: o.shutdownDelay, eventLoop: o.eventLoop}); err != nil {
 		return nil, err
 	}
 	u.gen = 1
@@ -161,6 +170,8 @@ func startUpgrade(ctx context.Context, o restartOpts, dir, upstream string) (s s
 }
 
 func (u *upgrade) address() string { return u.listen }
+
+func (u *upgrade) adminAddrs() []string { return []string{u.admin} }
 
 // restart starts a new process on the same configuration (so the same
 // addresses), waits for its own /readyz, then SIGTERMs the old one and

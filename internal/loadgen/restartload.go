@@ -55,6 +55,11 @@ type RestartLoadConfig struct {
 	// MaxPoolSize is the driver's maxPoolSize (0: the driver's default).
 	MaxPoolSize uint64
 	Logger      *slog.Logger
+	// OnStuck, when set, is called once for each command still without a
+	// reply StuckAfter after it was sent (a diagnostic: what the sockets
+	// hold at that moment), with a line describing it.
+	OnStuck    func(what string)
+	StuckAfter time.Duration
 }
 
 // ConnStats counts the driver's connection events during a run.
@@ -88,6 +93,10 @@ type ConnStats struct {
 type connCounter struct {
 	mu sync.Mutex
 	s  ConnStats // guarded by mu
+	// inflight are the commands sent and not answered yet, by request id
+	// (restartstuck.go); guarded by imu.
+	imu      sync.Mutex
+	inflight map[int64]*inflightCmd
 }
 
 func (c *connCounter) pool(e *event.PoolEvent) {
@@ -110,6 +119,7 @@ func (c *connCounter) pool(e *event.PoolEvent) {
 }
 
 func (c *connCounter) commandFailed(_ context.Context, e *event.CommandFailedEvent) {
+	c.done(e.RequestID)
 	text := e.Failure.Error()
 	if errors.Is(e.Failure, context.Canceled) || strings.Contains(text, context.Canceled.Error()) {
 		return // the run's end, which cancels the clients' contexts
@@ -202,11 +212,12 @@ func StartRestartLoad(ctx context.Context, cfg RestartLoadConfig, ledger *Ledger
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	conns := &connCounter{s: ConnStats{Closed: map[string]int{}, CheckOutFailed: map[string]int{}, CommandsFailed: map[string]int{}}}
+	conns := &connCounter{s: ConnStats{Closed: map[string]int{}, CheckOutFailed: map[string]int{}, CommandsFailed: map[string]int{}},
+		inflight: map[int64]*inflightCmd{}}
 	opts := options.Client().ApplyURI(cfg.URI).SetAppName("mongobouncer-bench-restart").
 		SetPoolMonitor(&event.PoolMonitor{Event: conns.pool}).
 		SetServerMonitor(&event.ServerMonitor{ServerHeartbeatFailed: conns.heartbeatFailed}).
-		SetMonitor(&event.CommandMonitor{Failed: conns.commandFailed})
+		SetMonitor(&event.CommandMonitor{Started: conns.commandStarted, Succeeded: conns.commandSucceeded, Failed: conns.commandFailed})
 	if cfg.MaxPoolSize > 0 {
 		opts.SetMaxPoolSize(cfg.MaxPoolSize)
 	}
@@ -224,6 +235,9 @@ func StartRestartLoad(ctx context.Context, cfg RestartLoadConfig, ledger *Ledger
 	runCtx, stop := context.WithCancel(ctx)
 	l := &RestartLoad{cfg: cfg, ledger: ledger, client: client, conns: conns, cancel: stop,
 		coll: client.Database(cfg.Database).Collection(cfg.Collection)}
+	if cfg.OnStuck != nil {
+		l.wg.Go(func() { conns.watchStuck(runCtx, cfg.StuckAfter, cfg.OnStuck) })
+	}
 	for w := range cfg.Writers {
 		l.wg.Go(func() { l.writer(runCtx, int64(w)) })
 	}
