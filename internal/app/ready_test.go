@@ -18,16 +18,19 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
-// readyApp builds an App with one "*" route to uri. The heartbeat is long
-// so that, after the first check, no check changes the server or its pool
-// behind the test's back.
-func readyApp(t *testing.T, uri string) (*App, *topology.Server) {
+// readyApp builds an App with one "*" route to uri, each edit applied to
+// its configuration. The heartbeat is long so that, after the first check,
+// no check changes the server or its pool behind the test's back.
+func readyApp(t *testing.T, uri string, edits ...func(*config.Config)) (*App, *topology.Server) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Global.Listen = "127.0.0.1:0"
 	cfg.Global.AdminListen = "127.0.0.1:0"
 	cfg.Global.HeartbeatInterval = time.Hour
 	cfg.Databases = map[string]config.Route{"*": {ConnectionString: config.URI(uri)}}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
 	a, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -101,17 +104,7 @@ func TestReadyzUnavailableWhileDraining(t *testing.T) {
 	})
 	a, _ := readyApp(t, up.URI())
 	a.Start()
-	readyz := func() (int, string) {
-		t.Helper()
-		resp, err := http.Get("http://" + a.AdminAddr().String() + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, body := readyz(); code != http.StatusOK {
+	if code, body := readyzOf(t, a); code != http.StatusOK {
 		t.Fatalf("precondition: /readyz %d %q before the shutdown", code, body)
 	}
 
@@ -119,7 +112,7 @@ func TestReadyzUnavailableWhileDraining(t *testing.T) {
 	nc := pingInFlight(t, a, up)
 	done := startGracefulClose(a)
 	wait.Until(t, "the drain to begin", 10*time.Second, 5*time.Millisecond, a.server.Draining)
-	code, text := readyz()
+	code, text := readyzOf(t, a)
 	close(release)
 	if code != http.StatusServiceUnavailable || !strings.Contains(text, "shutting down") {
 		t.Errorf("/readyz during the drain: %d %q, want 503 with \"shutting down\"", code, text)
@@ -159,6 +152,18 @@ func pingInFlight(t *testing.T, a *App, up *fakemongo.Server) net.Conn {
 		return up.Requests("ping") == 1
 	})
 	return c
+}
+
+// readyzOf is a's /readyz: its status code and body.
+func readyzOf(t *testing.T, a *App) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + a.AdminAddr().String() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // startGracefulClose runs a.GracefulClose (bounded by 20 s) on a

@@ -5,7 +5,6 @@ package app
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -20,21 +19,10 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
-// delayApp is readyApp with shutdown_delay = d.
+// delayApp is readyApp with shutdown_delay = d, started.
 func delayApp(t *testing.T, uri string, d time.Duration) *App {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Global.Listen = "127.0.0.1:0"
-	cfg.Global.AdminListen = "127.0.0.1:0"
-	cfg.Global.HeartbeatInterval = time.Hour
-	cfg.Global.ShutdownDelay = d
-	cfg.Databases = map[string]config.Route{"*": {ConnectionString: config.URI(uri)}}
-	a, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeApp(a) })
-	wait.Until(t, "the first check", 10*time.Second, 5*time.Millisecond, a.Topologies()[0].Servers()[0].Checked)
+	a, _ := readyApp(t, uri, func(c *config.Config) { c.Global.ShutdownDelay = d })
 	a.Start()
 	return a
 }
@@ -69,17 +57,6 @@ func pingOnce(t *testing.T, addr string) (ok float64, code int32) {
 		t.Fatal(err)
 	}
 	return doc.OK, doc.Code
-}
-
-func readyzOf(t *testing.T, a *App) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + a.AdminAddr().String() + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // During shutdown_delay /readyz says 503 while new connections and
