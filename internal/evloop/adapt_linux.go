@@ -18,14 +18,20 @@ package evloop
 // loop measures its load and moves endpoints between the drivers as it
 // changes, rather than deciding once at startup.
 //
+// The loop has as many epoll threads as io_uring threads, the ones idle
+// while the others serve: epoll alone can use every core, so a load the
+// measure below misjudges (a proxy saturated by requests that spend little
+// time out) costs efficiency, never capacity.
+//
 // The load is the mean number of requests out at the upstreams over a
 // window: the time requests spent between SendRequest and EndReply, summed
 // over the window, divided by its length (Little's law). The engine
 // measures it itself, so it needs nothing from its user. One client's
 // requests, one at a time, give under 1 (its request spends part of each
-// round trip in the client and in the proxy); ten clients over a pool of
-// ten give 5 to 9. From hiLoad up the loop serves on io_uring, from loLoad
-// down on epoll; between the marks nothing changes, the hysteresis that
+// round trip in the client and in the proxy: 0.6 against the load tool's
+// stub upstream), four such clients about 2, ten over a pool of ten 4 to
+// 7, a hundred over that pool 9 to 10. From hiLoad up the loop serves on
+// io_uring, from loLoad down on epoll; between the marks nothing changes, the hysteresis that
 // keeps a load near one mark from moving endpoints back and forth. A
 // window in which no request ended keeps the choice until one ends it: an
 // idle loop's choice costs nothing either way.
@@ -53,9 +59,10 @@ const (
 	// is followed within a fraction of a second.
 	adaptWindow = 100 * time.Millisecond
 	// hiLoad and loLoad, in thousandths of a request out: io_uring from
-	// two requests out on average, epoll again under one.
-	hiLoad = 2000
-	loLoad = 1000
+	// three requests out on average, epoll again from one and a half
+	// down. The gap is twice the scatter of a steady load's windows.
+	hiLoad = 3000
+	loLoad = 1500
 )
 
 // adapter is a loop's choice between its two drivers. Every field is an

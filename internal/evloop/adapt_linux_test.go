@@ -25,12 +25,12 @@ func TestAdapterChoosesByLoad(t *testing.T) {
 		heavy bool
 	}{
 		{0.6, false}, // one client, one request at a time
-		{1.9, false}, // under the high mark
-		{2.5, true},  // two or more out: io_uring
-		{1.5, true},  // between the marks: no change
-		{1.1, true},
-		{0.9, false}, // under the low mark: epoll again
-		{1.5, false}, // between the marks
+		{2.9, false}, // under the high mark
+		{3.5, true},  // three or more out: io_uring
+		{2.0, true},  // between the marks: no change
+		{1.6, true},
+		{1.4, false}, // under the low mark: epoll again
+		{2.5, false}, // between the marks
 		{8, true},    // ten clients over a pool of ten
 	}
 	for i, s := range steps {

@@ -190,7 +190,7 @@ type ringUp struct {
 }
 
 // startRing starts n loop threads, each with an io_uring, and with adapt
-// one epoll thread beside them, for a light load (adapt_linux.go).
+// as many epoll threads beside them, for a light load (adapt_linux.go).
 func startRing(n int, spinMax time.Duration, spins *SpinCounts, log *slog.Logger, adapt bool) (*Loop, error) {
 	if spins == nil {
 		spins = new(SpinCounts)
@@ -224,7 +224,7 @@ func startRing(n int, spinMax time.Duration, spins *SpinCounts, log *slog.Logger
 	l.threads = len(d.threads)
 	close(d.all)
 	if adapt {
-		lite, err := newEpollDriver(l, 1, false)
+		lite, err := newEpollDriver(l, n, false)
 		if err != nil {
 			l.stop()
 			return nil, err
