@@ -278,6 +278,10 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 	a.server.SetLoginTimeout(g.ClientLoginTimeout)
 	a.server.SetHelloMaxAwait(g.HelloMaxAwait)
 	a.metrics.SetLoopSpinSource(a.server.LoopSpins)
+	a.metrics.SetLoopAdaptiveSource(func() (bool, float64, uint64, uint64, bool) {
+		st, ok := a.server.LoopAdaptive()
+		return st.OnIOUring, st.Load, st.Switches, st.Moves, ok
+	})
 	return a, nil
 }
 

@@ -86,7 +86,7 @@ func TestLoopIOBySetting(t *testing.T) {
 	}{
 		{false, config.EventLoopIOAuto, "off"},
 		{true, config.EventLoopIOEpoll, "epoll"},
-		{true, config.EventLoopIOAuto, map[bool]string{true: "io_uring", false: "epoll"}[ring]},
+		{true, config.EventLoopIOAuto, map[bool]string{true: "epoll+io_uring", false: "epoll"}[ring]},
 		{true, config.EventLoopIOUring, "io_uring"},
 	} {
 		if !proxy.EventLoopSupported && tc.loop {

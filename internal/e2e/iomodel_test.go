@@ -30,6 +30,10 @@ var (
 	// run epoll where the kernel refuses it or the ring cannot start (a
 	// locked-memory limit): startup fails instead, and so does the test.
 	ioUring = ioModel{"io_uring", true, config.EventLoopIOUring}
+	// ioAdaptive is "auto" where io_uring is allowed: both drivers, the
+	// endpoints moving between them with the load (evloop/adapt_linux.go);
+	// skipped where "auto" would be epoll alone.
+	ioAdaptive = ioModel{"adaptive", true, config.EventLoopIOAuto}
 	// ioDefault is the shipped configuration, for oneIO tests.
 	ioDefault = ioModel{"default", true, config.EventLoopIOAuto}
 )
@@ -42,8 +46,8 @@ func (m ioModel) apply(c *config.Config) {
 // uringSupported is asked once: each call creates and drops a ring.
 var uringSupported = sync.OnceValue(uring.Supported)
 
-// eachIO runs f once per I/O model, as subtests named goroutine, epoll and
-// io_uring; every mongobouncer f starts (bouncer, fileBouncer, ...) serves
+// eachIO runs f once per I/O model, as subtests named goroutine, epoll,
+// io_uring and adaptive; every mongobouncer f starts (bouncer, fileBouncer, ...) serves
 // its clients that way. It is the default for an end-to-end test: wrap the
 // test's body in it.
 //
@@ -81,14 +85,14 @@ var uringSupported = sync.OnceValue(uring.Supported)
 //     configuration.
 func eachIO(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
-	runIO(t, []ioModel{ioGoroutine, ioEpoll, ioUring}, f)
+	runIO(t, []ioModel{ioGoroutine, ioEpoll, ioUring, ioAdaptive}, f)
 }
 
 // loopIO is eachIO for tests of the event loop itself: epoll and io_uring
 // only.
 func loopIO(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
-	runIO(t, []ioModel{ioEpoll, ioUring}, f)
+	runIO(t, []ioModel{ioEpoll, ioUring, ioAdaptive}, f)
 }
 
 // oneIO marks t as a test that runs once, with the shipped configuration
@@ -104,7 +108,7 @@ func runIO(t *testing.T, models []ioModel, f func(t *testing.T)) {
 			if m.loop && !proxy.EventLoopSupported {
 				t.Skip("the event loop is Linux only")
 			}
-			if m.io == config.EventLoopIOUring && !uringSupported() {
+			if (m.io == config.EventLoopIOUring || m == ioAdaptive) && !uringSupported() {
 				t.Skip("io_uring: the kernel refuses it here (too old, kernel.io_uring_disabled, or a seccomp profile)")
 			}
 			setIOModel(t, m)

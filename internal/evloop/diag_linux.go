@@ -61,7 +61,7 @@ func (l *Loop) Lingering() int64 {
 // holds of its own (io_uring's duplicate; -1 once closed, or on epoll,
 // which holds none), and whether the loop heard the connection closed.
 func (u *Upstream) OwnFd() (fd int, closed bool) {
-	ru, ok := u.sock.(*ringUp)
+	ru, ok := u.ring, u.ring != nil
 	if !ok {
 		return -1, false
 	}

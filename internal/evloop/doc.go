@@ -18,6 +18,9 @@
 //     closes io_uring endpoints; place_linux.go places io_uring endpoints
 //     on the threads; spin_linux.go has a thread wait awake for a lone fast
 //     reply (spin.go, its counters).
+//   - adapt_linux.go: a loop of both drivers (IOAdaptive, the default
+//     where io_uring is allowed): epoll at a light load, io_uring under
+//     load, the endpoints moving between them (adapt.go, its report).
 //   - linger_linux.go: Flusher, which keeps a socket its user closed
 //     until the replies queued in it are out.
 //   - diag_linux.go: what the user may read of the placement, for tests.

@@ -34,22 +34,28 @@ type Upstream struct {
 	owner atomic.Pointer[Endpoint]
 	// io is used by the owner only, under its Mu.
 	io rawIO
-	// drv and sock are the driver that registered the connection and its
-	// registration, set once.
-	drv  driver
-	sock any
+	// l is the loop that registered the connection; ring and epoll are
+	// its registrations with the loop's drivers, set once, before the
+	// Upstream is returned (AttachUpstream).
+	l     *Loop
+	ring  *ringUp
+	epoll *epollUp
 }
 
 // Attach registers the endpoint's socket, fd (a descriptor the loop owns
 // from now on), with the loop, holding Mu. The endpoint stays Detached
 // until its user hands it over (Enter).
 func (l *Loop) Attach(ep *Endpoint, fd int) error {
-	reg, err := l.drv.attachClient(ep, fd)
+	d := l.drv
+	if l.adapt != nil {
+		d = l.adapt.pick()
+	}
+	reg, err := d.attachClient(ep, fd)
 	if err != nil {
 		return err
 	}
 	ep.reg = reg
-	ep.lp.l = l
+	ep.lp.l, ep.lp.drv = l, d
 	return nil
 }
 
@@ -110,7 +116,15 @@ func (ep *Endpoint) RecvRequest(th Thread) {
 		ep.h.RequestReceived(th, ErrStopped)
 		return
 	}
-	ep.lp.l.drv.recvRequest(th, ep)
+	if a := ep.lp.l.adapt; a != nil {
+		if d := a.pick(); d != ep.lp.drv {
+			if err := ep.move(d); err != nil {
+				ep.h.RequestReceived(th, err)
+				return
+			}
+		}
+	}
+	ep.lp.drv.recvRequest(th, ep)
 }
 
 // SendRequest sends req on u, which the endpoint's user has checked out,
@@ -122,7 +136,14 @@ func (ep *Endpoint) SendRequest(th Thread, u *Upstream, req, buf []byte) {
 	ep.State = AwaitReply
 	ep.lp.up, ep.lp.reply = u, buf
 	u.owner.Store(ep)
-	if f, ok := u.drv.(fusedDriver); ok && !ep.Stopped() && f.sendRequest(th, ep, req) {
+	if a := ep.lp.l.adapt; a != nil {
+		ep.lp.sentAt = monoNow()
+		if err := a.use(ep.lp.drv, u); err != nil {
+			ep.h.Failed(th, "write", err)
+			return
+		}
+	}
+	if f, ok := ep.lp.drv.(fusedDriver); ok && !ep.Stopped() && f.sendRequest(th, ep, req) {
 		return
 	}
 	n, err := u.io.writeVia(u.rc, req)
@@ -150,7 +171,7 @@ func (ep *Endpoint) recvReply(th Thread) {
 		ep.h.Failed(th, "read", ErrStopped)
 		return
 	}
-	ep.lp.up.drv.recvReply(th, ep)
+	ep.lp.drv.recvReply(th, ep)
 }
 
 // EndReply ends the request out on the endpoint's upstream (its reply is
@@ -159,6 +180,10 @@ func (ep *Endpoint) recvReply(th Thread) {
 func (ep *Endpoint) EndReply() {
 	if u := ep.lp.up; u != nil {
 		u.owner.Store(nil)
+	}
+	if ep.lp.sentAt != 0 {
+		ep.lp.l.adapt.ended(ep.lp.sentAt, monoNow())
+		ep.lp.sentAt = 0
 	}
 	ep.lp.up, ep.lp.reply = nil, nil
 	ep.State = Busy
@@ -174,7 +199,7 @@ func (ep *Endpoint) SendReply(th Thread, msg []byte) bool {
 	if ep.Stopped() || ep.Win.Len() > 0 {
 		return false
 	}
-	f, ok := ep.lp.l.drv.(fusedDriver)
+	f, ok := ep.lp.drv.(fusedDriver)
 	if !ok || !f.sendReply(th, ep, msg) {
 		return false
 	}
@@ -192,7 +217,7 @@ func (ep *Endpoint) Write(b []byte) (int, error) { return writeFd(ep.reg.fd(), b
 // The state is the user's to set.
 func (ep *Endpoint) Close(flush bool) {
 	if ep.reg != nil {
-		ep.lp.l.drv.closeClient(ep, flush)
+		ep.lp.drv.closeClient(ep, flush)
 		ep.reg = nil
 	}
 }
@@ -217,12 +242,17 @@ func (ep *Endpoint) Resume(th Thread, v any, err error) {
 // AttachUpstream returns the loop's registration of the connection whose
 // socket rc reaches.
 func (l *Loop) AttachUpstream(rc syscall.RawConn) (*Upstream, error) {
-	u := &Upstream{rc: rc, drv: l.drv}
+	u := &Upstream{rc: rc, l: l}
 	var err error
-	if cerr := rc.Control(func(fd uintptr) { u.sock, err = l.drv.attachUpstream(u, int(fd)) }); cerr != nil {
+	if cerr := rc.Control(func(fd uintptr) {
+		if err = l.drv.attachUpstream(u, int(fd)); err == nil && l.adapt != nil {
+			err = l.adapt.lite.attachUpstream(u, int(fd))
+		}
+	}); cerr != nil {
 		err = cerr
 	}
 	if err != nil {
+		u.UpstreamClosed() // releases what was registered
 		return nil, err
 	}
 	return u, nil
@@ -231,13 +261,25 @@ func (l *Loop) AttachUpstream(rc syscall.RawConn) (*Upstream, error) {
 // UpstreamClosed is called by the connection's Close: a request in flight
 // on it must fail, though the close may have dropped the event that would
 // have woken the loop. Told twice, it does nothing the second time.
-func (u *Upstream) UpstreamClosed() { u.drv.upstreamClosed(u) }
+func (u *Upstream) UpstreamClosed() {
+	if u.ring != nil {
+		u.l.ringDrv().upstreamClosed(u)
+	}
+	if u.epoll != nil {
+		u.l.epollDrv().upstreamClosed(u)
+	}
+}
 
 // wanted is the one decision whether an event still concerns ep, holding
 // Mu: a receive of the next request while ep is Idle, a reply's (u non-nil)
 // while ep waits for the reply on u. Anything else is the leftover of a
 // state ep has left (closed, handed back, a request that failed): dropped.
-func (ep *Endpoint) wanted(u *Upstream) bool {
+func (ep *Endpoint) wanted(d driver, u *Upstream) bool {
+	if d != ep.lp.drv {
+		// Left over from the driver that served the endpoint before
+		// it moved (adapt_linux.go).
+		return false
+	}
 	if u == nil {
 		return ep.State == Idle
 	}
@@ -246,16 +288,16 @@ func (ep *Endpoint) wanted(u *Upstream) bool {
 
 // ready: the endpoint may have bytes (an epoll event, a receive asked of
 // its home thread); if still wanted, its user serves it. Holding Mu.
-func (ep *Endpoint) ready(th Thread) {
-	if ep.wanted(nil) {
+func (ep *Endpoint) ready(d driver, th Thread) {
+	if ep.wanted(d, nil) {
 		ep.h.RequestReceived(th, nil)
 	}
 }
 
 // received: n bytes of the next request came into the window's free end,
 // or err. Holding Mu.
-func (ep *Endpoint) received(th Thread, n int, err error) {
-	if !ep.wanted(nil) {
+func (ep *Endpoint) received(d driver, th Thread, n int, err error) {
+	if !ep.wanted(d, nil) {
 		return
 	}
 	if err == nil && n <= 0 {
@@ -269,8 +311,8 @@ func (ep *Endpoint) received(th Thread, n int, err error) {
 
 // replied: n bytes of the reply on u came into the reply buffer, or err
 // in op. Holding Mu.
-func (ep *Endpoint) replied(th Thread, u *Upstream, n int, op string, err error) {
-	if !ep.wanted(u) {
+func (ep *Endpoint) replied(d driver, th Thread, u *Upstream, n int, op string, err error) {
+	if !ep.wanted(d, u) {
 		return
 	}
 	if err == nil && n <= 0 {

@@ -110,7 +110,7 @@ type engineRig struct {
 
 func newEngineRig(t *testing.T, model string) *engineRig {
 	t.Helper()
-	if model == IOUring && !RingSupported() {
+	if model != IOEpoll && !RingSupported() {
 		t.Skip("the kernel refuses io_uring here")
 	}
 	l, err := Start(Options{IO: model, Threads: 2, Log: slog.New(slog.DiscardHandler)})
@@ -171,7 +171,7 @@ func (r *engineRig) serveUpstream(t *testing.T, n int) {
 }
 
 func TestEngineRelaysRequestsAndReplies(t *testing.T) {
-	for _, model := range []string{IOEpoll, IOUring} {
+	for _, model := range []string{IOEpoll, IOUring, IOAdaptive} {
 		t.Run(model, func(t *testing.T) {
 			r := newEngineRig(t, model)
 			r.serveUpstream(t, 6)
@@ -203,7 +203,7 @@ func TestEngineRelaysRequestsAndReplies(t *testing.T) {
 // An upstream that closes while a request waits for its reply fails the
 // request (Handler.Failed), on either model.
 func TestEngineFailsARequestWhoseUpstreamCloses(t *testing.T) {
-	for _, model := range []string{IOEpoll, IOUring} {
+	for _, model := range []string{IOEpoll, IOUring, IOAdaptive} {
 		t.Run(model, func(t *testing.T) {
 			r := newEngineRig(t, model)
 			go func() {

@@ -31,6 +31,10 @@ const epollET = 1 << 31
 type epollDriver struct {
 	l       *Loop
 	threads []*epollThread // one epoll set each
+	// lazy is set on a loop of both drivers (adapt_linux.go): upstream
+	// connections join the epoll set only while epoll serves their
+	// request (join, leave).
+	lazy bool
 
 	tabMu sync.Mutex // guards growth of tab; entries are stored and read atomically
 	// tab maps a descriptor to its registration.
@@ -56,6 +60,7 @@ type epollEntry struct {
 // no new edge will say so.
 type epollClient struct {
 	fdn   int
+	set   int // the epoll set it is in
 	ent   *epollEntry
 	ready bool
 	hup   bool
@@ -66,11 +71,17 @@ func (e *epollClient) entered() { e.ready = true }
 
 // epollUp is an upstream socket's registration. ready is set by events
 // whoever owns the connection, and cleared by its owner; hup as for
-// epollClient.
+// epollClient. fdn, ent, set and inSet are the owner's (the endpoint whose
+// request is out on it, or the one that checked it out): whether the
+// socket is in an epoll set now, and which (join, leave).
 type epollUp struct {
 	u     *Upstream
 	ready atomic.Bool
 	hup   atomic.Bool
+	fdn   int
+	ent   *epollEntry
+	set   int
+	inSet bool
 }
 
 // epollHangUp is the events that say the peer has shut its end down, or
@@ -83,8 +94,22 @@ func startEpoll(n int, log *slog.Logger) (_ *Loop, err error) {
 	if err != nil {
 		return nil, err
 	}
+	d, err := newEpollDriver(l, n, true)
+	if err != nil {
+		closeFds(l.stopR, l.stopW, l.wakeR, l.wakeW)
+		return nil, err
+	}
+	l.drv, l.threads = d, len(d.threads)
+	d.start()
+	return l, nil
+}
+
+// newEpollDriver makes n epoll sets for loop l; wake says the first takes
+// the ready list's wake-ups (on a loop of both drivers, io_uring's first
+// thread takes them).
+func newEpollDriver(l *Loop, n int, wake bool) (_ *epollDriver, err error) {
 	d := &epollDriver{l: l}
-	fds := []int{l.stopR, l.stopW, l.wakeR, l.wakeW}
+	var fds []int
 	defer func() {
 		if err != nil {
 			closeFds(fds...)
@@ -102,7 +127,7 @@ func startEpoll(n int, log *slog.Logger) (_ *Loop, err error) {
 		if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, l.stopR, &ev); err != nil {
 			return nil, fmt.Errorf("epoll_ctl: %w", err)
 		}
-		if i == 0 {
+		if i == 0 && wake {
 			// One thread is enough to take a wake-up: it runs the whole
 			// ready list.
 			ev = syscall.EpollEvent{Events: syscall.EPOLLIN | epollET, Fd: int32(l.wakeR)}
@@ -112,14 +137,17 @@ func startEpoll(n int, log *slog.Logger) (_ *Loop, err error) {
 		}
 		d.threads = append(d.threads, &epollThread{ep: ep})
 	}
-	l.drv, l.threads = d, len(d.threads)
 	tab := make([]atomic.Pointer[epollEntry], 1024)
 	d.tab.Store(&tab)
+	return d, nil
+}
+
+// start starts the driver's threads.
+func (d *epollDriver) start() {
 	for _, th := range d.threads {
-		l.wg.Add(1)
+		d.l.wg.Add(1)
 		go d.run(th)
 	}
-	return l, nil
 }
 
 // run is one loop thread.
@@ -182,7 +210,7 @@ func (d *epollDriver) clientReady(th *epollThread, ep *Endpoint, hup bool) {
 	defer ep.h.Recover()
 	if ec, ok := ep.reg.(*epollClient); ok {
 		ec.ready, ec.hup = true, ec.hup || hup
-		ep.ready(th)
+		ep.ready(d, th)
 	}
 }
 
@@ -202,26 +230,79 @@ func (d *epollDriver) upstreamReady(th Thread, eu *epollUp, hup bool) {
 	defer ep.Mu.Unlock()
 	defer ep.h.Recover()
 	eu.ready.Store(true)
-	if ep.wanted(u) {
+	if ep.wanted(d, u) {
 		d.recvReply(th, ep)
 	}
 }
 
 func (d *epollDriver) attachClient(ep *Endpoint, fd int) (registration, error) {
 	ec := &epollClient{fdn: fd, ent: &epollEntry{fd: fd, ep: ep}}
-	if err := d.add(fd, ec.ent); err != nil {
+	set, err := d.add(fd, ec.ent)
+	if err != nil {
 		return nil, err
 	}
+	ec.set = set
 	return ec, nil
 }
 
-func (d *epollDriver) attachUpstream(u *Upstream, fd int) (any, error) {
-	eu := &epollUp{u: u}
-	eu.ready.Store(true)
-	if err := d.add(fd, &epollEntry{fd: fd, u: eu}); err != nil {
-		return nil, err
+// detachClient takes the endpoint's socket out of its epoll set and hands
+// its descriptor over (adapt_linux.go). An event already taken for it finds
+// the endpoint served by another driver, and is dropped (Endpoint.wanted).
+func (d *epollDriver) detachClient(ep *Endpoint) (int, bool) {
+	ec := ep.reg.(*epollClient)
+	if ec.fdn < 0 {
+		return -1, false
 	}
-	return eu, nil
+	d.forget(ec.ent)
+	_ = syscall.EpollCtl(ec.set, syscall.EPOLL_CTL_DEL, ec.fdn, nil)
+	fd := ec.fdn
+	ec.fdn = -1
+	return fd, true
+}
+
+func (d *epollDriver) attachUpstream(u *Upstream, fd int) error {
+	eu := &epollUp{u: u, fdn: fd}
+	eu.ent = &epollEntry{fd: fd, u: eu}
+	eu.ready.Store(true)
+	if !d.lazy {
+		if err := d.join1(eu); err != nil {
+			return err
+		}
+	}
+	u.epoll = eu
+	return nil
+}
+
+// join puts u's socket in an epoll set, for a request of an endpoint
+// epoll serves; the owner's.
+func (d *epollDriver) join(u *Upstream) error {
+	if eu := u.epoll; !eu.inSet {
+		return d.join1(eu)
+	}
+	return nil
+}
+
+func (d *epollDriver) join1(eu *epollUp) error {
+	set, err := d.add(eu.fdn, eu.ent)
+	if err != nil {
+		return err
+	}
+	// Events that came while it was out of the set are lost: a read
+	// finds out.
+	eu.ready.Store(true)
+	eu.set, eu.inSet = set, true
+	return nil
+}
+
+// leave takes u's socket out of its epoll set, for a request of an
+// endpoint io_uring serves: its reply must not wake an epoll thread. The
+// owner's.
+func (d *epollDriver) leave(u *Upstream) {
+	if eu := u.epoll; eu.inSet {
+		d.forget(eu.ent)
+		_ = syscall.EpollCtl(eu.set, syscall.EPOLL_CTL_DEL, eu.fdn, nil)
+		eu.inSet = false
+	}
 }
 
 func (d *epollDriver) recvRequest(th Thread, ep *Endpoint) {
@@ -240,12 +321,12 @@ func (d *epollDriver) recvRequest(th Thread, ep *Endpoint) {
 	// no new event would say so; nor would one for the end of a stream
 	// already announced.
 	ec.ready = err == nil && (n == room || ec.hup)
-	ep.received(th, n, err)
+	ep.received(d, th, n, err)
 }
 
 func (d *epollDriver) recvReply(th Thread, ep *Endpoint) {
 	u := ep.lp.up
-	eu := u.sock.(*epollUp)
+	eu := u.epoll
 	if !eu.ready.Load() {
 		return
 	}
@@ -259,7 +340,7 @@ func (d *epollDriver) recvReply(th Thread, ep *Endpoint) {
 	if err == nil && n < room && !eu.hup.Load() {
 		eu.ready.Store(false)
 	}
-	ep.replied(th, u, n, "read", err)
+	ep.replied(d, th, u, n, "read", err)
 }
 
 // closeClient closes at once: epoll's receives are read calls, ended when
@@ -279,7 +360,7 @@ func (d *epollDriver) closeClient(ep *Endpoint, _ bool) {
 // closed and fails, on a goroutine of its own (Close may run under locks).
 func (d *epollDriver) upstreamClosed(u *Upstream) {
 	if u.owner.Load() != nil {
-		go d.upstreamReady(nil, u.sock.(*epollUp), true)
+		go d.upstreamReady(nil, u.epoll, true)
 	}
 }
 
@@ -293,8 +374,9 @@ func (d *epollDriver) stop() {
 	}
 }
 
-// add registers fd, edge-triggered, for e.
-func (d *epollDriver) add(fd int, e *epollEntry) error {
+// add registers fd, edge-triggered, for e, and returns the epoll set it
+// is in.
+func (d *epollDriver) add(fd int, e *epollEntry) (int, error) {
 	d.tabMu.Lock()
 	tab := *d.tab.Load()
 	if fd >= len(tab) {
@@ -312,9 +394,9 @@ func (d *epollDriver) add(fd int, e *epollEntry) error {
 	th := d.threads[int(d.l.next.Add(1)-1)%len(d.threads)]
 	if err := syscall.EpollCtl(th.ep, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		d.forget(e)
-		return fmt.Errorf("epoll_ctl: %w", err)
+		return -1, fmt.Errorf("epoll_ctl: %w", err)
 	}
-	return nil
+	return th.ep, nil
 }
 
 // forget drops e's registration from the table (its descriptor leaves the

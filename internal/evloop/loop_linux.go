@@ -26,6 +26,9 @@ import (
 const (
 	IOEpoll = "epoll"
 	IOUring = "io_uring"
+	// IOAdaptive is both: epoll at a light load, io_uring under load
+	// (adapt_linux.go).
+	IOAdaptive = "epoll+io_uring"
 )
 
 // ErrStopped fails a receive no loop thread will complete: the loop has
@@ -42,8 +45,12 @@ type driver interface {
 	// owns from now on.
 	attachClient(ep *Endpoint, fd int) (registration, error)
 	// attachUpstream registers an upstream connection's socket at the
-	// loop's first use of it.
-	attachUpstream(u *Upstream, fd int) (any, error)
+	// loop's first use of it, in u's field of the driver's.
+	attachUpstream(u *Upstream, fd int) error
+	// detachClient hands the endpoint's descriptor over to another
+	// driver (adapt_linux.go), or reports false, having done nothing,
+	// when it cannot now. State Idle.
+	detachClient(ep *Endpoint) (int, bool)
 	// recvRequest waits for more of the endpoint's next request, into
 	// ep.Win.Free(), which has room. State Idle.
 	recvRequest(th Thread, ep *Endpoint)
@@ -90,6 +97,11 @@ type registration interface {
 // loopPart is an endpoint's state on the loop, guarded by its Mu.
 type loopPart struct {
 	l *Loop
+	// drv is the driver that serves the endpoint: the loop's, or on a
+	// loop of both, the one the adapter chose (adapt_linux.go); sentAt
+	// is when the request out was sent, for the adapter's load.
+	drv    driver
+	sentAt time.Duration
 	// up is the upstream the request is out on (AwaitReply); reply is
 	// the free end of the user's reply buffer that the receive fills.
 	up    *Upstream
@@ -98,8 +110,8 @@ type loopPart struct {
 
 // Options configure Start.
 type Options struct {
-	// IO is IOEpoll or IOUring; "" prefers io_uring where the kernel
-	// allows it and falls back to epoll, with a warning.
+	// IO is IOEpoll, IOUring or IOAdaptive; "" is IOAdaptive where the
+	// kernel allows io_uring, else epoll, with a warning.
 	IO string
 	// Threads is the number of loop threads (at least 1).
 	Threads int
@@ -111,9 +123,13 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Loop is the event loop: threads of one driver, and the ready list.
+// Loop is the event loop: threads of one driver, or of both (IOAdaptive),
+// and the ready list.
 type Loop struct {
-	drv     driver
+	drv driver
+	// adapt, on a loop of both drivers, chooses between them; drv is
+	// then io_uring's (adapt_linux.go).
+	adapt   *adapter
 	io      string
 	log     *slog.Logger // for a thread that cannot go on
 	threads int
@@ -157,12 +173,14 @@ func Start(o Options) (*Loop, error) {
 	n := max(o.Threads, 1)
 	switch o.IO {
 	case IOUring:
-		return startRing(n, o.Spin, o.Spins, o.Log)
+		return startRing(n, o.Spin, o.Spins, o.Log, false)
 	case IOEpoll:
 		return startEpoll(n, o.Log)
+	case IOAdaptive:
+		return startRing(n, o.Spin, o.Spins, o.Log, true)
 	}
 	if RingSupported() {
-		l, err := startRing(n, o.Spin, o.Spins, o.Log)
+		l, err := startRing(n, o.Spin, o.Spins, o.Log, true)
 		if err == nil {
 			return l, nil
 		}
@@ -184,7 +202,7 @@ func newLoop(io string, log *slog.Logger) (*Loop, error) {
 	return &Loop{io: io, log: log, stopR: p[0], stopW: p[1], wakeR: w[0], wakeW: w[1], done: make(chan struct{})}, nil
 }
 
-// IO names the I/O model the loop runs on: IOEpoll or IOUring.
+// IO names the I/O model the loop runs on: IOEpoll, IOUring or IOAdaptive.
 func (l *Loop) IO() string { return l.io }
 
 // Threads is the number of loop threads.
@@ -204,6 +222,21 @@ func (l *Loop) Go(f func(done <-chan struct{})) {
 // endpoints closed with flush (Endpoint.Close): stopping the loop would
 // cut them short.
 func (l *Loop) AwaitSends(ctx context.Context) error { return l.drv.awaitSends(ctx) }
+
+// ringDrv and epollDrv are the loop's drivers of each kind (nil when it
+// has none).
+func (l *Loop) ringDrv() *ringDriver {
+	d, _ := l.drv.(*ringDriver)
+	return d
+}
+
+func (l *Loop) epollDrv() *epollDriver {
+	if l.adapt != nil {
+		return l.adapt.lite
+	}
+	d, _ := l.drv.(*epollDriver)
+	return d
+}
 
 // Stop ends the loop threads and waits for them and the helpers (Go).
 // Results posted too late for a thread are resumed here, off the loop
@@ -230,6 +263,9 @@ func (l *Loop) stop() {
 	_ = syscall.Close(l.stopW)
 	l.wg.Wait()
 	l.drv.stop()
+	if l.adapt != nil {
+		l.adapt.lite.stop()
+	}
 	closeFds(l.stopR, l.wakeR, l.wakeW)
 }
 

@@ -189,8 +189,9 @@ type ringUp struct {
 	sendErr error
 }
 
-// startRing starts n loop threads, each with an io_uring.
-func startRing(n int, spinMax time.Duration, spins *SpinCounts, log *slog.Logger) (*Loop, error) {
+// startRing starts n loop threads, each with an io_uring, and with adapt
+// as many epoll threads beside them, for a light load (adapt_linux.go).
+func startRing(n int, spinMax time.Duration, spins *SpinCounts, log *slog.Logger, adapt bool) (*Loop, error) {
 	if spins == nil {
 		spins = new(SpinCounts)
 	}
@@ -222,6 +223,18 @@ func startRing(n int, spinMax time.Duration, spins *SpinCounts, log *slog.Logger
 	}
 	l.threads = len(d.threads)
 	close(d.all)
+	if adapt {
+		lite, err := newEpollDriver(l, n, false)
+		if err != nil {
+			l.stop()
+			return nil, err
+		}
+		lite.lazy = true
+		l.adapt = &adapter{lite: lite, heavy: d}
+		l.adapt.start.Store(int64(monoNow()))
+		l.io = IOAdaptive
+		lite.start()
+	}
 	return l, nil
 }
 
@@ -271,10 +284,10 @@ func (th *ringThread) arm(it armItem) {
 	switch it.kind {
 	case armClient:
 		if !rc.closed && !rc.armed {
-			ep.ready(th)
+			ep.ready(th.d, th)
 		}
 	case armReply:
-		if !rc.closed && ep.wanted(ep.lp.up) {
+		if !rc.closed && ep.wanted(th.d, ep.lp.up) {
 			th.d.recvReply(th, ep)
 		}
 	case armClose:
@@ -465,9 +478,9 @@ func (th *ringThread) clientDone(rc *ringClient, res int32) {
 		// descriptor to this completion.
 		th.d.closeLingering(rc)
 	case res < 0:
-		ep.received(th, 0, syscall.Errno(-res))
+		ep.received(th.d, th, 0, syscall.Errno(-res))
 	default:
-		ep.received(th, int(res), nil)
+		ep.received(th.d, th, int(res), nil)
 	}
 }
 
@@ -511,13 +524,13 @@ func (th *ringThread) replyDone(ru *ringUp, res int32) {
 	defer ep.h.Recover()
 	switch {
 	case sendErr != nil:
-		ep.replied(th, ru.u, 0, "write", sendErr)
+		ep.replied(th.d, th, ru.u, 0, "write", sendErr)
 	case closed:
-		ep.replied(th, ru.u, 0, "read", net.ErrClosed)
+		ep.replied(th.d, th, ru.u, 0, "read", net.ErrClosed)
 	case res < 0:
-		ep.replied(th, ru.u, 0, "read", syscall.Errno(-res))
+		ep.replied(th.d, th, ru.u, 0, "read", syscall.Errno(-res))
 	default:
-		ep.replied(th, ru.u, int(res), "read", nil)
+		ep.replied(th.d, th, ru.u, int(res), "read", nil)
 	}
 }
 
@@ -527,12 +540,31 @@ func (d *ringDriver) attachClient(ep *Endpoint, fd int) (registration, error) {
 	return &ringClient{ep: ep, fdn: fd, home: h}, nil
 }
 
-func (d *ringDriver) attachUpstream(u *Upstream, fd int) (any, error) {
+// detachClient hands the endpoint's descriptor over (adapt_linux.go) when
+// no receive is armed for it; the registration is left closed, so that an
+// arm posted for it meanwhile does nothing.
+func (d *ringDriver) detachClient(ep *Endpoint) (int, bool) {
+	rc := ep.reg.(*ringClient)
+	if rc.armed || rc.closed || rc.fdn < 0 {
+		return -1, false
+	}
+	rc.closed = true
+	if !rc.left {
+		rc.left = true
+		rc.home.load.clients.Add(-1)
+	}
+	fd := rc.fdn
+	rc.fdn = -1
+	return fd, true
+}
+
+func (d *ringDriver) attachUpstream(u *Upstream, fd int) error {
 	dup, err := sysconn.DupFd(fd)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &ringUp{u: u, fdn: dup}, nil
+	u.ring = &ringUp{u: u, fdn: dup}
+	return nil
 }
 
 // recvRequest starts a receive into the free end of the window (compacted
@@ -574,7 +606,7 @@ func (d *ringDriver) recvReply(th Thread, ep *Endpoint) {
 		rc.home.post(rc, armReply)
 		return
 	}
-	ru := u.sock.(*ringUp)
+	ru := u.ring
 	ru.mu.Lock()
 	if ru.closed || ru.armed {
 		ru.mu.Unlock()
@@ -598,7 +630,7 @@ func (d *ringDriver) sendRequest(th Thread, ep *Endpoint, req []byte) bool {
 		return false
 	}
 	u := ep.lp.up
-	ru := u.sock.(*ringUp)
+	ru := u.ring
 	ru.mu.Lock()
 	if ru.closed || ru.armed {
 		ru.mu.Unlock()
@@ -653,7 +685,7 @@ func (d *ringDriver) sendReply(th Thread, ep *Endpoint, msg []byte) bool {
 // the descriptor is closed now, and a request about to receive on it
 // fails in recvReply.
 func (d *ringDriver) upstreamClosed(u *Upstream) {
-	ru := u.sock.(*ringUp)
+	ru := u.ring
 	ru.mu.Lock()
 	defer ru.mu.Unlock()
 	ru.closed = true

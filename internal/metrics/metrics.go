@@ -104,6 +104,9 @@ type Metrics struct {
 	// loopSrc gives the event loop's spin counts to loopCollector; nil
 	// until SetLoopSpinSource.
 	loopSrc atomic.Pointer[LoopSpinSource]
+	// loopAdapt gives the event loop's choice of driver to loopCollector;
+	// nil before the app sets it.
+	loopAdapt atomic.Pointer[LoopAdaptiveSource]
 
 	// routes is the copy-on-write cache of per-route request series: readers
 	// load it without a lock; writers copy it under mu.
@@ -215,7 +218,7 @@ func New() *Metrics {
 		checkoutCollector{m}, m.checkoutFailures, m.connsCreated, m.connsClosed, m.poolCleared,
 		m.operations, m.requestDuration, m.bytesIn, m.bytesOut, m.requestErrors, m.upstreamErrors,
 		m.tlsRefused, m.userRefused, m.loginTimeouts, m.panics, clientsCurrent, clientsTotal, m.auth.failures, m.auth.lookups,
-		poolCollector{m}, serverCollector{&m.serverSrc}, loopCollector{&m.loopSrc},
+		poolCollector{m}, serverCollector{&m.serverSrc}, loopCollector{&m.loopSrc, &m.loopAdapt},
 	)
 	return m
 }

@@ -7,8 +7,9 @@ package proxy
 
 import "github.com/mongobouncer/mongobouncer/internal/evloop"
 
-// loopDriverName names l's driver: "io_uring" or "epoll"; "off" for no
-// loop.
+// loopDriverName names l's driver: "io_uring", "epoll", or
+// "epoll+io_uring" for both, chosen by load (event_loop_io = "auto"
+// where io_uring is allowed); "off" for no loop.
 func loopDriverName(l *loops) string {
 	if l == nil {
 		return LoopIOOff
@@ -18,6 +19,8 @@ func loopDriverName(l *loops) string {
 		return string(LoopIOUring)
 	case evloop.IOEpoll:
 		return string(LoopIOEpoll)
+	case evloop.IOAdaptive:
+		return evloop.IOAdaptive
 	}
 	return LoopIOOff
 }

@@ -34,6 +34,11 @@ func (s *Server) snapshot() []*client {
 // back.
 type spinCounts = evloop.SpinCounts
 
+// LoopAdaptive reports the event loop's choice between epoll and io_uring
+// when it runs both (event_loop_io = "auto" where io_uring is allowed);
+// ok is false otherwise, or before the loop starts.
+func (s *Server) LoopAdaptive() (st evloop.AdaptiveStats, ok bool) { return s.loopAdaptive() }
+
 // LoopSpins reports the event loop's spins since the server started: the
 // replies a loop thread caught while waiting awake for them, and the
 // spins that ended without a reply (their CPU spent for nothing). Both

@@ -15,8 +15,8 @@ import (
 )
 
 // LoopThreads sets the number of loop threads (one epoll set or io_uring
-// each); 0 means GOMAXPROCS. LoopIO chooses epoll, or io_uring where the
-// kernel has it.
+// each; auto has that many of each); 0 means GOMAXPROCS. LoopIO chooses
+// epoll, or both where the kernel has io_uring.
 func TestLoopThreads(t *testing.T) {
 	for _, io := range []config.EventLoopIO{LoopIOAuto, LoopIOEpoll} {
 		for _, tc := range []struct{ threads, want int }{
@@ -34,6 +34,9 @@ func TestLoopThreads(t *testing.T) {
 			}
 			if want := io == LoopIOAuto && uring.Supported(); isRing(l) != want {
 				t.Errorf("LoopIO %q: io_uring %v, want %v", io, isRing(l), want)
+			}
+			if _, both := l.Adaptive(); both != (io == LoopIOAuto && uring.Supported()) {
+				t.Errorf("LoopIO %q: both drivers %v", io, both)
 			}
 			s.stopLoops()
 		}
@@ -78,6 +81,7 @@ func TestLoopIOUringNeverFallsBack(t *testing.T) {
 }
 
 // isRing reports whether the loops run on the io_uring driver.
+// isRing reports whether l runs io_uring, alone or beside epoll (auto).
 func isRing(l *loops) bool {
-	return l.IO() == evloop.IOUring
+	return l.IO() == evloop.IOUring || l.IO() == evloop.IOAdaptive
 }

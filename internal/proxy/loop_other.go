@@ -41,6 +41,8 @@ func (s *Server) awaitLoopSends(context.Context) error { return nil }
 
 func (s *Server) stopLoops() {}
 
+func (s *Server) loopAdaptive() (evloop.AdaptiveStats, bool) { return evloop.AdaptiveStats{}, false }
+
 func (s *Server) startLoops() (*loops, error) { return nil, nil }
 
 // loops is the event loop, which never starts here.

@@ -73,6 +73,14 @@ func (s *Server) startLoops() (*loops, error) {
 	return l, nil
 }
 
+// loopAdaptive is LoopAdaptive on Linux: the started loop's own report.
+func (s *Server) loopAdaptive() (evloop.AdaptiveStats, bool) {
+	if l := s.loopsPtr.Load(); l != nil {
+		return l.Adaptive()
+	}
+	return evloop.AdaptiveStats{}, false
+}
+
 // awaitLoopSends waits, bounded by ctx, for the replies still being sent to
 // clients that Close has closed (evloop.Loop.AwaitSends).
 func (s *Server) awaitLoopSends(ctx context.Context) error {

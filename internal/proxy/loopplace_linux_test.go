@@ -25,7 +25,7 @@ func placeRig(t *testing.T, maxPool int) (*loopRig, *evloop.Loop) {
 	if !evloop.RingSupported() {
 		t.Skip("the kernel refuses io_uring here")
 	}
-	r := newLoopRig(t, LoopIOAuto, maxPool, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+	r := newLoopRig(t, LoopIOUring, maxPool, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
 	l := r.s.loopsFor()
 	if l.IO() != evloop.IOUring || l.Threads() != 2 {
 		t.Fatalf("loop on %s with %d threads, want io_uring with 2", l.IO(), l.Threads())

@@ -117,7 +117,7 @@ func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
 	if io == LoopIOUring {
 		// New started the loop, and on io_uring: an io_uring subtest never
 		// runs on epoll.
-		if l := s.loopsPtr.Load(); l == nil || !isRing(l) {
+		if l := s.loopsPtr.Load(); l == nil || loopDriverName(l) != string(LoopIOUring) {
 			t.Fatal("LoopIOUring, and the loop is not on io_uring")
 		}
 	}
@@ -208,6 +208,14 @@ func eachDriver(t *testing.T, f func(t *testing.T, io config.EventLoopIO)) {
 			t.Skip("the kernel refuses io_uring here")
 		}
 		f(t, LoopIOUring)
+	})
+	// auto: both drivers, the clients moving between them with the load
+	// (evloop/adapt_linux.go).
+	t.Run("adaptive", func(t *testing.T) {
+		if !uring.Supported() {
+			t.Skip("the kernel refuses io_uring here: auto would be epoll alone")
+		}
+		f(t, LoopIOAuto)
 	})
 }
 
