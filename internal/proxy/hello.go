@@ -25,7 +25,6 @@ package proxy
 // those (HellosWaiting).
 
 import (
-	"net"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -263,7 +262,7 @@ func (cn *conn) watchPeer(win *evloop.Window) (gone <-chan struct{}, stop func()
 	ch := make(chan struct{})
 	done := make(chan struct{})
 	var got int
-	go func(nc net.Conn) {
+	go func() {
 		defer close(done)
 		// Owned by this goroutine until done is closed: the client's
 		// goroutine waits in await and touches neither.
@@ -272,7 +271,7 @@ func (cn *conn) watchPeer(win *evloop.Window) (gone <-chan struct{}, stop func()
 		if n == 0 && err != nil && !isTimeout(err) {
 			close(ch)
 		}
-	}(nc)
+	}()
 	return ch, func() {
 		_ = nc.SetReadDeadline(time.Now())
 		<-done
