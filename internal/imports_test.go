@@ -48,6 +48,7 @@ var layers = map[string]layer{
 	"internal/srv":                  {0, nil, false},
 	"internal/auth":                 {0, nil, false},
 	"internal/admin":                {0, nil, false},
+	"internal/hello":                {0, nil, false},
 	"internal/sdnotify":             {0, nil, false},
 	"internal/e2e":                  {0, nil, false},
 	"internal/testutil/certs":       {0, nil, false},
@@ -72,7 +73,7 @@ var layers = map[string]layer{
 	"internal/testutil/ferretdb": {2, []string{"testutil/childproc", "testutil/devmongo"}, false},
 	// Floor 3: the proxy, over the engine (evloop), which owns the sockets'
 	// system calls.
-	"internal/proxy": {3, []string{"auth", "config", "evloop", "pool", "sdam", "topology", "upstream", "wire"}, false},
+	"internal/proxy": {3, []string{"auth", "config", "evloop", "hello", "pool", "sdam", "topology", "upstream", "wire"}, false},
 	// Floor 4: the wiring.
 	"internal/app": {4, []string{"admin", "auth", "config", "metrics", "pool", "proxy", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
 	// Floor 5: the commands.

@@ -1,6 +1,6 @@
 package e2e
 
-// Awaitable hello and quiesce seen by real drivers (proxy/awaithello.go):
+// Awaitable hello and quiesce seen by real drivers (internal/hello, proxy/hello.go):
 // the Go driver streams its monitoring and hears of a drain at once; in
 // poll mode its monitor still works; an insert caught by a drain is
 // retried on another mongobouncer, not surfaced; a streaming monitor

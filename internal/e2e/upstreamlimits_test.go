@@ -13,8 +13,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
-	"github.com/mongobouncer/mongobouncer/internal/proxy"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -206,18 +206,18 @@ func TestUpstreamMaxMessageSizeEnforcedOnClients(t *testing.T) {
 // mongobouncer is advertised as what mongobouncer understands.
 func TestMaxWireVersionCappedForNewerUpstream(t *testing.T) {
 	eachIO(t, func(t *testing.T) {
-		up := fakemongo.Start(t, fakemongo.Options{MaxWireVersion: proxy.OurMaxWireVersion + 5})
+		up := fakemongo.Start(t, fakemongo.Options{MaxWireVersion: hello.MaxWireVersion + 5})
 		a, addr := bouncer(t, up.URI(), nil)
 		waitUsable(t, a, 1)
-		if h := a.Topologies()[0].Servers()[0].Hello(); h == nil || h.MaxWireVersion != proxy.OurMaxWireVersion+5 {
-			t.Fatalf("upstream hello %+v, want maxWireVersion %d", h, proxy.OurMaxWireVersion+5)
+		if h := a.Topologies()[0].Servers()[0].Hello(); h == nil || h.MaxWireVersion != hello.MaxWireVersion+5 {
+			t.Fatalf("upstream hello %+v, want maxWireVersion %d", h, hello.MaxWireVersion+5)
 		}
 		for _, name := range []string{"hello", "isMaster"} {
 			c := dialRaw(t, addr)
 			r := c.cmd(bson.D{{Key: name, Value: 1}, {Key: "$db", Value: "admin"}})
-			if v, ok := r.Lookup("maxWireVersion").AsInt64OK(); !ok || v != proxy.OurMaxWireVersion {
+			if v, ok := r.Lookup("maxWireVersion").AsInt64OK(); !ok || v != hello.MaxWireVersion {
 				t.Fatalf("%s advertises maxWireVersion %v, want ours %d (the upstream's is %d)",
-					name, r.Lookup("maxWireVersion"), proxy.OurMaxWireVersion, proxy.OurMaxWireVersion+5)
+					name, r.Lookup("maxWireVersion"), hello.MaxWireVersion, hello.MaxWireVersion+5)
 			}
 		}
 	})

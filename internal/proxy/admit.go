@@ -202,7 +202,7 @@ func (c *client) preLoginAnswer(req *request) bsoncore.Document {
 		return okReply
 	}
 	lim := c.s.waitLimits()
-	major, minor := releaseOfWire(lim.maxWire)
+	major, minor := releaseOfWire(lim.MaxWire)
 	idx, doc := bsoncore.AppendDocumentStart(nil)
 	doc = bsoncore.AppendStringElement(doc, "version", fmt.Sprintf("%d.%d.0", major, minor))
 	aidx, d := bsoncore.AppendArrayElementStart(doc, "versionArray")
@@ -212,7 +212,7 @@ func (c *client) preLoginAnswer(req *request) bsoncore.Document {
 	d = bsoncore.AppendInt32Element(d, "3", 0)
 	doc, _ = bsoncore.AppendArrayEnd(d, aidx)
 	doc = bsoncore.AppendInt32Element(doc, "bits", 64)
-	doc = bsoncore.AppendInt32Element(doc, "maxBsonObjectSize", lim.maxBSON)
+	doc = bsoncore.AppendInt32Element(doc, "maxBsonObjectSize", lim.MaxBSON)
 	doc = bsoncore.AppendDoubleElement(doc, "ok", 1)
 	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
 	return doc

@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -246,7 +247,7 @@ func TestLongUserNameFailsLogin(t *testing.T) {
 		}
 	}
 	reply := c.helloAuth(mustDoc(t, bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin." + long}}),
-		helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+		hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if _, err := bsoncore.Document(reply).LookupErr("saslSupportedMechs"); err == nil {
 		t.Fatal("saslSupportedMechs answered for a name over the bound")
 	}

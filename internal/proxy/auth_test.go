@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/hello"
 )
 
 func authClient(t *testing.T) *client {
@@ -37,7 +38,7 @@ func reqOf(t *testing.T, cmd bson.D) *request {
 func TestHelloAuthFields(t *testing.T) {
 	c := authClient(t)
 	body, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin.ghost"}})
-	reply := c.helloAuth(body, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+	reply := c.helloAuth(body, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if err := bsoncore.Document(reply).Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestHelloAuthFields(t *testing.T) {
 	// A speculative login that cannot start is left out.
 	body, _ = bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "speculativeAuthenticate", Value: bson.D{
 		{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "PLAIN"}, {Key: "payload", Value: bson.Binary{}}}}})
-	reply = c.helloAuth(body, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+	reply = c.helloAuth(body, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if _, err := bsoncore.Document(reply).LookupErr("speculativeAuthenticate"); err == nil {
 		t.Fatal("a failed speculative login is in the reply")
 	}
@@ -68,12 +69,12 @@ func codeOf(d bsoncore.Document) int32 {
 func TestLoginDue(t *testing.T) {
 	c := authClient(t)
 	plain, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}})
-	c.helloAuth(plain, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+	c.helloAuth(plain, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if c.login.due() {
 		t.Fatal("a monitoring hello: login due")
 	}
 	asks, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin.app"}})
-	c.helloAuth(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+	c.helloAuth(asks, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if !c.login.due() {
 		t.Fatal("after a hello asking saslSupportedMechs: no login due")
 	}
@@ -85,7 +86,7 @@ func TestLoginDue(t *testing.T) {
 		t.Fatal("a conversation in progress: no login due")
 	}
 	c.login.conv, c.login.ident = nil, &auth.Identity{User: "app", DB: "admin"}
-	c.helloAuth(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+	c.helloAuth(asks, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if c.login.due() {
 		t.Fatal("a logged-in client's hello: login due")
 	}

@@ -15,6 +15,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -121,8 +122,8 @@ func (c *client) handleQuery(msg []byte, h wire.Header) error {
 	}
 	name := wire.CommandName(cmd)
 	if ci := commands[name]; ci.kind == kindHello && isCmdNamespace(q.FullCollectionName) {
-		doc := c.answerHello(cmd, name)
-		c.writeLegacyReply(h.RequestID, false, doc)
+		hr := hello.Parse(cmd, name)
+		c.writeLegacyReply(h.RequestID, false, c.answerHello(cmd, &hr))
 		return nil
 	}
 	db := legacyDatabase(q.FullCollectionName)
@@ -160,54 +161,6 @@ func legacyError(doc bsoncore.Document) bsoncore.Document {
 		parts = append(parts, e)
 	}
 	return bsoncore.BuildDocument(nil, parts...)
-}
-
-// answerHello handles a client handshake or heartbeat.
-func (c *client) answerHello(body bsoncore.Document, name string) bsoncore.Document {
-	hr := parseHello(body, name)
-	if hr.apiVersion != "" && hr.apiVersion != "1" {
-		return hr.apiVersionError()
-	}
-	a := parseAwait(body)
-	if doc := c.s.checkAwait(&a); doc != nil {
-		return doc
-	}
-	lim := c.s.waitLimits()
-	if !c.hello {
-		c.hello = true
-		c.sess.setHelloInfo(hr.appName, hr.loadBalanced)
-		c.log = c.log.With("appName", hr.appName)
-	}
-	if int(lim.maxMsg) < c.maxMsg {
-		c.maxMsg = int(lim.maxMsg)
-	}
-	compressor := ""
-	for _, want := range hr.compression {
-		if c.s.offers(want) {
-			compressor = want
-			// The client may compress with it from now on (checkCompressed).
-			id, _ := wire.CompressorByName(want)
-			c.comp |= 1 << id
-			break
-		}
-	}
-	if c.s.draining.Load() {
-		// Quiesce, as a mongos shutting down: drivers mark us Unknown and
-		// select another mongobouncer (awaithello.go).
-		return c.s.quiesceReply()
-	}
-	return c.helloAuth(body, c.s.plainHello(hr, lim, c.id, compressor))
-}
-
-// offers reports whether mongobouncer accepts compressor name from clients.
-func (s *Server) offers(name string) bool {
-	for _, o := range s.opts.Compressors {
-		if o == name {
-			_, ok := wire.CompressorByName(name)
-			return ok
-		}
-	}
-	return false
 }
 
 // handleMsg serves one OP_MSG request, as admit decides.

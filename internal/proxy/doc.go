@@ -27,11 +27,12 @@
 //   - auth.go: the login (identity, conversation) and client logins (SCRAM,
 //     x509); logintimeout.go: client_login_timeout; userlimit.go:
 //     max_user_client_conn.
-//   - awaithello.go: awaitable hello and quiesce; lbcursor.go: a
-//     load-balanced client's cursors across a drain.
-//   - route.go, affinity.go, command.go, handshake.go, errors.go: routes,
-//     cursor and transaction affinity, command and reply inspection, the
-//     hello reply, synthetic error replies.
+//   - hello.go: a client's hello read and answered on its socket, the
+//     awaitable wait and stream (the protocol is internal/hello's);
+//     lbcursor.go: a load-balanced client's cursors across a drain.
+//   - route.go, affinity.go, command.go, errors.go: routes, cursor and
+//     transaction affinity, command and reply inspection, synthetic error
+//     replies.
 //
 // A client is thus split by owner: its conn (socket, buffers) and the
 // exchange, its owner's only; its loopClient (the loop's side, with the
@@ -77,7 +78,7 @@
 //  5. Metrics (the Observer), which take no lock of ours.
 //
 // Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu,
-// passAuth.setMu (a pass-through user's secret) and topoState.mu (the
+// passAuth.setMu (a pass-through user's secret) and hello.State.mu (the
 // topologyVersion of hello replies) are leaves: nothing else is taken
 // while one is held.
 //

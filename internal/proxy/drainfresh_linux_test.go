@@ -139,7 +139,7 @@ func TestShutdownWaitsForTheAcceptLoop(t *testing.T) {
 }
 
 // quiesced fails t unless r is a hello's reply during a drain: answered
-// (not reset), with the quiesce state, ShutdownInProgress (awaithello.go).
+// (not reset), with the quiesce state, ShutdownInProgress (hello.go).
 func quiesced(t testing.TB, r bson.Raw) {
 	t.Helper()
 	if code, _ := r.Lookup("code").AsInt64OK(); code != 91 {

@@ -101,7 +101,7 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 	doc := errorReply(code, codeName, msg, labelsFor(req, inTxn)...)
 	if code == codeShutdownInProgress {
 		// Our own shutdown: a state change error, with our topologyVersion.
-		doc = s.withTopologyVersion(doc)
+		doc = s.topo.WithVersion(doc)
 	}
 	return doc
 }

@@ -418,9 +418,9 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 		x.srv.HandlePoolError(x.pc.Pool(), stateChangeError(code, body), x.pc)
 		// The client's driver must not take a member's state for
 		// mongobouncer's: shutdown codes softened, the member's
-		// topologyVersion replaced by ours (awaithello.go).
+		// topologyVersion replaced by ours (hello.go).
 		softened := softenShutdown(body)
-		stamped := x.s.stampTopologyVersion(body)
+		stamped := x.s.topo.Restamp(body)
 		if (softened || stamped) && flags&wire.FlagChecksumPresent != 0 {
 			wire.UpdateChecksum(reply)
 		}

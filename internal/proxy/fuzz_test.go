@@ -14,9 +14,9 @@ import (
 )
 
 // FuzzRequestParsers feeds arbitrary bytes to the parsers the proxy runs on
-// command bodies: none may panic. inspect and parseHello are only ever given
+// command bodies: none may panic. inspect is only ever given
 // BSON that the wire layer validated, so invalid documents are skipped for
-// them; inspectReply and cursorIDs read upstream replies, which are relayed
+// it; inspectReply and cursorIDs read upstream replies, which are relayed
 // without validation, so they must survive anything.
 func FuzzRequestParsers(f *testing.F) {
 	for _, d := range []bson.D{
@@ -54,7 +54,6 @@ func FuzzRequestParsers(f *testing.F) {
 		var r request
 		r.inspect(doc)
 		_, _ = r.key()
-		_ = parseHello(doc, "hello")
 		checkLegacy(t, b)
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -140,9 +141,6 @@ type Server struct {
 	// (SetLoginTimeout); loginTimeouts counts the clients it closed.
 	loginTimeout  atomic.Int64
 	loginTimeouts atomic.Uint64
-	// helloMaxAwait (nanoseconds) is the live hello_max_await
-	// (SetHelloMaxAwait; 0 until set: maxHelloAwait).
-	helloMaxAwait atomic.Int64
 	// sweepKick wakes the loop's idle sweeper when SetLoginTimeout
 	// shortens the timeout, so that it need not sleep out the old one's
 	// interval.
@@ -179,8 +177,9 @@ type Server struct {
 	// goroutine then no longer hands it to the loop (enterLoop), where
 	// nobody would disconnect it.
 	closing atomic.Bool
-	// topo is the topologyVersion of hello replies (awaithello.go).
-	topo topoState
+	// topo is the topologyVersion of hello replies, the awaitable hellos
+	// on it and hello_max_await (hello.go).
+	topo hello.State
 	// stopping is closed by Shutdown and Close, to end waits at pause gates
 	// and awaitable hellos.
 	stopping     chan struct{}
@@ -260,7 +259,7 @@ func New(opts Options) (*Server, error) {
 		stopping:  make(chan struct{}),
 		sweepKick: make(chan struct{}, 1),
 	}
-	s.topo.init()
+	s.topo.Init()
 	s.maxClients.Store(int64(opts.MaxClientConn))
 	s.SetUserClientLimit(opts.MaxUserClientConn)
 	s.preLoginMax.Store(int64(opts.MaxPreLoginMessageSize))
@@ -411,8 +410,8 @@ func (s *Server) Close(ctx context.Context) error {
 // that has answered a hello (MongoDB's defaults if none has). settled is
 // false while some route's server has neither answered a hello nor failed a
 // check, so that its figures might still lower the minimum.
-func (s *Server) limits() (lim limits, settled bool) {
-	lim = defaultLimits
+func (s *Server) limits() (lim hello.Limits, settled bool) {
+	lim = hello.DefaultLimits
 	settled = true
 	found := false
 	visit := func(r *Route) {
@@ -432,48 +431,32 @@ func (s *Server) limits() (lim limits, settled bool) {
 			}
 			if !found {
 				found = true
-				lim = limits{minWire: h.MinWireVersion, maxWire: min(h.MaxWireVersion, OurMaxWireVersion),
-					maxBSON: h.MaxBSONObjectSize, maxMsg: h.MaxMessageSizeBytes, maxBatch: h.MaxWriteBatchSize,
-					sessionTimeoutMin: defaultLimits.sessionTimeoutMin}
+				lim = hello.Limits{MinWire: h.MinWireVersion, MaxWire: min(h.MaxWireVersion, hello.MaxWireVersion),
+					MaxBSON: h.MaxBSONObjectSize, MaxMsg: h.MaxMessageSizeBytes, MaxBatch: h.MaxWriteBatchSize,
+					SessionTimeoutMin: hello.DefaultLimits.SessionTimeoutMin}
 				if h.LogicalSessionTimeoutMinutes != nil {
-					lim.sessionTimeoutMin = *h.LogicalSessionTimeoutMinutes
+					lim.SessionTimeoutMin = *h.LogicalSessionTimeoutMinutes
 				}
-				lim.fillZero()
+				lim.FillZero()
 				continue
 			}
-			lim.minWire = max(lim.minWire, h.MinWireVersion)
-			lim.maxWire = min(lim.maxWire, h.MaxWireVersion)
-			lim.maxBSON = minPositive(lim.maxBSON, h.MaxBSONObjectSize)
-			lim.maxMsg = minPositive(lim.maxMsg, h.MaxMessageSizeBytes)
-			lim.maxBatch = minPositive(lim.maxBatch, h.MaxWriteBatchSize)
+			lim.MinWire = max(lim.MinWire, h.MinWireVersion)
+			lim.MaxWire = min(lim.MaxWire, h.MaxWireVersion)
+			lim.MaxBSON = minPositive(lim.MaxBSON, h.MaxBSONObjectSize)
+			lim.MaxMsg = minPositive(lim.MaxMsg, h.MaxMessageSizeBytes)
+			lim.MaxBatch = minPositive(lim.MaxBatch, h.MaxWriteBatchSize)
 			if h.LogicalSessionTimeoutMinutes != nil {
-				lim.sessionTimeoutMin = min(lim.sessionTimeoutMin, *h.LogicalSessionTimeoutMinutes)
+				lim.SessionTimeoutMin = min(lim.SessionTimeoutMin, *h.LogicalSessionTimeoutMinutes)
 			}
 		}
 	}
 	for _, r := range s.table.Load().all {
 		visit(r)
 	}
-	if lim.maxMsg > int32(s.opts.MaxMessageSize) {
-		lim.maxMsg = int32(s.opts.MaxMessageSize)
+	if lim.MaxMsg > int32(s.opts.MaxMessageSize) {
+		lim.MaxMsg = int32(s.opts.MaxMessageSize)
 	}
 	return lim, settled
-}
-
-// fillZero replaces limits an upstream left out with MongoDB's defaults.
-func (l *limits) fillZero() {
-	if l.maxBSON <= 0 {
-		l.maxBSON = defaultLimits.maxBSON
-	}
-	if l.maxMsg <= 0 {
-		l.maxMsg = defaultLimits.maxMsg
-	}
-	if l.maxBatch <= 0 {
-		l.maxBatch = defaultLimits.maxBatch
-	}
-	if l.maxWire <= 0 {
-		l.maxWire = defaultLimits.maxWire
-	}
 }
 
 func minPositive(a, b int32) int32 {
@@ -488,7 +471,7 @@ func minPositive(a, b int32) int32 {
 // answering as soon as one route's servers are known could advertise a
 // maxWireVersion (or size limit) higher than another route's, which the
 // client would then use against it.
-func (s *Server) waitLimits() limits {
+func (s *Server) waitLimits() hello.Limits {
 	lim, settled := s.limits()
 	if settled {
 		return lim
@@ -525,7 +508,7 @@ func (s *Server) waitLimits() limits {
 // Shutdown returns; ctx's error says whether the drain was complete.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
-		s.topo.drainDeadline.Store(dl.UnixNano())
+		s.topo.SetDrainDeadline(dl)
 	}
 	// The listeners close before anything says "shutting down": a driver
 	// that hears the quiesce (or a request's 91) clears its pool and opens
@@ -543,8 +526,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.clientsMu.Unlock()
 	// Quiesce: the topologyVersion moves and every waiting hello answers
-	// ShutdownInProgress now (awaithello.go).
-	s.topo.bump()
+	// ShutdownInProgress now (hello.go).
+	s.topo.Bump()
 	s.stoppingOnce.Do(func() { close(s.stopping) })
 	// A client an accept loop took just before its listener closed is
 	// registered once the loop ends: wait for that, so the drain counts it
@@ -594,8 +577,8 @@ const freshClientGrace = time.Second
 // client has a request in flight or a transaction open, or is new and has not sent its first message yet
 // (freshClientGrace).
 func (s *Server) drained() bool {
-	if s.topo.waiting.Load() > 0 {
-		// An awaitable hello writing its quiesce reply (awaithello.go).
+	if s.topo.Serving() > 0 {
+		// An awaitable hello writing its quiesce reply (hello.go).
 		return false
 	}
 	now := time.Now()

@@ -1,6 +1,6 @@
 package proxy
 
-// The awaitable hello on every I/O model (awaithello.go): a wait for a
+// The awaitable hello on every I/O model (hello.go): a wait for a
 // change, the exhaust stream, the drain that ends every wait at once with
 // the quiesce reply, Close, and a streaming monitor under
 // client_login_timeout.
@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -94,6 +95,22 @@ func TestAwaitableHelloWaits(t *testing.T) {
 	})
 }
 
+// A hello refused for its apiVersion is refused at once, as a mongos
+// checks a command before running it, not after an awaitable wait.
+func TestAwaitableHelloRefusedAtOnce(t *testing.T) {
+	r := newRig(t, rigOptions{}, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
+	cl := r.client(0)
+	tv := topologyVersionOf(t, cl.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}}))
+	began := time.Now()
+	rep := cl.cmd(append(awaitHello(tv, 2000), bson.E{Key: "apiVersion", Value: "2"}))
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("refused hello answered after %v, want at once", d)
+	}
+	if code, _ := rep.Lookup("code").AsInt64OK(); code != 322 {
+		t.Errorf("reply %v, want APIVersionError (322)", rep)
+	}
+}
+
 // With exhaustAllowed the replies stream: moreToCome on each, each
 // answering the previous reply, one per maxAwaitTimeMS, no request between.
 func TestStreamingHello(t *testing.T) {
@@ -129,7 +146,7 @@ func TestStreamingHello(t *testing.T) {
 	})
 }
 
-// maxAwaitTimeMS: 0 with exhaust streams no faster than minStreamInterval.
+// maxAwaitTimeMS: 0 with exhaust streams no faster than hello.MinStreamInterval.
 func TestStreamingHelloFloor(t *testing.T) {
 	r := newRig(t, rigOptions{}, func(*fakemongo.Request) fakemongo.Reply { return fakemongo.OK() })
 	cl := r.client(0)
@@ -144,7 +161,7 @@ func TestStreamingHelloFloor(t *testing.T) {
 		n++
 	}
 	if n < 2 || n > 4 {
-		t.Errorf("%d streamed replies in 1.2s with maxAwaitTimeMS 0, want 3 (one at once, then one per %v)", n, minStreamInterval)
+		t.Errorf("%d streamed replies in 1.2s with maxAwaitTimeMS 0, want 3 (one at once, then one per %v)", n, hello.MinStreamInterval)
 	}
 }
 
@@ -328,10 +345,5 @@ func TestHelloMaxAwaitCapsTheWait(t *testing.T) {
 	}
 	if d := time.Since(began); d < 1700*time.Millisecond || d > 5*time.Second {
 		t.Errorf("3 streamed replies asking 10 s each in %v, want one per 600ms", d)
-	}
-	// Below the specification's minHeartbeatFrequencyMS it is raised to it.
-	r.s.SetHelloMaxAwait(time.Millisecond)
-	if got := r.s.maxAwait(time.Minute); got != minStreamInterval {
-		t.Errorf("hello_max_await 1ms gives waits of %v, want %v", got, minStreamInterval)
 	}
 }
