@@ -10,6 +10,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 )
 
 func TestParseAwait(t *testing.T) {
@@ -223,7 +225,7 @@ func FuzzParseAwait(f *testing.F) {
 // hello is answered ok with the topologyVersion.
 func TestHelloDuringDrainIsQuiesce(t *testing.T) {
 	route := limitsRoute(t, "shop", "127.0.0.1:1")
-	s, err := New(Options{Routes: []*Route{route}, HandshakeWait: 10 * time.Millisecond})
+	s, err := New(Options{Routes: []*routing.Route{route}, HandshakeWait: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

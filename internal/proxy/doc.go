@@ -29,9 +29,10 @@
 //     max_user_client_conn.
 //   - awaithello.go: awaitable hello and quiesce; lbcursor.go: a
 //     load-balanced client's cursors across a drain.
-//   - route.go, affinity.go, command.go, handshake.go, errors.go: routes,
-//     cursor and transaction affinity, command and reply inspection, the
-//     hello reply, synthetic error replies.
+//   - route.go, command.go, handshake.go, errors.go: the routing table
+//     (the routes themselves, with their affinity maps, are
+//     internal/routing's) and which commands are reads, command and reply
+//     inspection, the hello reply, synthetic error replies.
 //
 // A client is thus split by owner: its conn (socket, buffers) and the
 // exchange, its owner's only; its loopClient (the loop's side, with the

@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -25,7 +26,7 @@ import (
 // meaning, noted on the field.
 type Options struct {
 	// Routes maps database names to routes; "*" catches every other database.
-	Routes []*Route
+	Routes []*routing.Route
 	// MaxClientConn bounds client connections; 0 means 10000.
 	MaxClientConn int
 	// MaxMessageSize bounds any message read from a client; 0 means 48,000,000.
@@ -128,7 +129,7 @@ func (o *Options) setDefaults() {
 // Server accepts client connections on any number of listeners.
 type Server struct {
 	opts      Options
-	table     atomic.Pointer[routing]
+	table     atomic.Pointer[routing.Table]
 	serviceID bson.ObjectID
 	log       *slog.Logger
 
@@ -266,7 +267,7 @@ func New(opts Options) (*Server, error) {
 	s.preLoginMax.Store(int64(opts.MaxPreLoginMessageSize))
 	s.idleTimeout.Store(int64(opts.ClientIdleTimeout))
 	s.SetLoginTimeout(opts.ClientLoginTimeout)
-	t, err := newRouting(opts.Routes, opts.MaxCursors, opts.MaxTransactions)
+	t, err := routing.NewTable(opts.Routes, opts.MaxCursors, opts.MaxTransactions)
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +416,7 @@ func (s *Server) limits() (lim limits, settled bool) {
 	lim = defaultLimits
 	settled = true
 	found := false
-	visit := func(r *Route) {
+	visit := func(r *routing.Route) {
 		if r == nil {
 			return
 		}
@@ -451,7 +452,7 @@ func (s *Server) limits() (lim limits, settled bool) {
 			}
 		}
 	}
-	for _, r := range s.table.Load().all {
+	for _, r := range s.table.Load().All() {
 		visit(r)
 	}
 	if lim.maxMsg > int32(s.opts.MaxMessageSize) {

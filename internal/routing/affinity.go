@@ -1,4 +1,4 @@
-package proxy
+package routing
 
 // Cursor and transaction affinity on routes of several servers: which
 // server a cursor or an open transaction lives on, so that its getMore,
@@ -11,21 +11,28 @@ import (
 	"time"
 )
 
-// affinity is a bounded map that remembers which upstream server owns a
+// Affinity is a bounded map that remembers which upstream server owns a
 // cursor or a transaction, so that getMore, killCursors and every command of
 // a transaction reach the server that holds the state. Entries are removed
 // when the cursor or transaction ends; a TTL and a size bound keep clients
 // that never finish from growing it without limit.
-type affinity[K comparable, V any] struct {
+type Affinity[K comparable, V any] struct {
 	max int
 	ttl time.Duration
 
 	mu sync.Mutex // guards m and evicted
 	m  map[K]affinityEntry[V]
-	// evicted counts entries dropped to stay under max before they expired;
-	// each one may turn a later getMore into CursorNotFound, so it is
-	// reported.
+	// evicted counts entries dropped to stay under max before they expired
+	// (each one may turn a later getMore into CursorNotFound); expiry is
+	// not eviction.
 	evicted uint64
+}
+
+// TxnKey names one transaction: the session id and the transaction
+// number. It is comparable, so maps keyed by it never allocate on lookup.
+type TxnKey struct {
+	LSID [16]byte // the lsid's UUID
+	Txn  int64    // txnNumber
 }
 
 type affinityEntry[V any] struct {
@@ -33,12 +40,14 @@ type affinityEntry[V any] struct {
 	seen time.Time
 }
 
-func newAffinity[K comparable, V any](max int, ttl time.Duration) *affinity[K, V] {
-	return &affinity[K, V]{max: max, ttl: ttl, m: make(map[K]affinityEntry[V])}
+// NewAffinity returns an empty map of at most max entries, each
+// forgotten ttl after it was last put or got (0: never).
+func NewAffinity[K comparable, V any](max int, ttl time.Duration) *Affinity[K, V] {
+	return &Affinity[K, V]{max: max, ttl: ttl, m: make(map[K]affinityEntry[V])}
 }
 
-// put records k -> v, making room if the map is full.
-func (a *affinity[K, V]) put(k K, v V, now time.Time) {
+// Put records k -> v, making room if the map is full.
+func (a *Affinity[K, V]) Put(k K, v V, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, ok := a.m[k]; !ok && len(a.m) >= a.max {
@@ -47,8 +56,8 @@ func (a *affinity[K, V]) put(k K, v V, now time.Time) {
 	a.m[k] = affinityEntry[V]{v: v, seen: now}
 }
 
-// get returns the value for k and refreshes its TTL.
-func (a *affinity[K, V]) get(k K, now time.Time) (V, bool) {
+// Get returns the value for k and refreshes its TTL.
+func (a *Affinity[K, V]) Get(k K, now time.Time) (V, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e, ok := a.m[k]
@@ -66,13 +75,16 @@ func (a *affinity[K, V]) get(k K, now time.Time) (V, bool) {
 	return e.v, true
 }
 
-func (a *affinity[K, V]) delete(k K) {
+// Delete forgets k (its cursor or transaction ended).
+func (a *Affinity[K, V]) Delete(k K) {
 	a.mu.Lock()
 	delete(a.m, k)
 	a.mu.Unlock()
 }
 
-func (a *affinity[K, V]) len() int {
+// Len returns the number of entries, expired ones included until they
+// are found.
+func (a *Affinity[K, V]) Len() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.m)
@@ -81,7 +93,7 @@ func (a *affinity[K, V]) len() int {
 // makeRoomLocked drops expired entries; if none expired, it drops the
 // oldest eighth of the map, so the cost of a full scan is paid once per
 // many insertions rather than on each.
-func (a *affinity[K, V]) makeRoomLocked(now time.Time) {
+func (a *Affinity[K, V]) makeRoomLocked(now time.Time) {
 	before := len(a.m)
 	if a.ttl > 0 {
 		for k, e := range a.m {
