@@ -77,7 +77,7 @@
 //     queues, the drivers' tables, and Flusher.mu: evloop/linger_linux.go).
 //  5. Metrics (the Observer), which take no lock of ours.
 //
-// Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu,
+// Server.txnMu, routing.Route.gateMu, the affinity maps' locks, Server.loopsMu,
 // passAuth.setMu (a pass-through user's secret) and topoState.mu (the
 // topologyVersion of hello replies) are leaves: nothing else is taken
 // while one is held.

@@ -357,7 +357,7 @@ func (s *Server) accept(nc net.Conn, only string, listener string) {
 		go func() {
 			defer s.wg.Done()
 			defer s.clientCount.Add(-1)
-			defer c.recoverRefused()
+			defer s.recoverRefused(&c.conn, c.log)
 			c.refuse(fmt.Sprintf("mongobouncer: too many client connections (max_client_conn = %d)", limit))
 		}()
 		return
