@@ -159,8 +159,8 @@ func TestCursorAffinityForgetsEndedCursors(t *testing.T) {
 			}
 			owner := func(id int64) *topology.Server {
 				t.Helper()
-				srv, ok := route.Cursors().Get(id, time.Now())
-				if !ok {
+				srv := route.CursorServer(id)
+				if srv == nil {
 					t.Fatalf("cursor %d is not in the affinity map while open (%d entries)", id, route.Cursors().Len())
 				}
 				for _, up := range ups {
@@ -218,7 +218,7 @@ func TestCursorAffinityForgetsEndedCursors(t *testing.T) {
 				if n := route.Cursors().Len(); n != len(ids)-i-1 {
 					t.Fatalf("%d cursors tracked after killing %d of %d", n, i+1, len(ids))
 				}
-				if _, ok := route.Cursors().Get(id, time.Now()); ok {
+				if route.CursorServer(id) != nil {
 					t.Fatalf("killed cursor %d still tracked", id)
 				}
 			}

@@ -228,20 +228,16 @@ func (x *exchange) selectServer(crit topology.Criteria, wait bool) (*topology.Se
 // servers keeps affinity: with one, everything goes to it anyway.
 func (x *exchange) affinity() *topology.Server {
 	route, req := x.route, &x.req
-	if !route.Multi() {
-		return nil
-	}
-	now := time.Now()
 	var srv *topology.Server
 	switch {
 	case req.info.kind == kindGetMore:
-		srv, _ = route.Cursors().Get(req.cursorID, now)
+		srv = route.CursorServer(req.cursorID)
 	case req.info.kind == kindKillCursors && len(x.killIDs) > 0:
 		// Drivers kill one cursor per command; several would all belong to
 		// the server of the first, as they come from one cursor's namespace.
-		srv, _ = route.Cursors().Get(x.killIDs[0], now)
+		srv = route.CursorServer(x.killIDs[0])
 	case x.inTxn && !req.startTxn:
-		srv, _ = route.Txns().Get(x.key, now)
+		srv = route.TxnServer(x.key)
 	}
 	if srv != nil {
 		// A server that left the topology and came back is a new Server
@@ -434,26 +430,22 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 func (x *exchange) track(ri replyInfo) {
 	route, req := x.route, &x.req
 	x.sess.noteLBCursor(req, ri, x.killIDs)
-	if route.Multi() {
-		switch {
-		case req.info.kind == kindGetMore && ri.cursorID == 0:
-			route.Cursors().Delete(req.cursorID)
-		case req.info.kind == kindKillCursors:
-			for _, id := range x.killIDs {
-				route.Cursors().Delete(id)
-			}
-		case ri.cursorID != 0 && req.info.kind != kindGetMore:
-			route.Cursors().Put(ri.cursorID, x.srv, time.Now())
+	switch {
+	case req.info.kind == kindGetMore && ri.cursorID == 0:
+		route.ForgetCursor(req.cursorID)
+	case req.info.kind == kindKillCursors:
+		for _, id := range x.killIDs {
+			route.ForgetCursor(id)
 		}
+	case ri.cursorID != 0 && req.info.kind != kindGetMore:
+		route.SetCursorServer(ri.cursorID, x.srv)
 	}
 	if !x.inTxn {
 		return
 	}
 	switch {
 	case req.info.kind == kindCommit || req.info.kind == kindAbort:
-		if route.Multi() {
-			route.Txns().Delete(x.key)
-		}
+		route.ForgetTxn(x.key)
 		x.s.endTxn(x.key, x.sess)
 	case !ri.ok:
 		// The server aborts a transaction on a command error. Keep the

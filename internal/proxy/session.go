@@ -11,7 +11,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
@@ -154,9 +153,7 @@ func (ss *session) hasPinLocked() bool {
 // beginTxn records a transaction begun through session ss.
 func (s *Server) beginTxn(ss *session, route *routing.Route, srv *topology.Server, key txnKey) {
 	ss.setOpen(key, route)
-	if route.Multi() {
-		route.Txns().Put(key, srv, time.Now())
-	}
+	route.SetTxnServer(key, srv)
 	s.setTxnOwner(key, ss)
 }
 
@@ -246,9 +243,7 @@ func (c *client) cleanup() {
 			delete(c.s.txnOwners, key)
 		}
 		c.s.txnMu.Unlock()
-		if route.Multi() {
-			route.Txns().Delete(key)
-		}
+		route.ForgetTxn(key)
 	}
 	for _, p := range c.sess.takePins() {
 		if p.conn != nil {
@@ -288,9 +283,7 @@ func (c *client) abort(route *routing.Route, key txnKey) {
 		srv, pc, pinned = p.srv, p.conn, true
 	}
 	if pc == nil {
-		if route.Multi() {
-			srv, _ = route.Txns().Get(key, time.Now())
-		}
+		srv = route.TxnServer(key)
 		if srv == nil {
 			s, err := route.Topology.SelectServer(ctx, topology.Criteria{})
 			if err != nil {

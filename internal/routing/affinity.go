@@ -3,13 +3,63 @@ package routing
 // Cursor and transaction affinity on routes of several servers: which
 // server a cursor or an open transaction lives on, so that its getMore,
 // killCursors, commit and abort go back there; bounded maps whose entries
-// expire.
+// expire. A route of one server remembers nothing: every command goes to
+// that server anyway.
 
 import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
+
+// CursorServer returns the server that opened cursor id through the
+// route, or nil (unknown, expired, or a route of one server).
+func (r *Route) CursorServer(id int64) *topology.Server {
+	if !r.Multi() {
+		return nil
+	}
+	srv, _ := r.cursors.Get(id, time.Now())
+	return srv
+}
+
+// SetCursorServer records that srv opened cursor id.
+func (r *Route) SetCursorServer(id int64, srv *topology.Server) {
+	if r.Multi() {
+		r.cursors.Put(id, srv, time.Now())
+	}
+}
+
+// ForgetCursor forgets cursor id (exhausted, killed, or failed).
+func (r *Route) ForgetCursor(id int64) {
+	if r.Multi() {
+		r.cursors.Delete(id)
+	}
+}
+
+// TxnServer returns the server that runs transaction key, or nil.
+func (r *Route) TxnServer(key TxnKey) *topology.Server {
+	if !r.Multi() {
+		return nil
+	}
+	srv, _ := r.txns.Get(key, time.Now())
+	return srv
+}
+
+// SetTxnServer records that srv runs transaction key.
+func (r *Route) SetTxnServer(key TxnKey, srv *topology.Server) {
+	if r.Multi() {
+		r.txns.Put(key, srv, time.Now())
+	}
+}
+
+// ForgetTxn forgets transaction key (committed, aborted, or abandoned).
+func (r *Route) ForgetTxn(key TxnKey) {
+	if r.Multi() {
+		r.txns.Delete(key)
+	}
+}
 
 // Affinity is a bounded map that remembers which upstream server owns a
 // cursor or a transaction, so that getMore, killCursors and every command of

@@ -20,8 +20,20 @@ import (
 // Criteria only reads the route's settings and the heartbeat interval.
 func testRoute(t *testing.T, rp *sdam.ReadPref) *Route {
 	t.Helper()
+	return hostsRoute(t, rp, "127.0.0.1:1")
+}
+
+// multiRoute is a route over two seeds nobody answers: Multi from the
+// start.
+func multiRoute(t *testing.T) *Route {
+	t.Helper()
+	return hostsRoute(t, nil, "127.0.0.1:1", "127.0.0.1:2")
+}
+
+func hostsRoute(t *testing.T, rp *sdam.ReadPref, hosts ...string) *Route {
+	t.Helper()
 	d := upstream.NewDialer(upstream.Options{})
-	topo, err := topology.New("t", topology.Options{Hosts: []string{"127.0.0.1:1"}, Pool: pool.DefaultOptions(),
+	topo, err := topology.New("t", topology.Options{Hosts: hosts, Pool: pool.DefaultOptions(),
 		Dialer: d, MonitorDialer: d})
 	if err != nil {
 		t.Fatal(err)

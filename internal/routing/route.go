@@ -118,13 +118,10 @@ func poolMode(m config.PoolMode) config.PoolMode {
 // servers: only then do cursors and transactions keep affinity.
 func (r *Route) Multi() bool { return r.Topology.Multi() }
 
-// Cursors maps the cursors opened through the route to the server that
-// holds each (used when Multi).
+// Cursors is the map of the cursors opened through the route to the
+// server that holds each (affinity.go has what the proxy does with it),
+// for those who inspect it.
 func (r *Route) Cursors() *Affinity[int64, *topology.Server] { return r.cursors }
-
-// Txns maps the transactions run through the route to the server that
-// runs each (used when Multi).
-func (r *Route) Txns() *Affinity[TxnKey, *topology.Server] { return r.txns }
 
 // PoolMode returns the route's current pool mode.
 func (r *Route) PoolMode() config.PoolMode {

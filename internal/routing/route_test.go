@@ -104,3 +104,35 @@ func TestTable(t *testing.T) {
 		t.Fatalf("All: %d routes", len(tb.All()))
 	}
 }
+
+// A route of one server remembers no cursor or transaction (every command
+// goes to that server anyway); one that may have several remembers each
+// until it is forgotten.
+func TestRouteAffinity(t *testing.T) {
+	one := testRoute(t, nil)
+	if one.Multi() {
+		t.Fatal("a single host is Multi")
+	}
+	one.SetCursorServer(7, nil)
+	one.SetTxnServer(TxnKey{Txn: 1}, nil)
+	if one.Cursors().Len() != 0 || one.txns.Len() != 0 {
+		t.Fatal("a route of one server remembered affinity")
+	}
+
+	multi := multiRoute(t)
+	srv := multi.Topology.Servers()[0]
+	key := TxnKey{LSID: [16]byte{1}, Txn: 3}
+	multi.SetCursorServer(7, srv)
+	multi.SetTxnServer(key, srv)
+	if multi.CursorServer(7) != srv || multi.TxnServer(key) != srv {
+		t.Fatal("affinity not remembered")
+	}
+	if multi.CursorServer(8) != nil || multi.TxnServer(TxnKey{Txn: 3}) != nil {
+		t.Fatal("affinity for what was never opened")
+	}
+	multi.ForgetCursor(7)
+	multi.ForgetTxn(key)
+	if multi.CursorServer(7) != nil || multi.TxnServer(key) != nil {
+		t.Fatal("affinity kept after it was forgotten")
+	}
+}
