@@ -5,6 +5,9 @@
 // several servers; a Table finds the route of a database. The proxy serves
 // clients over routes; app builds them from the configuration and changes
 // them on reloads and admin commands.
+//
+// Locks: a Route's gateMu and each Affinity's mu are leaves (nothing is
+// taken while one is held); every other field is immutable or atomic.
 package routing
 
 // Route: the settings configuration and reloads set, read live by every
