@@ -24,6 +24,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/sdnotify"
 	"github.com/mongobouncer/mongobouncer/internal/srv"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
@@ -107,9 +108,11 @@ type App struct {
 }
 
 type route struct {
-	eff   config.EffectiveRoute
-	proxy *proxy.Route
-	topo  *topology.Topology
+	eff config.EffectiveRoute
+	// live is the route as the proxy serves it: its live pool mode and
+	// limits, its pause, the connections held through it.
+	live *routing.Route
+	topo *topology.Topology
 	// tlsDigest is tlsFilesDigest of the route's connection string when
 	// it was built: a reload that finds other file contents rebuilds it.
 	tlsDigest string
@@ -223,7 +226,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 			return nil, err
 		}
 	}
-	var proxyRoutes []*proxy.Route
+	var proxyRoutes []*routing.Route
 	for _, er := range routes {
 		r, err := a.buildRoute(er)
 		if err != nil {
@@ -231,7 +234,7 @@ func NewWithOptions(cfg config.Config, o Options) (*App, error) {
 			return nil, err
 		}
 		a.routes[er.Name] = r
-		proxyRoutes = append(proxyRoutes, r.proxy)
+		proxyRoutes = append(proxyRoutes, r.live)
 	}
 	// /metrics lists each route's servers as the topologies have them at
 	// the scrape, so a failover or a removed route leaves no stale series.
@@ -385,11 +388,11 @@ func (a *App) buildRoute(er config.EffectiveRoute) (*route, error) {
 	}
 	a.log.Info("route configured", "route", er.Name, "upstream", er.Conn.Redacted(), "pool_mode", string(er.PoolMode),
 		"max_pool_size", showPoolSize(er.Pool), "pass_through", er.PassThrough)
-	return &route{eff: er, proxy: &proxy.Route{Name: er.Name, Mode: er.PoolMode, Topology: t, PassThrough: er.PassThrough,
+	return &route{eff: er, live: &routing.Route{Name: er.Name, Mode: er.PoolMode, Topology: t, PassThrough: er.PassThrough,
 		IdleTimeout: routeIdleTimeout(er), MaxMessageSize: er.MaxMessageSize, ReadPref: rp}, topo: t, tlsDigest: digest}, nil
 }
 
-// routeIdleTimeout is er's client_idle_timeout for proxy.Route, whose zero
+// routeIdleTimeout is er's client_idle_timeout for routing.Route, whose zero
 // means the global value: er's is already resolved, so its zero is never.
 func routeIdleTimeout(er config.EffectiveRoute) time.Duration {
 	if er.ClientIdleTimeout == 0 {

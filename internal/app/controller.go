@@ -169,7 +169,7 @@ func (a *App) Pause(name string) error {
 		return err
 	}
 	for _, r := range rs {
-		r.proxy.Pause()
+		r.live.Pause()
 	}
 	a.log.Info("paused", "route", name)
 	return nil
@@ -182,7 +182,7 @@ func (a *App) Resume(name string) error {
 		return err
 	}
 	for _, r := range rs {
-		r.proxy.Resume()
+		r.live.Resume()
 	}
 	a.log.Info("resumed", "route", name)
 	return nil
@@ -259,7 +259,7 @@ func (a *App) Config() map[string]any {
 		routes[e.Name] = map[string]any{
 			"connection_string":        e.Conn.Redacted(),
 			"listen":                   e.Listen,
-			"pool_mode":                string(r.proxy.PoolMode()),
+			"pool_mode":                string(r.live.PoolMode()),
 			"max_pool_size":            showPoolSize(e.Pool),
 			"max_pool_size_ceiling":    e.MaxPoolSizeCeiling,
 			"min_pool_size":            e.MinPoolSize,

@@ -11,7 +11,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
-	"github.com/mongobouncer/mongobouncer/internal/proxy"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 )
 
 // ErrNoConfigFile is returned by Reload when mongobouncer runs from flags
@@ -145,7 +145,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 	for _, er := range want {
 		r := next[er.Name]
 		if r.eff.PoolMode != er.PoolMode {
-			r.proxy.SetPoolMode(er.PoolMode)
+			r.live.SetPoolMode(er.PoolMode)
 			changes = append(changes, fmt.Sprintf("route %s: pool_mode %s", er.Name, er.PoolMode))
 		}
 		lim := limitsOf(er)
@@ -160,7 +160,7 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 			changes = append(changes, fmt.Sprintf("route %s: pool limits %+v, max_user_connections %d", er.Name, lim, er.MaxUserConnections))
 		}
 		if er.ClientIdleTimeout != r.eff.ClientIdleTimeout || er.MaxMessageSize != r.eff.MaxMessageSize {
-			r.proxy.SetClientLimits(routeIdleTimeout(er), er.MaxMessageSize)
+			r.live.SetClientLimits(routeIdleTimeout(er), er.MaxMessageSize)
 			changes = append(changes, fmt.Sprintf("route %s: client_idle_timeout %s, max_message_size %d", er.Name, er.ClientIdleTimeout, er.MaxMessageSize))
 		}
 		if er.MaxDBConnections != r.eff.MaxDBConnections {
@@ -252,15 +252,15 @@ func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth
 // sets a.routes to next; a reload and the TLS file watch share it, so that
 // a route rebuilt for rotated TLS files is switched exactly as on reload.
 func (a *App) switchRoutes(order []string, next map[string]*route, drainTimeout time.Duration) (removed []string, err error) {
-	proxyRoutes := make([]*proxy.Route, 0, len(order))
+	proxyRoutes := make([]*routing.Route, 0, len(order))
 	for _, name := range order {
-		proxyRoutes = append(proxyRoutes, next[name].proxy)
+		proxyRoutes = append(proxyRoutes, next[name].live)
 	}
 	// A paused route stays paused when a reload replaces it (the
 	// runbook's pause, switch upstream, reload, resume).
 	for name, old := range a.routes {
-		if r, ok := next[name]; ok && r != old && old.proxy.Paused() {
-			r.proxy.Pause()
+		if r, ok := next[name]; ok && r != old && old.live.Paused() {
+			r.live.Pause()
 		}
 	}
 	if err := a.server.SetRoutes(proxyRoutes); err != nil {
@@ -270,8 +270,8 @@ func (a *App) switchRoutes(order []string, next map[string]*route, drainTimeout 
 	// go: they fail retryably, and the driver's retry takes the route now
 	// configured.
 	for name, old := range a.routes {
-		if next[name] != old && old.proxy.Paused() {
-			old.proxy.Resume()
+		if next[name] != old && old.live.Paused() {
+			old.live.Resume()
 		}
 	}
 	for name, old := range a.routes {
@@ -310,17 +310,17 @@ func (a *App) drain(r *route, timeout time.Duration, removed bool) {
 		defer cancel()
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
-		for r.proxy.Held() > 0 {
+		for r.live.Held() > 0 {
 			select {
 			case <-ctx.Done():
 				a.log.Warn("route drain timed out; closing its pools with connections still in use", "route", r.eff.Name,
-					"held", r.proxy.Held(), "shutdown_timeout", timeout)
+					"held", r.live.Held(), "shutdown_timeout", timeout)
 				r.topo.Close()
 				return
 			case <-a.stopDrains:
 				// The App is closing every route anyway: waiting longer
 				// than the shutdown's own bound would hold the exit.
-				a.log.Warn("closing a draining route at shutdown with connections still in use", "route", r.eff.Name, "held", r.proxy.Held())
+				a.log.Warn("closing a draining route at shutdown with connections still in use", "route", r.eff.Name, "held", r.live.Held())
 				r.topo.Close()
 				return
 			case <-tick.C:

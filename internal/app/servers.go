@@ -127,8 +127,8 @@ func (a *App) poolInfo(r route, s *topology.Server) admin.PoolInfo {
 	checkouts, wait := a.metrics.CheckoutTotals(r.eff.Name, s.Address())
 	db := s.Share().Stats()
 	return admin.PoolInfo{
-		Route: r.eff.Name, Server: s.Address(), Mode: string(r.proxy.PoolMode()),
-		State: st.State.String(), Paused: r.proxy.Paused(), Usable: d.State == topology.Usable,
+		Route: r.eff.Name, Server: s.Address(), Mode: string(r.live.PoolMode()),
+		State: st.State.String(), Paused: r.live.Paused(), Usable: d.State == topology.Usable,
 		Generation: st.Generation, Total: st.Total, Available: st.Available, InUse: st.InUse,
 		Pending: st.Pending, Waiters: st.Waiters,
 		MaxPoolSize: st.Options.MaxPoolSize, MinPoolSize: st.Options.MinPoolSize, Limit: limitOf(st),

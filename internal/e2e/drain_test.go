@@ -266,7 +266,7 @@ func TestCloseEndsWaitsAtAPausedRoute(t *testing.T) {
 		c.send(0, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "test"}})
 		// Close must end a wait in progress (a request that came after it
 		// would not wait at all).
-		waitForGoroutineIn(t, "proxy.(*Route).waitGate")
+		waitForGoroutineIn(t, "routing.(*Route).WaitGate")
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := app.Server().Close(ctx); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -106,7 +107,7 @@ var errCompressorNotAgreed = errors.New("compressor not agreed in the hello")
 // admit is the verdict on req, a parsed OP_MSG request of msgLen bytes
 // (uncompressed) with flags, which routeOf sends to route (nil: none).
 // It allocates nothing for a request it admits.
-func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Route) admission {
+func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *routing.Route) admission {
 	switch req.info.kind {
 	case kindHello, kindAuth:
 		return admission{kind: admitAnswer}
@@ -158,7 +159,7 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 		}
 		return refuse(errorReply(70, "ShardNotFound", fmt.Sprintf("mongobouncer: no route for database %q (add [databases.%s] or a \"*\" route)", req.db, req.db)))
 	}
-	if m := int(route.maxMsg.Load()); m > 0 && msgLen > m {
+	if m := route.MessageLimit(); m > 0 && msgLen > m {
 		// Read under the listener's limit, over the route's: the message
 		// was read whole, so the client can go on.
 		return refuse(errorReply(10334, "BSONObjectTooLarge", fmt.Sprintf("mongobouncer: a message of %d bytes is over route %q's max_message_size of %d bytes", msgLen, route.Name, m)))
@@ -171,8 +172,8 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 	case flags&(wire.FlagExhaustAllowed|wire.FlagMoreToCome) != 0,
 		req.info.kind != kindOther && req.info.kind != kindGetMore && req.info.kind != kindKillCursors,
 		inTxn || req.startTxn || draining,
-		route.noLoop.Load() || route.PoolMode() == ModeSession,
-		route.multi() && req.info.kind != kindOther:
+		route.NoLoop() || route.PoolMode() == ModeSession,
+		route.Multi() && req.info.kind != kindOther:
 		return admission{kind: admitForward}
 	}
 	return admission{kind: admitLoop}

@@ -17,6 +17,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -30,7 +31,7 @@ func (stubAdmin) HandleAdmin(net.Addr, bsoncore.Document) bsoncore.Document { re
 // goroutine only, or left to the loop.
 func TestAdmitVerdicts(t *testing.T) {
 	route := limitsRoute(t, "shop", "127.0.0.1:1")
-	route.maxMsg.Store(16 * 1024)
+	route.SetClientLimits(route.IdleLimit(), 16*1024)
 	session := limitsRoute(t, "sess", "127.0.0.1:1")
 	session.SetPoolMode(ModeSession)
 	c := authClient(t)
@@ -46,7 +47,7 @@ func TestAdmitVerdicts(t *testing.T) {
 	type tc struct {
 		name  string
 		req   *request
-		route *Route
+		route *routing.Route
 		flags wire.MsgFlags
 		size  int
 		kind  admitKind
@@ -201,7 +202,7 @@ func TestPreLoginFailureHidesUpstream(t *testing.T) {
 	c := authClient(t)
 	c.s.log = slog.New(slog.NewTextHandler(&logs, nil))
 	c.s.opts.Observer = nopObserver{}
-	c.x.route = &Route{Name: "orders"}
+	c.x.route = &routing.Route{Name: "orders"}
 	c.x.req = *reqOf(t, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "shop"}})
 	refused := &upstream.AuthError{Mechanism: "SCRAM-SHA-256", Username: "svc-user", Source: "admin", Code: 18, CodeName: "AuthenticationFailed"}
 	err := &pool.ConnectionError{Address: "db1.internal:27017", Err: &upstream.ConnectError{Addr: "db1.internal:27017", Stage: "auth", Err: refused}}

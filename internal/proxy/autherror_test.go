@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
@@ -45,7 +46,7 @@ func TestUpstreamAuthFailureReply(t *testing.T) {
 	for _, c := range cases {
 		var req request
 		req.inspect(mustDoc(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}))
-		body := s.upstreamError(&Route{Name: "orders"}, c.err, &req, false)
+		body := s.upstreamError(&routing.Route{Name: "orders"}, c.err, &req, false)
 		if code := body.Lookup("code").Int32(); code != c.code {
 			t.Errorf("%s: code %d, want %d: %v", c.name, code, c.code, body)
 			continue
@@ -79,7 +80,7 @@ func TestPassThroughFailureReply(t *testing.T) {
 	} {
 		var req request
 		req.inspect(mustDoc(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "d"}}))
-		body := s.upstreamError(&Route{Name: "pt", PassThrough: true}, err, &req, false)
+		body := s.upstreamError(&routing.Route{Name: "pt", PassThrough: true}, err, &req, false)
 		msg, _ := body.Lookup("errmsg").StringValueOK()
 		if code := body.Lookup("code").Int32(); code != 18 || !strings.Contains(msg, "pass-through") || !strings.Contains(msg, `route "pt"`) {
 			t.Errorf("%s: %v", name, body)
@@ -105,7 +106,7 @@ func TestSelectionErrorReplyHidesMembers(t *testing.T) {
 		}}
 	var req request
 	req.inspect(mustDoc(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}))
-	body := s.upstreamError(&Route{Name: "orders"}, err, &req, false)
+	body := s.upstreamError(&routing.Route{Name: "orders"}, err, &req, false)
 	msg, _ := body.Lookup("errmsg").StringValueOK()
 	for _, leak := range []string{"db1", "db2", "db3", "db4", "10.0.0.1", "other"} {
 		if strings.Contains(msg, leak) {
@@ -133,7 +134,7 @@ func TestSelectionErrorReplyHidesMembers(t *testing.T) {
 		Waited: time.Second, Servers: []topology.ServerStatus{
 			{Address: "db1.internal:27017", State: topology.Unknown, Err: errors.New("connection refused")},
 		}}
-	body = s.upstreamError(&Route{Name: "orders"}, err, &req, false)
+	body = s.upstreamError(&routing.Route{Name: "orders"}, err, &req, false)
 	if msg, _ := body.Lookup("errmsg").StringValueOK(); !strings.Contains(msg, "db1.internal:27017") || !strings.Contains(msg, "connection refused") {
 		t.Errorf("a standalone route's message does not name its upstream: %s", msg)
 	}

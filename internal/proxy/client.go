@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -112,7 +113,7 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 	if only != "" {
 		// A route's own listener reads under the route's limit.
 		if r := s.Route(only); r != nil {
-			if m := int(r.maxMsg.Load()); m > 0 {
+			if m := r.MessageLimit(); m > 0 {
 				c.maxMsg = m
 			}
 		}
@@ -306,14 +307,14 @@ func (c *client) read() ([]byte, error) {
 // now, 0 for none: its listener's route's, else the route of its most
 // recent request (as that route is configured now), else the global one.
 func (c *client) idleTimeout() time.Duration {
-	var r *Route
+	var r *routing.Route
 	if c.only != "" {
 		r = c.s.Route(c.only)
 	} else if last := c.sess.lastRoute.Load(); last != nil {
 		r = c.s.Route(last.Name)
 	}
 	if r != nil {
-		switch t := time.Duration(r.idle.Load()); {
+		switch t := r.IdleLimit(); {
 		case t < 0:
 			return 0
 		case t > 0:

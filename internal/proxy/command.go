@@ -12,6 +12,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
 
@@ -79,12 +80,9 @@ var commands = func() map[string]cmdInfo {
 	return m
 }()
 
-// txnKey names one transaction: the session id and the transaction number.
-// It is comparable, so maps keyed by it never allocate on lookup.
-type txnKey struct {
-	lsid [16]byte
-	txn  int64
-}
+// txnKey names one transaction: the session id and the transaction number
+// (routing's, whose transaction affinity is keyed by it).
+type txnKey = routing.TxnKey
 
 // request is what the proxy learns from one command body in a single pass.
 // Its byte slices alias the message buffer and are valid only while the
@@ -113,7 +111,7 @@ func (r *request) key() (txnKey, bool) {
 	if !r.hasLSID || !r.hasTxn || !r.inTxn {
 		return txnKey{}, false
 	}
-	return txnKey{lsid: r.lsid, txn: r.txn}, true
+	return txnKey{LSID: r.lsid, Txn: r.txn}, true
 }
 
 // inspect fills r from a command body. It walks the top-level elements once

@@ -5,7 +5,6 @@ package proxy
 
 import (
 	"testing"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -40,7 +39,7 @@ func TestInspectTransactionCommand(t *testing.T) {
 		t.Fatalf("db=%q", r.db)
 	}
 	key, ok := r.key()
-	if !ok || key.txn != 7 || string(key.lsid[:]) != "0123456789abcdef" || !r.startTxn {
+	if !ok || key.Txn != 7 || string(key.LSID[:]) != "0123456789abcdef" || !r.startTxn {
 		t.Fatalf("key=%v ok=%v start=%v", key, ok, r.startTxn)
 	}
 }
@@ -146,39 +145,6 @@ func TestLabels(t *testing.T) {
 				t.Fatalf("%s inTxn=%v: %v, want %v", c.cmd, c.inTxn, got, c.want)
 			}
 		}
-	}
-}
-
-func TestAffinityBounded(t *testing.T) {
-	a := newAffinity[int64, int](100, time.Minute)
-	now := time.Unix(1000, 0)
-	for i := int64(0); i < 1000; i++ {
-		a.put(i, int(i), now.Add(time.Duration(i)*time.Millisecond))
-	}
-	if n := a.len(); n > 100 {
-		t.Fatalf("affinity grew to %d entries, bound is 100", n)
-	}
-	// The newest entries survive eviction.
-	if v, ok := a.get(999, now.Add(time.Second)); !ok || v != 999 {
-		t.Fatalf("newest entry lost: %v %v", v, ok)
-	}
-	// Expired entries are not returned.
-	if _, ok := a.get(999, now.Add(time.Hour)); ok {
-		t.Fatal("expired entry returned")
-	}
-}
-
-func TestAffinityExpiredMakeRoomFirst(t *testing.T) {
-	a := newAffinity[int64, int](2, time.Second)
-	t0 := time.Unix(0, 0)
-	a.put(1, 1, t0)
-	a.put(2, 2, t0.Add(500*time.Millisecond))
-	a.put(3, 3, t0.Add(1200*time.Millisecond)) // 1 has expired: only it goes
-	if _, ok := a.get(2, t0.Add(1300*time.Millisecond)); !ok {
-		t.Fatal("live entry evicted while an expired one could go")
-	}
-	if a.evicted != 0 {
-		t.Fatalf("evicted=%d, want 0 (expiry is not eviction)", a.evicted)
 	}
 }
 

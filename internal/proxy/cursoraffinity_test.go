@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
@@ -70,7 +71,7 @@ func affCursorID(t testing.TB, r bson.Raw) int64 {
 // affProxy runs a proxy Server whose "*" route spans two fake mongos in
 // statement mode, and returns the route and a connected client that has
 // done its hello.
-func affProxy(t *testing.T, loop bool) (*Route, *affConn, [2]*fakemongo.Server) {
+func affProxy(t *testing.T, loop bool) (*routing.Route, *affConn, [2]*fakemongo.Server) {
 	t.Helper()
 	ups := [2]*fakemongo.Server{
 		fakemongo.Start(t, fakemongo.Options{Kind: fakemongo.Mongos, InMemory: true}),
@@ -95,8 +96,8 @@ func affProxy(t *testing.T, loop bool) (*Route, *affConn, [2]*fakemongo.Server) 
 		t.Fatal(err)
 	}
 	t.Cleanup(topo.Close)
-	route := &Route{Name: "*", Mode: ModeStatement, Topology: topo}
-	s, err := New(Options{Routes: []*Route{route}, EventLoop: loop, Logger: log})
+	route := &routing.Route{Name: "*", Mode: ModeStatement, Topology: topo}
+	s, err := New(Options{Routes: []*routing.Route{route}, EventLoop: loop, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func affProxy(t *testing.T, loop bool) (*Route, *affConn, [2]*fakemongo.Server) 
 		}
 		return true
 	})
-	if !route.multi() {
+	if !route.Multi() {
 		t.Fatal("a route over two mongos is not multi-server: affinity is off")
 	}
 	nc, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
@@ -153,14 +154,14 @@ func TestCursorAffinityForgetsEndedCursors(t *testing.T) {
 				}
 				affOK(t, cl.cmd(bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{bson.D{{Key: "i", Value: i}}}}, {Key: "$db", Value: "test"}}))
 			}
-			if n := route.cursors.len(); n != 0 {
+			if n := route.Cursors().Len(); n != 0 {
 				t.Fatalf("%d cursors tracked before any find", n)
 			}
 			owner := func(id int64) *topology.Server {
 				t.Helper()
-				srv, ok := route.cursors.get(id, time.Now())
-				if !ok {
-					t.Fatalf("cursor %d is not in the affinity map while open (%d entries)", id, route.cursors.len())
+				srv := route.CursorServer(id)
+				if srv == nil {
+					t.Fatalf("cursor %d is not in the affinity map while open (%d entries)", id, route.Cursors().Len())
 				}
 				for _, up := range ups {
 					if slices.Contains(up.OpenCursors(), id) && srv.Address() != up.Addr() {
@@ -179,7 +180,7 @@ func TestCursorAffinityForgetsEndedCursors(t *testing.T) {
 				}
 				for {
 					owner(id)
-					if n := route.cursors.len(); n != 1 {
+					if n := route.Cursors().Len(); n != 1 {
 						t.Fatalf("%d cursors tracked with one open", n)
 					}
 					next := affCursorID(t, cl.cmd(bson.D{{Key: "getMore", Value: id}, {Key: "collection", Value: "c"}, {Key: "batchSize", Value: 1}, {Key: "$db", Value: "test"}}))
@@ -190,7 +191,7 @@ func TestCursorAffinityForgetsEndedCursors(t *testing.T) {
 						t.Fatalf("getMore changed the cursor id %d -> %d", id, next)
 					}
 				}
-				if n := route.cursors.len(); n != 0 {
+				if n := route.Cursors().Len(); n != 0 {
 					t.Fatalf("%d cursors still tracked after getMore exhausted the only one", n)
 				}
 			}
@@ -205,7 +206,7 @@ func TestCursorAffinityForgetsEndedCursors(t *testing.T) {
 				owner(id)
 				ids = append(ids, id)
 			}
-			if n := route.cursors.len(); n != len(ids) {
+			if n := route.Cursors().Len(); n != len(ids) {
 				t.Fatalf("%d cursors tracked, want %d", n, len(ids))
 			}
 			for i, id := range ids {
@@ -214,10 +215,10 @@ func TestCursorAffinityForgetsEndedCursors(t *testing.T) {
 				if killed, _ := r.Lookup("cursorsKilled").ArrayOK(); len(killed) <= 5 { // an empty BSON array is 5 bytes
 					t.Fatalf("killCursors reached the wrong server: %v", r)
 				}
-				if n := route.cursors.len(); n != len(ids)-i-1 {
+				if n := route.Cursors().Len(); n != len(ids)-i-1 {
 					t.Fatalf("%d cursors tracked after killing %d of %d", n, i+1, len(ids))
 				}
-				if _, ok := route.cursors.get(id, time.Now()); ok {
+				if route.CursorServer(id) != nil {
 					t.Fatalf("killed cursor %d still tracked", id)
 				}
 			}

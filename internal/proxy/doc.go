@@ -30,9 +30,10 @@
 //   - hello.go: a client's hello read and answered on its socket, the
 //     awaitable wait and stream (the protocol is internal/hello's);
 //     lbcursor.go: a load-balanced client's cursors across a drain.
-//   - route.go, affinity.go, command.go, errors.go: routes, cursor and
-//     transaction affinity, command and reply inspection, synthetic error
-//     replies.
+//   - route.go, command.go, errors.go: the routing table (the routes
+//     themselves, with their affinity maps, are internal/routing's) and
+//     which commands are reads, command and reply inspection, synthetic
+//     error replies.
 //
 // A client is thus split by owner: its conn (socket, buffers) and the
 // exchange, its owner's only; its loopClient (the loop's side, with the
@@ -77,7 +78,7 @@
 //     queues, the drivers' tables, and Flusher.mu: evloop/linger_linux.go).
 //  5. Metrics (the Observer), which take no lock of ours.
 //
-// Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu,
+// Server.txnMu, routing.Route.gateMu, the affinity maps' locks, Server.loopsMu,
 // passAuth.setMu (a pass-through user's secret) and hello.State.mu (the
 // topologyVersion of hello replies) are leaves: nothing else is taken
 // while one is held.

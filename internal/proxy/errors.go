@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
@@ -40,7 +41,7 @@ var errUpstreamProtocol = errors.New("upstream broke the wire protocol")
 
 // upstreamError turns a failure to reach or use an upstream into an error
 // reply that drivers retry, labelled for writes and transactions.
-func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool) bsoncore.Document {
+func (s *Server) upstreamError(route *routing.Route, err error, req *request, inTxn bool) bsoncore.Document {
 	code, codeName := int32(codeSocketException), "SocketException"
 	var what string
 	var sel *topology.SelectionError
@@ -48,7 +49,7 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 	var cleared *pool.PoolClearedError
 	var closed *pool.PoolClosedError
 	var ne net.Error
-	var rpe *ReadPrefError
+	var rpe *routing.ReadPrefError
 	switch {
 	case errors.As(err, &rpe):
 		// The client's mistake: not retryable, and nothing upstream.
@@ -109,7 +110,7 @@ func (s *Server) upstreamError(route *Route, err error, req *request, inTxn bool
 // clientDetail is the text of err a client gets. A selection error lists
 // every member with its address and error, which mongobouncer, a mongos to
 // its clients, keeps to its log: the client gets the counts by role.
-func clientDetail(s *Server, route *Route, err error) string {
+func clientDetail(s *Server, route *routing.Route, err error) string {
 	var sel *topology.SelectionError
 	if !errors.As(err, &sel) {
 		return err.Error()

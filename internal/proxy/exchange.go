@@ -23,6 +23,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -56,7 +57,7 @@ type exchange struct {
 	body bsoncore.Document
 	// route, srv and pc are where the request goes; pinned says pc is the
 	// client's pin. need is the server affinity requires, if any.
-	route  *Route
+	route  *routing.Route
 	srv    *topology.Server
 	need   *topology.Server
 	pc     *pool.Conn
@@ -87,7 +88,7 @@ type exchange struct {
 // the route an open transaction began on (commitTransaction and
 // abortTransaction name admin, which may be routed elsewhere or nowhere),
 // or the route of its database. nil means no route serves it.
-func (s *Server) routeOf(only string, req *request) *Route {
+func (s *Server) routeOf(only string, req *request) *routing.Route {
 	if only != "" {
 		return s.Route(only)
 	}
@@ -101,7 +102,7 @@ func (s *Server) routeOf(only string, req *request) *Route {
 
 // begin starts forwarding the parsed request (x.req, whose command is
 // body) of msgLen bytes to route: prepare, then started.
-func (x *exchange) begin(route *Route, body bsoncore.Document, msgLen int, reqID int32) {
+func (x *exchange) begin(route *routing.Route, body bsoncore.Document, msgLen int, reqID int32) {
 	x.prepare(route, body, msgLen, reqID)
 	x.started()
 }
@@ -110,12 +111,12 @@ func (x *exchange) begin(route *Route, body bsoncore.Document, msgLen int, reqID
 // bytes to route, recording nothing about it yet: the loop prepares, asks
 // target whether it can serve the request without blocking, and only then
 // starts it (or forgets it, and the goroutine begins it again).
-func (x *exchange) prepare(route *Route, body bsoncore.Document, msgLen int, reqID int32) {
+func (x *exchange) prepare(route *routing.Route, body bsoncore.Document, msgLen int, reqID int32) {
 	x.body = body
 	x.route, x.srv, x.need, x.pc, x.pinned, x.pool = route, nil, nil, nil, false, nil
 	x.key, x.inTxn = x.req.key()
 	x.killIDs, x.addRP = nil, false
-	if x.req.info.kind == kindKillCursors && (route.multi() || x.sess.lbMode.Load()) {
+	if x.req.info.kind == kindKillCursors && (route.Multi() || x.sess.lbMode.Load()) {
 		x.killIDs = cursorIDs(body)
 	}
 	x.reqID, x.replies, x.retried = reqID, 0, false
@@ -200,8 +201,8 @@ func (x *exchange) target(wait bool) (targetKind, error) {
 		}
 		return targetCheckOut, nil
 	}
-	if err := route.waitGate(x.s.stopping); err != nil {
-		return 0, err
+	if !route.WaitGate(x.s.stopping) {
+		return 0, errShuttingDown
 	}
 	if x.s.Route(route.Name) != route {
 		// A reload replaced or removed the route while the request waited
@@ -227,20 +228,16 @@ func (x *exchange) selectServer(crit topology.Criteria, wait bool) (*topology.Se
 // servers keeps affinity: with one, everything goes to it anyway.
 func (x *exchange) affinity() *topology.Server {
 	route, req := x.route, &x.req
-	if !route.multi() {
-		return nil
-	}
-	now := time.Now()
 	var srv *topology.Server
 	switch {
 	case req.info.kind == kindGetMore:
-		srv, _ = route.cursors.get(req.cursorID, now)
+		srv = route.CursorServer(req.cursorID)
 	case req.info.kind == kindKillCursors && len(x.killIDs) > 0:
 		// Drivers kill one cursor per command; several would all belong to
 		// the server of the first, as they come from one cursor's namespace.
-		srv, _ = route.cursors.get(x.killIDs[0], now)
+		srv = route.CursorServer(x.killIDs[0])
 	case x.inTxn && !req.startTxn:
-		srv, _ = route.txns.get(x.key, now)
+		srv = route.TxnServer(x.key)
 	}
 	if srv != nil {
 		// A server that left the topology and came back is a new Server
@@ -316,11 +313,11 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 		}
 		return false, err
 	}
-	route.held.Add(1)
+	route.Hold()
 	x.pc = pc
 	mode := route.PoolMode()
 	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && x.sess.hasOpen(route))))
-	if pinNow && (x.need == nil || !route.multi() || x.sess.pinServer(route) == nil || x.sess.pinServer(route) == srv) {
+	if pinNow && (x.need == nil || !route.Multi() || x.sess.pinServer(route) == nil || x.sess.pinServer(route) == srv) {
 		x.sess.setPin(route, srv, pc)
 		x.pinned = true
 	}
@@ -357,7 +354,7 @@ var errAmbiguousRequestID = errors.New("a reply to an earlier moreToCome request
 // upstream connection cannot be used without a goroutine): the connection
 // goes back, and the goroutine starts the request over.
 func (x *exchange) undo() {
-	x.route.checkIn(x.pc)
+	x.route.CheckIn(x.pc)
 	x.pc = nil
 	x.sess.requests.Add(^uint64(0))
 	x.sess.setPhase(phaseIdle)
@@ -433,26 +430,22 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 func (x *exchange) track(ri replyInfo) {
 	route, req := x.route, &x.req
 	x.sess.noteLBCursor(req, ri, x.killIDs)
-	if route.multi() {
-		switch {
-		case req.info.kind == kindGetMore && ri.cursorID == 0:
-			route.cursors.delete(req.cursorID)
-		case req.info.kind == kindKillCursors:
-			for _, id := range x.killIDs {
-				route.cursors.delete(id)
-			}
-		case ri.cursorID != 0 && req.info.kind != kindGetMore:
-			route.cursors.put(ri.cursorID, x.srv, time.Now())
+	switch {
+	case req.info.kind == kindGetMore && ri.cursorID == 0:
+		route.ForgetCursor(req.cursorID)
+	case req.info.kind == kindKillCursors:
+		for _, id := range x.killIDs {
+			route.ForgetCursor(id)
 		}
+	case ri.cursorID != 0 && req.info.kind != kindGetMore:
+		route.SetCursorServer(ri.cursorID, x.srv)
 	}
 	if !x.inTxn {
 		return
 	}
 	switch {
 	case req.info.kind == kindCommit || req.info.kind == kindAbort:
-		if route.multi() {
-			route.txns.delete(x.key)
-		}
+		route.ForgetTxn(x.key)
 		x.s.endTxn(x.key, x.sess)
 	case !ri.ok:
 		// The server aborts a transaction on a command error. Keep the
@@ -471,13 +464,13 @@ func (x *exchange) release() {
 	pinned := x.pinned
 	x.pc = nil
 	if !x.sess.replyingKeepsPin(route, pc, pinned) {
-		route.checkIn(pc)
+		route.CheckIn(pc)
 	}
 }
 
 // replyingKeepsPin is release's part under sessMu: the client is replying,
 // and keeps pc pinned if it was and still needs it.
-func (ss *session) replyingKeepsPin(route *Route, pc *pool.Conn, pinned bool) bool {
+func (ss *session) replyingKeepsPin(route *routing.Route, pc *pool.Conn, pinned bool) bool {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	if pinned && route.PoolMode() != ModeSession && !ss.hasOpenLocked(route) {
@@ -544,12 +537,12 @@ func (x *exchange) dropConn() {
 	pc := x.pc
 	x.pc = nil
 	x.sess.unpinReplying(x.route, pc)
-	x.route.checkIn(pc)
+	x.route.CheckIn(pc)
 }
 
 // unpinReplying is dropConn's part under sessMu: pc is pinned no more, and
 // the client is replying.
-func (ss *session) unpinReplying(route *Route, pc *pool.Conn) {
+func (ss *session) unpinReplying(route *routing.Route, pc *pool.Conn) {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	if p := ss.pinLocked(route); p != nil && p.conn == pc {

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -40,7 +41,6 @@ func FuzzRequestParsers(f *testing.F) {
 			_ = stateChangeError(code, doc)
 		}
 		_ = cursorIDs(doc)
-		_ = pipelineWrites(doc)
 		if wire.ValidateDocument(b) == nil {
 			c := append([]byte(nil), b...)
 			softenShutdown(c)
@@ -79,7 +79,7 @@ func FuzzAdmit(f *testing.F) {
 		f.Add(b, uint32(wire.FlagExhaustAllowed), 20_000, true)
 	}
 	route := limitsRoute(f, "shop", "127.0.0.1:1")
-	route.maxMsg.Store(16 * 1024)
+	route.SetClientLimits(route.IdleLimit(), 16*1024)
 	users, err := auth.ParseFile([]byte(`"app@admin" "pw"`), "t")
 	if err != nil {
 		f.Fatal(err)
@@ -96,7 +96,7 @@ func FuzzAdmit(f *testing.F) {
 		}
 		var req request
 		req.inspect(body)
-		for _, r := range []*Route{route, nil} {
+		for _, r := range []*routing.Route{route, nil} {
 			v := c.admit(size, wire.MsgFlags(flags), &req, r)
 			switch v.kind {
 			case admitRefuse:
@@ -107,7 +107,7 @@ func FuzzAdmit(f *testing.F) {
 				if !loggedIn {
 					t.Fatalf("%s forwarded before login", req.name())
 				}
-				if r == nil || size > int(r.maxMsg.Load()) {
+				if r == nil || size > r.MessageLimit() {
 					t.Fatalf("%s of %d bytes forwarded to route %v", req.name(), size, r)
 				}
 			}

@@ -12,13 +12,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
 
 // limitsRoute is a route named name over the single upstream at addr.
-func limitsRoute(t testing.TB, name, addr string) *Route {
+func limitsRoute(t testing.TB, name, addr string) *routing.Route {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	topo, err := topology.New("limits-"+name, topology.Options{
@@ -35,13 +36,13 @@ func limitsRoute(t testing.TB, name, addr string) *Route {
 		t.Fatal(err)
 	}
 	t.Cleanup(topo.Close)
-	return &Route{Name: name, Mode: ModeStatement, Topology: topo}
+	return &routing.Route{Name: name, Mode: ModeStatement, Topology: topo}
 }
 
 // limitsProxy serves routes with the given HandshakeWait and returns a
 // client connected to it. Nothing waits for the upstreams first: the
 // client's hello is the first thing the proxy answers.
-func limitsProxy(t *testing.T, handshakeWait time.Duration, routes ...*Route) *affConn {
+func limitsProxy(t *testing.T, handshakeWait time.Duration, routes ...*routing.Route) *affConn {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	s, err := New(Options{Routes: routes, HandshakeWait: handshakeWait, Logger: log})

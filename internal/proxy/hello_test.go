@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/hello"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 )
 
 // The drain's 91 carries the labels a server gives it: a retryable write
@@ -87,7 +88,7 @@ func equalStrings(a, b []string) bool {
 // hello is answered ok with the topologyVersion.
 func TestHelloDuringDrainIsQuiesce(t *testing.T) {
 	route := limitsRoute(t, "shop", "127.0.0.1:1")
-	s, err := New(Options{Routes: []*Route{route}, HandshakeWait: 10 * time.Millisecond})
+	s, err := New(Options{Routes: []*routing.Route{route}, HandshakeWait: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -315,7 +315,7 @@ func (lc *loopClient) checkedOut(th evloop.Thread, msg []byte, pc *pool.Conn, er
 		// failure of this one socket (closed by the pool meanwhile, no
 		// descriptor left to duplicate) concerns this request only.
 		if never {
-			x.route.noLoop.Store(true)
+			x.route.SetNoLoop()
 		}
 		x.undo()
 		lc.unsent = false

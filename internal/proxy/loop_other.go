@@ -50,8 +50,8 @@ type loops struct{}
 
 // releaseOwned ends a client whose goroutine panicked after finish had
 // closed it (recover.go), holding ownMu.
-func (c *client) releaseOwned() {
-	if c.lc.State == lsClosed {
-		c.finalizeOnce()
+func (lc *loopClient) releaseOwned() {
+	if lc.State == lsClosed {
+		lc.c.finalizeOnce()
 	}
 }

@@ -133,8 +133,8 @@ func (s *Server) sweepIdle(done <-chan struct{}) {
 		// client's lock taken every second.
 		idle := time.Duration(s.idleTimeout.Load())
 		if tb := s.table.Load(); tb != nil {
-			for _, r := range tb.all {
-				if t := time.Duration(r.idle.Load()); t > 0 && (idle <= 0 || t < idle) {
+			for _, r := range tb.All() {
+				if t := r.IdleLimit(); t > 0 && (idle <= 0 || t < idle) {
 					idle = t
 				}
 			}

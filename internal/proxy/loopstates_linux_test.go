@@ -20,6 +20,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
@@ -36,7 +37,7 @@ import (
 type loopRig struct {
 	t     testing.TB
 	s     *Server
-	route *Route
+	route *routing.Route
 	up    *fakemongo.Server
 }
 
@@ -101,7 +102,7 @@ func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(topo.Close)
-	route := &Route{Name: "*", Mode: ModeTransaction, Topology: topo}
+	route := &routing.Route{Name: "*", Mode: ModeTransaction, Topology: topo}
 	threads := 2
 	if o.threads > 0 {
 		threads = o.threads
@@ -110,7 +111,7 @@ func newRig(t testing.TB, o rigOptions, h fakemongo.Handler) *loopRig {
 	if o.log != nil {
 		srvLog = o.log
 	}
-	s, err := New(Options{Routes: []*Route{route}, EventLoop: o.loop, LoopThreads: threads, LoopIO: io, LoopSpin: o.spin, Logger: srvLog, Observer: o.observer, Admin: o.admin})
+	s, err := New(Options{Routes: []*routing.Route{route}, EventLoop: o.loop, LoopThreads: threads, LoopIO: io, LoopSpin: o.spin, Logger: srvLog, Observer: o.observer, Admin: o.admin})
 	if err != nil {
 		t.Fatal(err)
 	}

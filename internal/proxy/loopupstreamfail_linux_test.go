@@ -263,7 +263,7 @@ func TestLoopConnectionClosedAtCheckoutKeepsTheRouteOnTheLoop(t *testing.T) {
 		for range 5 {
 			cl.cmd(ping())
 		}
-		if route.noLoop.Load() {
+		if route.NoLoop() {
 			t.Fatalf("one connection closed by the pool at checkout took route %q off the event loop for good", route.Name)
 		}
 	})

@@ -21,11 +21,3 @@ const (
 	// response only; transactions keep server affinity but not a connection.
 	ModeStatement = config.PoolModeStatement
 )
-
-// poolMode is m with "" read as transaction, the default.
-func poolMode(m PoolMode) PoolMode {
-	if m == "" {
-		return ModeTransaction
-	}
-	return m
-}

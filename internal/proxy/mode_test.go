@@ -3,6 +3,8 @@ package proxy
 import (
 	"errors"
 	"testing"
+
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 )
 
 // The pool and TLS modes are config's, taken as they are: "" is the
@@ -11,7 +13,7 @@ import (
 func TestModesAreConfigs(t *testing.T) {
 	r := limitsRoute(t, "*", "127.0.0.1:1")
 	r.Mode = ""
-	s, err := New(Options{Routes: []*Route{r}})
+	s, err := New(Options{Routes: []*routing.Route{r}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +35,7 @@ func TestModesAreConfigs(t *testing.T) {
 
 	bad := limitsRoute(t, "b", "127.0.0.1:1")
 	bad.Mode = "sessions"
-	if s, err := New(Options{Routes: []*Route{bad}}); err == nil {
+	if s, err := New(Options{Routes: []*routing.Route{bad}}); err == nil {
 		s.Close(t.Context())
 		t.Fatal(`New accepted pool mode "sessions"`)
 	}

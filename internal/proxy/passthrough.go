@@ -23,6 +23,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
@@ -116,7 +117,7 @@ func (s *Server) noteLogin(id *auth.Identity) {
 	if changed {
 		// A pool a refused login paused gets its next try at once, with
 		// the new secret.
-		for _, r := range s.table.Load().all {
+		for _, r := range s.table.Load().All() {
 			if r.PassThrough {
 				for _, srv := range r.Topology.Servers() {
 					srv.RetryUserPool(id.ID())
@@ -141,7 +142,7 @@ func (lg *login) passThroughFailed(s *Server, err error) {
 // poolFor returns the pool the client's request checks out from on srv:
 // the server's own pool, or on a pass-through route the pool of the
 // client's user.
-func (lg *login) poolFor(s *Server, route *Route, srv *topology.Server) (*pool.Pool, error) {
+func (lg *login) poolFor(s *Server, route *routing.Route, srv *topology.Server) (*pool.Pool, error) {
 	if !route.PassThrough {
 		return srv.Pool(), nil
 	}

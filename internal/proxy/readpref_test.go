@@ -1,7 +1,8 @@
 package proxy
 
-// Read preference criteria, their error replies, and the softening of
-// upstream shutdown codes.
+// Which commands are reads that a read preference may send away from the
+// primary (routing has where a read goes), read-preference error replies,
+// and the softening of upstream shutdown codes.
 
 import (
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
@@ -18,7 +20,7 @@ import (
 
 // testRoute is a route over a topology nobody answers: criteria only reads
 // the route's settings and the heartbeat interval.
-func testRoute(t *testing.T, rp *sdam.ReadPref) *Route {
+func testRoute(t *testing.T, rp *sdam.ReadPref) *routing.Route {
 	t.Helper()
 	d := upstream.NewDialer(upstream.Options{})
 	topo, err := topology.New("t", topology.Options{Hosts: []string{"127.0.0.1:1"}, Pool: pool.DefaultOptions(),
@@ -27,8 +29,10 @@ func testRoute(t *testing.T, rp *sdam.ReadPref) *Route {
 		t.Fatal(err)
 	}
 	t.Cleanup(topo.Close)
-	r := &Route{Name: "t", Topology: topo, ReadPref: rp}
-	r.init(10, 10)
+	r := &routing.Route{Name: "t", Topology: topo, ReadPref: rp}
+	if _, err := routing.NewTable([]*routing.Route{r}, 10, 10); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
@@ -39,7 +43,7 @@ func TestCriteria(t *testing.T) {
 	nearest := testRoute(t, &sdam.ReadPref{Mode: sdam.Nearest})
 	cases := []struct {
 		name    string
-		route   *Route
+		route   *routing.Route
 		cmd     bson.D
 		mode    sdam.Mode // Primary: the zero Criteria
 		add     bool
@@ -47,19 +51,13 @@ func TestCriteria(t *testing.T) {
 	}{
 		{"find without a read preference", plain, bson.D{{Key: "find", Value: "c"}}, sdam.Primary, false, false},
 		{"find with secondary", plain, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: secondary}}, sdam.Secondary, false, false},
-		{"primary mode", plain, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: bson.D{{Key: "mode", Value: "primary"}}}}, sdam.Primary, false, false},
 		{"insert with secondary", plain, bson.D{{Key: "insert", Value: "c"}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
 		{"createIndexes with secondary", plain, bson.D{{Key: "createIndexes", Value: "c"}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
 		{"aggregate with $out", plain, bson.D{{Key: "aggregate", Value: "c"}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$match", Value: bson.D{}}}, bson.D{{Key: "$out", Value: "o"}}}}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
-		{"aggregate with $merge", plain, bson.D{{Key: "aggregate", Value: "c"}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$merge", Value: "o"}}}}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
-		{"aggregate that reads", plain, bson.D{{Key: "aggregate", Value: "c"}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$match", Value: bson.D{}}}}}, {Key: "$readPreference", Value: secondary}}, sdam.Secondary, false, false},
 		{"in a transaction", plain, bson.D{{Key: "find", Value: "c"}, {Key: "lsid", Value: lsid}, {Key: "txnNumber", Value: int64(1)}, {Key: "autocommit", Value: false}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
 		{"getMore follows its cursor", plain, bson.D{{Key: "getMore", Value: int64(5)}, {Key: "$readPreference", Value: secondary}}, sdam.Primary, false, false},
 		{"unknown mode", plain, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: bson.D{{Key: "mode", Value: "anywhere"}}}}, sdam.Primary, false, true},
-		{"not a document", plain, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: "secondary"}}, sdam.Primary, false, true},
-		{"max staleness too small", plain, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: bson.D{{Key: "mode", Value: "secondary"}, {Key: "maxStalenessSeconds", Value: 5}}}}, sdam.Primary, false, true},
 		{"route default", nearest, bson.D{{Key: "find", Value: "c"}}, sdam.Nearest, true, false},
-		{"the command's own beats the default", nearest, bson.D{{Key: "find", Value: "c"}, {Key: "$readPreference", Value: secondary}}, sdam.Secondary, false, false},
 		{"route default never sends writes away", nearest, bson.D{{Key: "update", Value: "c"}}, sdam.Primary, false, false},
 	}
 	for _, c := range cases {
@@ -68,9 +66,9 @@ func TestCriteria(t *testing.T) {
 		req.inspect(body)
 		crit, add, err := criteria(c.route, &req, body)
 		if c.wantErr {
-			var rpe *ReadPrefError
+			var rpe *routing.ReadPrefError
 			if !errors.As(err, &rpe) {
-				t.Errorf("%s: error %v, want a *ReadPrefError", c.name, err)
+				t.Errorf("%s: error %v, want a *routing.ReadPrefError", c.name, err)
 			}
 			continue
 		}
@@ -97,7 +95,7 @@ func TestReadPrefErrorReply(t *testing.T) {
 	s := &Server{opts: Options{Observer: nopObserver{}}}
 	var req request
 	req.inspect(mustDoc(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "d"}}))
-	body := s.upstreamError(&Route{Name: "r"}, &ReadPrefError{Err: errors.New("bad mode")}, &req, false)
+	body := s.upstreamError(&routing.Route{Name: "r"}, &routing.ReadPrefError{Err: errors.New("bad mode")}, &req, false)
 	if code := body.Lookup("code").Int32(); code != codeFailedToParse {
 		t.Errorf("code %d", code)
 	}

@@ -9,6 +9,9 @@ package proxy
 // and finish the client, so that the server's accounting of it (wg, the
 // client count, the client set) is final and Shutdown does not wait for it.
 // The loop's part, which knows the loop's state, is in recover_linux.go.
+// Each part has its owner: the server reports (its count, its observer),
+// the loopClient releases what its loop state holds, and the client only
+// recovers at the top of its goroutines and ends itself.
 //
 // The client's locks (sessMu, ownMu) are unlocked by a defer in the
 // function that locks them, always (lockrule_test.go checks the package):
@@ -25,6 +28,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync/atomic"
 )
@@ -55,13 +59,15 @@ func panicPoint(at string, req *request) {
 	}
 }
 
-// reportPanic logs a recovered panic with its stack, and counts it.
-func (c *client) reportPanic(path string, v any) {
-	c.s.panics.Add(1)
-	if o, ok := c.s.opts.Observer.(PanicObserver); ok {
+// reportPanic logs a recovered panic with its stack on the client's log,
+// and counts it (Panics, PanicObserver): the server's part of every
+// recovery.
+func (s *Server) reportPanic(log *slog.Logger, path string, v any) {
+	s.panics.Add(1)
+	if o, ok := s.opts.Observer.(PanicObserver); ok {
 		o.ClientPanicked(path)
 	}
-	c.log.Error("panic while serving a client: the client is disconnected, the others go on",
+	log.Error("panic while serving a client: the client is disconnected, the others go on",
 		"path", path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 }
 
@@ -74,27 +80,29 @@ func (c *client) recoverGoroutine() {
 	if v == nil {
 		return
 	}
-	c.reportPanic("goroutine", v)
-	c.afterPanic(c.endGoroutine)
+	c.s.reportPanic(c.log, "goroutine", v)
+	afterPanic(c.log, c.endGoroutine, c.finalizeOnce)
 }
 
-// recoverRefused is deferred by the goroutine that refuses a client over
-// max_client_conn: that client was never in the set, nor served.
-func (c *client) recoverRefused() {
+// recoverRefused is deferred by the goroutine that refuses a connection
+// over max_client_conn: its client was never in the set, nor served, so
+// closing the connection is all there is to do.
+func (s *Server) recoverRefused(cn *conn, log *slog.Logger) {
 	if v := recover(); v != nil {
-		c.reportPanic("goroutine", v)
-		c.closeConn()
+		s.reportPanic(log, "goroutine", v)
+		cn.closeConn()
 	}
 }
 
 // afterPanic runs release, the clean-up after a recovered panic. A panic
-// in it as well is logged, and the client is at least taken off the
-// server, so that Shutdown does not wait for it.
-func (c *client) afterPanic(release func()) {
+// in it as well is logged, and finalize (the client's finalizeOnce) takes
+// the client at least off the server, so that Shutdown does not wait for
+// it.
+func afterPanic(log *slog.Logger, release, finalize func()) {
 	defer func() {
 		if v := recover(); v != nil {
-			c.log.Error("releasing a client after a panic panicked too", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			c.finalizeOnce()
+			log.Error("releasing a client after a panic panicked too", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			finalize()
 		}
 	}()
 	release()
@@ -104,27 +112,26 @@ func (c *client) afterPanic(release func()) {
 // owns the client unless the panic came from loop code it ran (the hand-
 // over in loopClient.enter recovers its own): the loop's state says which.
 func (c *client) endGoroutine() {
-	if c.releaseIfLoopOwned() {
+	if c.lc.releaseIfOwned() {
 		return
 	}
 	c.x.releaseAfterPanic()
 	c.finish(errPanicked)
 }
 
-// releaseIfLoopOwned ends the client under ownMu, as the loop's recovery
-// does (releaseOwned), unless its goroutine owns it; it reports whether it
-// did. The unlock is deferred: a panic in releaseOwned as well (caught by
+// releaseIfOwned ends the client under ownMu, as the loop's recovery does
+// (releaseOwned), unless its goroutine owns it; it reports whether it did.
+// The unlock is deferred: a panic in releaseOwned as well (caught by
 // afterPanic) must not leave ownMu held, or the client's next loop
 // callback would block its loop thread for good.
-func (c *client) releaseIfLoopOwned() bool {
-	lc := &c.lc
+func (lc *loopClient) releaseIfOwned() bool {
 	lc.Mu.Lock()
 	defer lc.Mu.Unlock()
 	if lc.State == lsGoroutine {
 		return false
 	}
-	panicPoint("release-loop-owned", &c.x.req)
-	c.releaseOwned()
+	panicPoint("release-loop-owned", &lc.c.x.req)
+	lc.releaseOwned()
 	return true
 }
 

@@ -15,14 +15,14 @@ func (lc *loopClient) Recover() {
 		return
 	}
 	c := lc.c
-	c.reportPanic("loop", v)
-	c.afterPanic(c.releaseOwned)
+	c.s.reportPanic(c.log, "loop", v)
+	afterPanic(c.log, lc.releaseOwned, c.finalizeOnce)
 }
 
 // releaseOwned ends a client whose loop code panicked, holding ownMu,
 // whatever its loop state.
-func (c *client) releaseOwned() {
-	lc := &c.lc
+func (lc *loopClient) releaseOwned() {
+	c := lc.c
 	switch lc.State {
 	case lsGoroutine:
 		// Handed to a goroutine before the panic: closing its connection
@@ -33,7 +33,7 @@ func (c *client) releaseOwned() {
 		return
 	case lsClosed:
 		if c.s.registered(c) {
-			c.lc.forget()
+			lc.forget()
 			c.finalize(errPanicked)
 		}
 		return

@@ -11,12 +11,13 @@ import (
 	"context"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
 // forward sends one request to an upstream connection chosen by the route's
 // pool mode and affinity, and relays the reply or the whole exhaust stream.
-func (c *client) forward(route *Route, msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
+func (c *client) forward(route *routing.Route, msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
 	x := &c.x
 	x.begin(route, c.msg.Body, len(msg), h.RequestID)
 	if len(c.sess.pins) > 0 {
@@ -39,9 +40,9 @@ func (c *client) relay(msg []byte, compressed bool, compID wire.CompressorID) er
 	if x.addRP {
 		// The route's default read preference sent the read to a
 		// secondary, which refuses a command that does not carry one.
-		buf := getBuffer(len(msg) + len(x.route.rpElem))
+		buf := getBuffer(len(msg) + len(x.route.DefaultReadPref()))
 		defer putBuffer(buf)
-		out, err := wire.AppendToMsgBody(buf.b[:0], msg, x.route.rpElem)
+		out, err := wire.AppendToMsgBody(buf.b[:0], msg, x.route.DefaultReadPref())
 		if err != nil {
 			return c.replyError(x.reqID, compressed, compID, req, x.fail(err))
 		}

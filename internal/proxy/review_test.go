@@ -34,7 +34,7 @@ func TestCursorAffinityFollowsServerReadded(t *testing.T) {
 				// Selection rotates: two finds per insert reach both servers.
 				for range 2 {
 					cid := affCursorID(t, cl.cmd(bson.D{{Key: "find", Value: "c"}, {Key: "batchSize", Value: 1}, {Key: "$db", Value: "test"}}))
-					if srv, ok := route.cursors.get(cid, time.Now()); ok && srv.Address() == ups[0].Addr() && id == 0 {
+					if srv := route.CursorServer(cid); srv != nil && srv.Address() == ups[0].Addr() && id == 0 {
 						id = cid
 					}
 				}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/hello"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -26,7 +27,7 @@ import (
 // meaning, noted on the field.
 type Options struct {
 	// Routes maps database names to routes; "*" catches every other database.
-	Routes []*Route
+	Routes []*routing.Route
 	// MaxClientConn bounds client connections; 0 means 10000.
 	MaxClientConn int
 	// MaxMessageSize bounds any message read from a client; 0 means 48,000,000.
@@ -129,7 +130,7 @@ func (o *Options) setDefaults() {
 // Server accepts client connections on any number of listeners.
 type Server struct {
 	opts      Options
-	table     atomic.Pointer[routing]
+	table     atomic.Pointer[routing.Table]
 	serviceID bson.ObjectID
 	log       *slog.Logger
 
@@ -265,7 +266,7 @@ func New(opts Options) (*Server, error) {
 	s.preLoginMax.Store(int64(opts.MaxPreLoginMessageSize))
 	s.idleTimeout.Store(int64(opts.ClientIdleTimeout))
 	s.SetLoginTimeout(opts.ClientLoginTimeout)
-	t, err := newRouting(opts.Routes, opts.MaxCursors, opts.MaxTransactions)
+	t, err := routing.NewTable(opts.Routes, opts.MaxCursors, opts.MaxTransactions)
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +356,7 @@ func (s *Server) accept(nc net.Conn, only string, listener string) {
 		go func() {
 			defer s.wg.Done()
 			defer s.clientCount.Add(-1)
-			defer c.recoverRefused()
+			defer s.recoverRefused(&c.conn, c.log)
 			c.refuse(fmt.Sprintf("mongobouncer: too many client connections (max_client_conn = %d)", limit))
 		}()
 		return
@@ -414,7 +415,7 @@ func (s *Server) limits() (lim hello.Limits, settled bool) {
 	lim = hello.DefaultLimits
 	settled = true
 	found := false
-	visit := func(r *Route) {
+	visit := func(r *routing.Route) {
 		if r == nil {
 			return
 		}
@@ -450,7 +451,7 @@ func (s *Server) limits() (lim hello.Limits, settled bool) {
 			}
 		}
 	}
-	for _, r := range s.table.Load().all {
+	for _, r := range s.table.Load().All() {
 		visit(r)
 	}
 	if lim.MaxMsg > int32(s.opts.MaxMessageSize) {

@@ -11,11 +11,11 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 )
@@ -37,7 +37,7 @@ type session struct {
 	pins []pin
 	// open are the transactions begun through this client that have not
 	// ended; they are aborted if the client disconnects.
-	open map[txnKey]*Route
+	open map[txnKey]*routing.Route
 	// lbCursors are the cursors a load-balanced client opened here and has
 	// not finished: a drain waits for them (lbcursor.go).
 	lbCursors map[int64]struct{}
@@ -57,11 +57,11 @@ type session struct {
 	// client_idle_timeout applies to the client (idleTimeout): atomics,
 	// written by the owner, read by others without the lock.
 	requests  atomic.Uint64
-	lastRoute atomic.Pointer[Route]
+	lastRoute atomic.Pointer[routing.Route]
 }
 
 // useRoute records route as the client's most recent one.
-func (ss *session) useRoute(route *Route) {
+func (ss *session) useRoute(route *routing.Route) {
 	if ss.lastRoute.Load() != route {
 		ss.lastRoute.Store(route)
 	}
@@ -87,12 +87,12 @@ func (ss *session) setUser(user string) {
 // mode for its whole life, in transaction mode while it has a transaction
 // open on that route.
 type pin struct {
-	route *Route
+	route *routing.Route
 	srv   *topology.Server
 	conn  *pool.Conn
 }
 
-func (ss *session) pinLocked(route *Route) *pin {
+func (ss *session) pinLocked(route *routing.Route) *pin {
 	for i := range ss.pins {
 		if ss.pins[i].route == route {
 			return &ss.pins[i]
@@ -101,7 +101,7 @@ func (ss *session) pinLocked(route *Route) *pin {
 	return nil
 }
 
-func (ss *session) pinServer(route *Route) *topology.Server {
+func (ss *session) pinServer(route *routing.Route) *topology.Server {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	if p := ss.pinLocked(route); p != nil && p.conn != nil {
@@ -111,13 +111,13 @@ func (ss *session) pinServer(route *Route) *topology.Server {
 }
 
 // setPin pins pc, of srv, to the client for route.
-func (ss *session) setPin(route *Route, srv *topology.Server, pc *pool.Conn) {
+func (ss *session) setPin(route *routing.Route, srv *topology.Server, pc *pool.Conn) {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	ss.setPinLocked(route, srv, pc)
 }
 
-func (ss *session) setPinLocked(route *Route, srv *topology.Server, pc *pool.Conn) {
+func (ss *session) setPinLocked(route *routing.Route, srv *topology.Server, pc *pool.Conn) {
 	if p := ss.pinLocked(route); p != nil {
 		p.srv, p.conn = srv, pc
 		return
@@ -125,13 +125,13 @@ func (ss *session) setPinLocked(route *Route, srv *topology.Server, pc *pool.Con
 	ss.pins = append(ss.pins, pin{route: route, srv: srv, conn: pc})
 }
 
-func (ss *session) hasOpen(route *Route) bool {
+func (ss *session) hasOpen(route *routing.Route) bool {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	return ss.hasOpenLocked(route)
 }
 
-func (ss *session) hasOpenLocked(route *Route) bool {
+func (ss *session) hasOpenLocked(route *routing.Route) bool {
 	for _, r := range ss.open {
 		if r == route {
 			return true
@@ -151,20 +151,18 @@ func (ss *session) hasPinLocked() bool {
 }
 
 // beginTxn records a transaction begun through session ss.
-func (s *Server) beginTxn(ss *session, route *Route, srv *topology.Server, key txnKey) {
+func (s *Server) beginTxn(ss *session, route *routing.Route, srv *topology.Server, key txnKey) {
 	ss.setOpen(key, route)
-	if route.multi() {
-		route.txns.put(key, srv, time.Now())
-	}
+	route.SetTxnServer(key, srv)
 	s.setTxnOwner(key, ss)
 }
 
 // setOpen records transaction key open on route.
-func (ss *session) setOpen(key txnKey, route *Route) {
+func (ss *session) setOpen(key txnKey, route *routing.Route) {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	if ss.open == nil {
-		ss.open = make(map[txnKey]*Route)
+		ss.open = make(map[txnKey]*routing.Route)
 	}
 	ss.open[key] = route
 }
@@ -182,7 +180,7 @@ func (s *Server) setTxnOwner(key txnKey, ss *session) {
 }
 
 // txnRoute returns the route an open transaction began on, or nil.
-func (s *Server) txnRoute(key txnKey) *Route {
+func (s *Server) txnRoute(key txnKey) *routing.Route {
 	s.txnMu.Lock()
 	owner := s.txnOwners[key]
 	s.txnMu.Unlock()
@@ -211,7 +209,7 @@ func (s *Server) endTxn(key txnKey, by *session) {
 // back to the pool now rather than at the client's next request.
 func (ss *session) txnEnded(key txnKey) {
 	if back := ss.forgetTxn(key); back.conn != nil {
-		back.route.checkIn(back.conn)
+		back.route.CheckIn(back.conn)
 	}
 }
 
@@ -245,19 +243,17 @@ func (c *client) cleanup() {
 			delete(c.s.txnOwners, key)
 		}
 		c.s.txnMu.Unlock()
-		if route.multi() {
-			route.txns.delete(key)
-		}
+		route.ForgetTxn(key)
 	}
 	for _, p := range c.sess.takePins() {
 		if p.conn != nil {
-			p.route.checkIn(p.conn)
+			p.route.CheckIn(p.conn)
 		}
 	}
 }
 
 // takeOpen takes the client's open transactions, for cleanup.
-func (ss *session) takeOpen() map[txnKey]*Route {
+func (ss *session) takeOpen() map[txnKey]*routing.Route {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	open := ss.open
@@ -277,7 +273,7 @@ func (ss *session) takePins() []pin {
 // abort sends abortTransaction for a transaction the client left open, on
 // its pinned connection if it has one, else on a connection to the server
 // that runs it.
-func (c *client) abort(route *Route, key txnKey) {
+func (c *client) abort(route *routing.Route, key txnKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.CommandTimeout)
 	defer cancel()
 	var srv *topology.Server
@@ -287,9 +283,7 @@ func (c *client) abort(route *Route, key txnKey) {
 		srv, pc, pinned = p.srv, p.conn, true
 	}
 	if pc == nil {
-		if route.multi() {
-			srv, _ = route.txns.get(key, time.Now())
-		}
+		srv = route.TxnServer(key)
 		if srv == nil {
 			s, err := route.Topology.SelectServer(ctx, topology.Criteria{})
 			if err != nil {
@@ -301,7 +295,7 @@ func (c *client) abort(route *Route, key txnKey) {
 		// As the client's user: the transaction is that user's upstream.
 		p, err := c.login.poolFor(c.s, route, srv)
 		if err == nil {
-			pc, err = route.checkOut(ctx, p)
+			pc, err = route.CheckOut(ctx, p)
 		}
 		if err != nil {
 			c.log.Warn("cannot abort transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
@@ -319,12 +313,12 @@ func (c *client) abort(route *Route, key txnKey) {
 		c.log.Debug("aborted transaction of disconnected client", "route", route.Name, "server", srv.Address(), "error", err)
 	}
 	if !pinned {
-		route.checkIn(pc)
+		route.CheckIn(pc)
 	}
 }
 
 // pinned returns the client's pin for route, if it holds a connection.
-func (ss *session) pinned(route *Route) (pin, bool) {
+func (ss *session) pinned(route *routing.Route) (pin, bool) {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	if p := ss.pinLocked(route); p != nil && p.conn != nil {
@@ -338,9 +332,9 @@ func abortCommand(key txnKey) bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	d = bsoncore.AppendInt32Element(d, "abortTransaction", 1)
 	lidx, d2 := bsoncore.AppendDocumentElementStart(d, "lsid")
-	d2 = bsoncore.AppendBinaryElement(d2, "id", 4, key.lsid[:])
+	d2 = bsoncore.AppendBinaryElement(d2, "id", 4, key.LSID[:])
 	d, _ = bsoncore.AppendDocumentEnd(d2, lidx)
-	d = bsoncore.AppendInt64Element(d, "txnNumber", key.txn)
+	d = bsoncore.AppendInt64Element(d, "txnNumber", key.Txn)
 	d = bsoncore.AppendBooleanElement(d, "autocommit", false)
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
 	return d
@@ -387,7 +381,7 @@ func (ss *session) takePinsLocked(drop func(*pin) bool) []pin {
 // checkInPins gives connections taken by takePinsLocked back to their pools.
 func checkInPins(back []pin) {
 	for _, p := range back {
-		p.route.checkIn(p.conn)
+		p.route.CheckIn(p.conn)
 	}
 }
 

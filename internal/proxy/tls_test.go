@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/evloop"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/certs"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
@@ -39,7 +40,7 @@ func newTLSRig(t *testing.T, mode TLSMode, loop, clientCerts bool, timeout time.
 	if clientCerts {
 		cfg.ClientCAs, cfg.ClientAuth = ca.Pool(), tls.RequireAndVerifyClientCert
 	}
-	s, err := New(Options{Routes: []*Route{limitsRoute(t, "*", up.Addr())}, EventLoop: loop, Logger: slog.New(slog.DiscardHandler),
+	s, err := New(Options{Routes: []*routing.Route{limitsRoute(t, "*", up.Addr())}, EventLoop: loop, Logger: slog.New(slog.DiscardHandler),
 		TLS: ClientTLS{Mode: mode, Config: cfg, HandshakeTimeout: timeout}})
 	if err != nil {
 		t.Fatal(err)
