@@ -64,6 +64,9 @@ var layers = map[string]layer{
 	"internal/loadgen":            {1, []string{"sysconn", "uring", "wire"}, false},
 	"internal/testutil/fakemongo": {1, []string{"wire"}, false},
 	"internal/testutil/devmongo":  {1, []string{"testutil/childproc"}, false},
+	// The rules a client passes before and at its login, over plain
+	// values: no socket, no proxy type.
+	"internal/gate": {1, []string{"auth", "wire"}, false},
 	// The event-loop engine (issue 28): moves bytes over swappable I/O,
 	// knowing nothing of MongoDB, so never wire, never proxy.
 	"internal/evloop": {1, []string{"sysconn", "uring"}, false},
