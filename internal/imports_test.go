@@ -75,7 +75,7 @@ var layers = map[string]layer{
 	"internal/testutil/ferretdb": {2, []string{"testutil/childproc", "testutil/devmongo"}, false},
 	// Floor 3: the proxy, over the engine (evloop), which owns the sockets'
 	// system calls.
-	"internal/proxy": {3, []string{"auth", "config", "evloop", "pool", "sdam", "topology", "upstream", "wire"}, false},
+	"internal/proxy": {3, []string{"auth", "config", "evloop", "gate", "pool", "sdam", "topology", "upstream", "wire"}, false},
 	// Floor 4: the wiring.
 	"internal/app": {4, []string{"admin", "auth", "config", "metrics", "pool", "proxy", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
 	// Floor 5: the commands.

@@ -37,7 +37,7 @@ func reqOf(t *testing.T, cmd bson.D) *request {
 func TestHelloAuthFields(t *testing.T) {
 	c := authClient(t)
 	body, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin.ghost"}})
-	reply := c.helloAuth(body, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+	reply := c.authStep().hello(body, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
 	if err := bsoncore.Document(reply).Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestHelloAuthFields(t *testing.T) {
 	// A speculative login that cannot start is left out.
 	body, _ = bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "speculativeAuthenticate", Value: bson.D{
 		{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "PLAIN"}, {Key: "payload", Value: bson.Binary{}}}}})
-	reply = c.helloAuth(body, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+	reply = c.authStep().hello(body, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
 	if _, err := bsoncore.Document(reply).LookupErr("speculativeAuthenticate"); err == nil {
 		t.Fatal("a failed speculative login is in the reply")
 	}
@@ -68,24 +68,24 @@ func codeOf(d bsoncore.Document) int32 {
 func TestLoginDue(t *testing.T) {
 	c := authClient(t)
 	plain, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}})
-	c.helloAuth(plain, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+	c.authStep().hello(plain, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
 	if c.login.due() {
 		t.Fatal("a monitoring hello: login due")
 	}
 	asks, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin.app"}})
-	c.helloAuth(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+	c.authStep().hello(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
 	if !c.login.due() {
 		t.Fatal("after a hello asking saslSupportedMechs: no login due")
 	}
 	if c.login.due() {
 		t.Fatal("the hello's hint outlived the next command")
 	}
-	c.login.conv = &auth.Conversation{}
+	c.login.Conv = &auth.Conversation{}
 	if !c.login.due() {
 		t.Fatal("a conversation in progress: no login due")
 	}
-	c.login.conv, c.login.ident = nil, &auth.Identity{User: "app", DB: "admin"}
-	c.helloAuth(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
+	c.login.Conv, c.login.Ident = nil, &auth.Identity{User: "app", DB: "admin"}
+	c.authStep().hello(asks, helloReply(helloRequest{}, defaultLimits, 1, "", bson.ObjectID{}, bson.ObjectID{}, 0))
 	if c.login.due() {
 		t.Fatal("a logged-in client's hello: login due")
 	}

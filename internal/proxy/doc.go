@@ -24,9 +24,10 @@
 //   - session.go: the session (pins, open transactions, phase: what other
 //     clients and the admin read, under its sessMu), transactions across
 //     client connections, clean-up.
-//   - auth.go: the login (identity, conversation) and client logins (SCRAM,
-//     x509); logintimeout.go: client_login_timeout; userlimit.go:
-//     max_user_client_conn.
+//   - auth.go: the login (identity, conversation) and the glue of client
+//     logins (the steps are internal/auth's Login); logintimeout.go: a
+//     goroutine's reads under client_login_timeout; userlimit.go:
+//     max_user_client_conn's refusal (the rules are internal/gate's).
 //   - awaithello.go: awaitable hello and quiesce; lbcursor.go: a
 //     load-balanced client's cursors across a drain.
 //   - route.go, affinity.go, command.go, handshake.go, errors.go: routes,

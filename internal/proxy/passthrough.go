@@ -133,7 +133,7 @@ func (s *Server) noteLogin(id *auth.Identity) {
 func (lg *login) passThroughFailed(s *Server, err error) {
 	var sel *topology.SelectionError
 	var cleared *pool.PoolClearedError
-	if id := lg.ident; id != nil && s.opts.Auth != nil && upstreamAuthFailure(err, &sel, &cleared) {
+	if id := lg.Ident; id != nil && s.opts.Auth != nil && upstreamAuthFailure(err, &sel, &cleared) {
 		s.opts.Auth.Users.Refresh(id.User, id.DB)
 	}
 }
@@ -145,7 +145,7 @@ func (lg *login) poolFor(s *Server, route *Route, srv *topology.Server) (*pool.P
 	if !route.PassThrough {
 		return srv.Pool(), nil
 	}
-	id := lg.ident
+	id := lg.Ident
 	if id == nil {
 		// admit forwards nothing of a client that has not logged in (its
 		// ping and buildInfo are answered by mongobouncer): kept as a
