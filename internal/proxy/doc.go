@@ -78,7 +78,7 @@
 //  5. Metrics (the Observer), which take no lock of ours.
 //
 // Server.txnMu, Route.gateMu, the affinity maps' locks, Server.loopsMu,
-// passAuth.setMu (a pass-through user's secret) and topoState.mu (the
+// topology.UserSecrets' per-user lock (a pass-through user's secret) and topoState.mu (the
 // topologyVersion of hello replies) are leaves: nothing else is taken
 // while one is held.
 //

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/gate"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -158,7 +159,7 @@ type Server struct {
 
 	// pass holds the secrets pass-through routes log in upstream with,
 	// one per user (passthrough.go).
-	pass passUsers
+	pass topology.UserSecrets
 
 	// userClients counts logged-in clients per user (max_user_client_conn).
 	userClients gate.Users
