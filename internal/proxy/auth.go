@@ -33,7 +33,7 @@ type login struct {
 	// Login is who the client logged in as (Ident, nil before) and its
 	// conversation in progress (Conv).
 	auth.Login
-	// passKey is ident's auth.UserID, boxed once at the login: the key
+	// passKey is Ident's auth.UserID, boxed once at the login: the key
 	// of the pass-through secrets (Server.pass), which a request looks up
 	// without allocating.
 	passKey any
