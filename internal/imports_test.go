@@ -65,6 +65,9 @@ var layers = map[string]layer{
 	"internal/loadgen":            {1, []string{"sysconn", "uring", "wire"}, false},
 	"internal/testutil/fakemongo": {1, []string{"wire"}, false},
 	"internal/testutil/devmongo":  {1, []string{"testutil/childproc"}, false},
+	// The rules a client passes before and at its login, over plain
+	// values: no socket, no proxy type.
+	"internal/gate": {1, []string{"auth", "wire"}, false},
 	// The event-loop engine (issue 28): moves bytes over swappable I/O,
 	// knowing nothing of MongoDB, so never wire, never proxy.
 	"internal/evloop": {1, []string{"sysconn", "uring"}, false},
@@ -75,7 +78,7 @@ var layers = map[string]layer{
 	"internal/routing": {3, []string{"config", "pool", "sdam", "topology"}, false},
 	// Floor 4: the proxy, over the engine (evloop), which owns the sockets'
 	// system calls, and over the routes.
-	"internal/proxy": {4, []string{"auth", "config", "evloop", "hello", "pool", "routing", "topology", "upstream", "wire"}, false},
+	"internal/proxy": {4, []string{"auth", "config", "evloop", "gate", "hello", "pool", "routing", "topology", "upstream", "wire"}, false},
 	// Floor 5: the wiring.
 	"internal/app": {5, []string{"admin", "auth", "config", "metrics", "pool", "proxy", "routing", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
 	// Floor 6: the commands.

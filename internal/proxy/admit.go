@@ -16,6 +16,7 @@ package proxy
 // handshake or a login only ping and buildInfo are answered, by
 // mongobouncer itself (preLoginAnswer), as a mongos answers ping: nothing
 // is checked out, pinned or forwarded for it, lsid and txnNumber included.
+// Those rules over plain values are gate's (gate/prelogin.go).
 
 import (
 	"errors"
@@ -23,23 +24,11 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
-
-// DefaultMaxPreLoginMessageSize is max_prelogin_message_size's default:
-// room for a handshake with the largest client metadata and a
-// speculative login, and for a SCRAM step, many times over.
-const DefaultMaxPreLoginMessageSize = 64 * 1024
-
-// maxUserName bounds the user name a client logs in with (SCRAM's
-// client-first message, saslSupportedMechs, an X.509 subject): MongoDB's
-// own names are far shorter, and a longer one fails the login as any
-// failure does.
-const maxUserName = 1024
-
-// logNameLen is how much of a client-supplied name a log line keeps.
-const logNameLen = 128
 
 // admitKind is what becomes of a request.
 type admitKind uint8
@@ -67,88 +56,59 @@ type admission struct {
 
 func refuse(doc bsoncore.Document) admission { return admission{kind: admitRefuse, reply: doc} }
 
-// preLogin reports whether the client must log in and has not yet.
-func (c *client) preLogin() bool { return c.login.pending(c.s) }
-
-// readLimit is the largest message the client may send now: the
-// listener's (or its route's) max_message_size, and before a login
-// max_prelogin_message_size. It bounds the length a header declares and
-// the uncompressed size an OP_COMPRESSED declares, both before anything
-// of that size is allocated.
-func (c *client) readLimit() int {
-	if c.preLogin() {
-		return min(c.maxMsg, c.s.preLoginLimit())
-	}
-	return c.maxMsg
-}
-
 // preLoginLimit is max_prelogin_message_size now.
-func (s *Server) preLoginLimit() int {
-	if m := int(s.preLoginMax.Load()); m > 0 {
-		return m
-	}
-	return DefaultMaxPreLoginMessageSize
-}
-
-// sizeError is the protocol error for a message of n bytes over limit
-// (readLimit), or under the header's size.
-func (c *client) sizeError(n, limit int) error {
-	if n >= wire.HeaderLen && c.preLogin() && limit == c.s.preLoginLimit() {
-		return fmt.Errorf("a message of %d bytes before login is over max_prelogin_message_size (%d bytes): log in first: %w",
-			n, limit, wire.ErrMessageTooLarge)
-	}
-	return fmt.Errorf("message length %d is outside [%d, %d]: %w", n, wire.HeaderLen, limit, wire.ErrMessageTooLarge)
-}
+func (s *Server) preLoginLimit() int { return gate.PreLoginLimit(int(s.preLoginMax.Load())) }
 
 // errCompressorNotAgreed refuses an OP_COMPRESSED message whose compressor
 // the client's hello did not agree on.
 var errCompressorNotAgreed = errors.New("compressor not agreed in the hello")
 
 // admit is the verdict on req, a parsed OP_MSG request of msgLen bytes
-// (uncompressed) with flags, which routeOf sends to route (nil: none).
+// (uncompressed) with flags, which routeOf sends to route (nil: none),
+// from a client logged in as id (nil: not logged in) with session sess.
 // It allocates nothing for a request it admits.
-func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *routing.Route) admission {
+func (s *Server) admit(id *auth.Identity, sess *session, msgLen int, flags wire.MsgFlags, req *request, route *routing.Route) admission {
 	switch req.info.kind {
 	case kindHello, kindAuth:
 		return admission{kind: admitAnswer}
 	}
-	if a := c.s.opts.Auth; a != nil {
-		if c.login.ident == nil {
-			if isPreLoginAnswered(req) {
-				if c.s.draining.Load() {
+	if a := s.opts.Auth; a != nil {
+		if id == nil {
+			if gate.PreLoginAnswered(req.info.name, string(req.db), AdminDatabase) {
+				if s.draining.Load() {
 					// As for a logged-in client: a load balancer's health
 					// check (a ping without a login) must see the drain.
-					return refuse(c.s.shutdownReply(req, false))
+					return refuse(s.shutdownReply(req, false))
 				}
 				return admission{kind: admitAnswer}
 			}
 			return refuse(errorReply(13, "Unauthorized",
-				fmt.Sprintf("mongobouncer: command %s requires authentication: log in first (saslStart)", logName(req.name()))))
+				fmt.Sprintf("mongobouncer: command %s requires authentication: log in first (saslStart)", auth.LogName(req.name()))))
 		}
-		if string(req.db) == AdminDatabase && !a.Users.IsAdmin(c.login.ident) {
+		if string(req.db) == AdminDatabase && !a.Users.IsAdmin(id) {
 			return refuse(errorReply(13, "Unauthorized",
-				fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", c.login.ident.ID())))
+				fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", id.ID())))
 		}
 	}
 	if len(req.db) == 0 {
 		return refuse(errorReply(40571, "Location40571", "mongobouncer: OP_MSG requests require a $db argument"))
 	}
 	if string(req.db) == AdminDatabase {
-		if c.s.opts.Admin == nil {
+		if s.opts.Admin == nil {
 			return refuse(errorReply(13, "Unauthorized", "mongobouncer: admin commands are not enabled"))
 		}
 		return admission{kind: admitAnswer}
 	}
 	key, inTxn := req.key()
-	draining := c.s.draining.Load()
+	draining := s.draining.Load()
 	if draining {
 		// Only the commands of an open transaction may still run (on any
 		// client connection: drivers pin the server, not the connection):
 		// everything else goes to another mongobouncer.
-		if (!inTxn || !c.sess.isOpen(key) && c.s.txnRoute(key) == nil) && !c.sess.drainFinishesCursor(req) {
+		if (!inTxn || !sess.isOpen(key) && s.txnRoute(key) == nil) && !sess.drainFinishesCursor(req) {
 			// Labelled as a server labels it: a retryable write is retried
 			// by the driver, on another mongobouncer, not surfaced.
-			return refuse(c.s.shutdownReply(req, inTxn))
+			return refuse(s.shutdownReply(req, inTxn))
 		}
 	}
 	if route == nil {
@@ -179,69 +139,14 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *rou
 	return admission{kind: admitLoop}
 }
 
-// isPreLoginAnswered reports whether req is one mongobouncer answers for a
-// client that has not logged in: ping and buildInfo, which a server runs
-// without a login too (health checks), on any database but the admin
-// console's.
-func isPreLoginAnswered(req *request) bool {
-	switch req.info.name {
-	case "ping", "buildInfo", "buildinfo":
-		return len(req.db) > 0 && string(req.db) != AdminDatabase
-	}
-	return false
-}
-
 // preLoginAnswer is the reply to a ping or buildInfo before a login
-// (isPreLoginAnswered). A ping is {ok: 1}, as a mongos answers it without
-// asking a shard. buildInfo gives what mongobouncer knows of its
-// upstreams without asking one: the release of the maxWireVersion it
-// tells clients (that of the oldest upstream), with the document limits
-// of its hello; once logged in, buildInfo goes upstream and has the
-// server's full answer.
-func (c *client) preLoginAnswer(req *request) bsoncore.Document {
+// (gate.PreLoginAnswered). A ping is {ok: 1}, as a mongos answers it
+// without asking a shard; buildInfo is gate.BuildInfo of the limits of
+// mongobouncer's hello.
+func (s *Server) preLoginAnswer(req *request) bsoncore.Document {
 	if req.info.name == "ping" {
 		return okReply
 	}
-	lim := c.s.waitLimits()
-	major, minor := releaseOfWire(lim.MaxWire)
-	idx, doc := bsoncore.AppendDocumentStart(nil)
-	doc = bsoncore.AppendStringElement(doc, "version", fmt.Sprintf("%d.%d.0", major, minor))
-	aidx, d := bsoncore.AppendArrayElementStart(doc, "versionArray")
-	d = bsoncore.AppendInt32Element(d, "0", major)
-	d = bsoncore.AppendInt32Element(d, "1", minor)
-	d = bsoncore.AppendInt32Element(d, "2", 0)
-	d = bsoncore.AppendInt32Element(d, "3", 0)
-	doc, _ = bsoncore.AppendArrayEnd(d, aidx)
-	doc = bsoncore.AppendInt32Element(doc, "bits", 64)
-	doc = bsoncore.AppendInt32Element(doc, "maxBsonObjectSize", lim.MaxBSON)
-	doc = bsoncore.AppendDoubleElement(doc, "ok", 1)
-	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
-	return doc
-}
-
-// wireReleases maps the wire versions that began a MongoDB release series
-// to it, newest first (the driver specifications' table).
-var wireReleases = []struct{ wire, major, minor int32 }{
-	{25, 8, 0}, {21, 7, 0}, {17, 6, 0}, {13, 5, 0}, {9, 4, 4}, {8, 4, 2}, {7, 4, 0}, {6, 3, 6},
-}
-
-// releaseOfWire returns the release series a maxWireVersion of w
-// guarantees: the newest that began at w or below.
-func releaseOfWire(w int32) (major, minor int32) {
-	for _, r := range wireReleases {
-		if w >= r.wire {
-			return r.major, r.minor
-		}
-	}
-	last := wireReleases[len(wireReleases)-1]
-	return last.major, last.minor
-}
-
-// logName is a client-supplied name (a user, a command) as log lines and
-// refusals carry it: at most logNameLen bytes, with the length of the rest.
-func logName(s string) string {
-	if len(s) <= logNameLen {
-		return s
-	}
-	return fmt.Sprintf("%s...(%d bytes)", s[:logNameLen], len(s))
+	lim := s.waitLimits()
+	return gate.BuildInfo(lim.MaxWire, lim.MaxBSON)
 }

@@ -5,7 +5,6 @@ package proxy
 
 import (
 	"bytes"
-	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
@@ -69,7 +69,7 @@ func TestAdmitVerdicts(t *testing.T) {
 		{"showClients", cmd("showClients", AdminDatabase), nil, 0, 100, admitRefuse, 13},
 	}
 	for _, x := range preLogin {
-		v := c.admit(x.size, x.flags, x.req, x.route)
+		v := c.s.admit(c.login.Ident, &c.sess, x.size, x.flags, x.req, x.route)
 		if v.kind != x.kind || x.kind == admitRefuse && codeOf(v.reply) != x.code {
 			t.Errorf("before login, %s: verdict %d %v, want %d code %d", x.name, v.kind, bson.Raw(v.reply), x.kind, x.code)
 		}
@@ -90,37 +90,37 @@ func TestAdmitVerdicts(t *testing.T) {
 		{"session mode", cmd("find", "sess"), session, 0, 100, admitForward, 0},
 		{"admin command, not an admin", cmd("showClients", AdminDatabase), nil, 0, 100, admitRefuse, 13},
 	}
-	c.login.ident = &auth.Identity{User: "app", DB: "admin"}
+	c.login.Ident = &auth.Identity{User: "app", DB: "admin"}
 	for _, x := range loggedIn {
-		v := c.admit(x.size, x.flags, x.req, x.route)
+		v := c.s.admit(c.login.Ident, &c.sess, x.size, x.flags, x.req, x.route)
 		if v.kind != x.kind || x.kind == admitRefuse && codeOf(v.reply) != x.code {
 			t.Errorf("logged in, %s: verdict %d %v, want %d code %d", x.name, v.kind, bson.Raw(v.reply), x.kind, x.code)
 		}
 	}
-	c.login.ident = &auth.Identity{User: "ops", DB: "admin"}
-	if v := c.admit(100, 0, cmd("showClients", AdminDatabase), nil); v.kind != admitAnswer {
+	c.login.Ident = &auth.Identity{User: "ops", DB: "admin"}
+	if v := c.s.admit(c.login.Ident, &c.sess, 100, 0, cmd("showClients", AdminDatabase), nil); v.kind != admitAnswer {
 		t.Errorf("admin command by an admin: %d %v", v.kind, bson.Raw(v.reply))
 	}
 	c.s.opts.Admin = nil
-	if v := c.admit(100, 0, cmd("showClients", AdminDatabase), nil); codeOf(v.reply) != 13 {
+	if v := c.s.admit(c.login.Ident, &c.sess, 100, 0, cmd("showClients", AdminDatabase), nil); codeOf(v.reply) != 13 {
 		t.Errorf("admin command, admin disabled: %d %v", v.kind, bson.Raw(v.reply))
 	}
 	c.s.draining.Store(true)
-	if v := c.admit(100, 0, cmd("find", "shop"), route); codeOf(v.reply) != 91 {
+	if v := c.s.admit(c.login.Ident, &c.sess, 100, 0, cmd("find", "shop"), route); codeOf(v.reply) != 91 {
 		t.Errorf("find while draining: %d %v", v.kind, bson.Raw(v.reply))
 	}
 	c.s.draining.Store(false)
 
 	// Without client authentication nobody logs in: ping and find are
 	// forwarded, and the admin console needs no user.
-	c.s.opts.Auth, c.login.ident, c.s.opts.Admin = nil, nil, stubAdmin{}
+	c.s.opts.Auth, c.login.Ident, c.s.opts.Admin = nil, nil, stubAdmin{}
 	for _, x := range []tc{
 		{"ping", cmd("ping", "shop"), route, 0, 100, admitLoop, 0},
 		{"find", cmd("find", "shop"), route, 0, 100, admitLoop, 0},
 		{"showClients", cmd("showClients", AdminDatabase), nil, 0, 100, admitAnswer, 0},
 		{"find over the route's max_message_size", cmd("find", "shop"), route, 0, 16*1024 + 1, admitRefuse, 10334},
 	} {
-		v := c.admit(x.size, x.flags, x.req, x.route)
+		v := c.s.admit(c.login.Ident, &c.sess, x.size, x.flags, x.req, x.route)
 		if v.kind != x.kind || x.kind == admitRefuse && codeOf(v.reply) != x.code {
 			t.Errorf("no auth, %s: verdict %d %v, want %d code %d", x.name, v.kind, bson.Raw(v.reply), x.kind, x.code)
 		}
@@ -132,9 +132,9 @@ func TestAdmitVerdicts(t *testing.T) {
 func TestAdmitAllocatesNothing(t *testing.T) {
 	route := limitsRoute(t, "shop", "127.0.0.1:1")
 	c := authClient(t)
-	c.login.ident = &auth.Identity{User: "app", DB: "admin"}
+	c.login.Ident = &auth.Identity{User: "app", DB: "admin"}
 	req := reqOf(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "shop"}})
-	if n := testing.AllocsPerRun(100, func() { _ = c.admit(100, 0, req, route) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _ = c.s.admit(c.login.Ident, &c.sess, 100, 0, req, route) }); n != 0 {
 		t.Fatalf("admit allocates %v times per request", n)
 	}
 }
@@ -158,21 +158,21 @@ func TestInspectFirstDB(t *testing.T) {
 func TestPreLoginLimitsAndCompressors(t *testing.T) {
 	c := authClient(t)
 	c.maxMsg = 48_000_000
-	if got := c.readLimit(); got != DefaultMaxPreLoginMessageSize {
-		t.Fatalf("limit before login %d, want %d", got, DefaultMaxPreLoginMessageSize)
+	if got := c.login.readLimit(c.s, c.maxMsg); got != gate.DefaultMaxPreLoginMessageSize {
+		t.Fatalf("limit before login %d, want %d", got, gate.DefaultMaxPreLoginMessageSize)
 	}
 	c.s.SetPreLoginMessageSize(20_000)
-	if got := c.readLimit(); got != 20_000 {
+	if got := c.login.readLimit(c.s, c.maxMsg); got != 20_000 {
 		t.Fatalf("limit before login %d, want the configured 20000", got)
 	}
-	if err := c.sizeError(30_000, c.readLimit()); !strings.Contains(err.Error(), "max_prelogin_message_size") {
+	if err := c.login.sizeError(c.s, 30_000, c.login.readLimit(c.s, c.maxMsg)); !strings.Contains(err.Error(), "max_prelogin_message_size") {
 		t.Fatalf("size error before login: %v", err)
 	}
-	c.login.ident = &auth.Identity{User: "app", DB: "admin"}
-	if got := c.readLimit(); got != 48_000_000 {
+	c.login.Ident = &auth.Identity{User: "app", DB: "admin"}
+	if got := c.login.readLimit(c.s, c.maxMsg); got != 48_000_000 {
 		t.Fatalf("limit after login %d, want max_message_size", got)
 	}
-	c.login.ident = nil
+	c.login.Ident = nil
 
 	ping := wire.AppendMsg(nil, 1, 0, 0, mustDoc(t, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "x"}}))
 	for _, id := range []wire.CompressorID{wire.CompressorNoop, wire.CompressorSnappy, wire.CompressorZlib, wire.CompressorZstd} {
@@ -214,46 +214,43 @@ func TestPreLoginFailureHidesUpstream(t *testing.T) {
 	if !strings.Contains(logs.String(), "svc-user") {
 		t.Fatalf("the detail is not in the log: %s", logs.String())
 	}
-	c.login.ident = &auth.Identity{User: "app", DB: "admin"}
+	c.login.Ident = &auth.Identity{User: "app", DB: "admin"}
 	if msg, _ := c.x.fail(err).Lookup("errmsg").StringValueOK(); !strings.Contains(msg, "orders") {
 		t.Fatalf("reply after login: %q", msg)
 	}
 }
 
-// A user name over maxUserName fails the login at saslStart, before any
-// lookup, and no log line carries more than logNameLen bytes of it; a
+// A user name over auth.MaxUserName fails the login at saslStart, before any
+// lookup, and no log line carries more than auth.LogNameLen bytes of it; a
 // saslSupportedMechs for one is not looked up.
 func TestLongUserNameFailsLogin(t *testing.T) {
 	var logs bytes.Buffer
 	c := authClient(t)
 	c.log = slog.New(slog.NewTextHandler(&logs, nil))
-	long := strings.Repeat("u", maxUserName+1)
+	long := strings.Repeat("u", auth.MaxUserName+1)
 	start := func(user string) bsoncore.Document {
-		return c.saslStart(mustDoc(t, bson.D{{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "SCRAM-SHA-256"},
+		return c.authStep().saslStart(mustDoc(t, bson.D{{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "SCRAM-SHA-256"},
 			{Key: "payload", Value: bson.Binary{Data: []byte("n,,n=" + user + ",r=abcdefghijklmnop")}}}), "admin")
 	}
-	if d := start(long); codeOf(d) != 18 || c.login.conv != nil {
+	if d := start(long); codeOf(d) != 18 || c.login.Conv != nil {
 		t.Fatalf("saslStart as a %d-byte user: %v", len(long), bson.Raw(d))
 	}
 	// Escapes count as the one byte they stand for.
-	if d := start(strings.Repeat("=2C", maxUserName)); okOf(d) != 1 {
-		t.Fatalf("saslStart as a %d-byte user: %v", maxUserName, bson.Raw(d))
+	if d := start(strings.Repeat("=2C", auth.MaxUserName)); okOf(d) != 1 {
+		t.Fatalf("saslStart as a %d-byte user: %v", auth.MaxUserName, bson.Raw(d))
 	}
-	if d := start(strings.Repeat("=3D", maxUserName+1)); codeOf(d) != 18 {
-		t.Fatalf("saslStart as a %d-byte user: %v", maxUserName+1, bson.Raw(d))
+	if d := start(strings.Repeat("=3D", auth.MaxUserName+1)); codeOf(d) != 18 {
+		t.Fatalf("saslStart as a %d-byte user: %v", auth.MaxUserName+1, bson.Raw(d))
 	}
 	for line := range strings.Lines(logs.String()) {
-		if len(line) > 4*logNameLen {
+		if len(line) > 4*auth.LogNameLen {
 			t.Fatalf("a log line of %d bytes: %.300s", len(line), line)
 		}
 	}
-	reply := c.helloAuth(mustDoc(t, bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin." + long}}),
+	reply := c.authStep().hello(mustDoc(t, bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin." + long}}),
 		hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if _, err := bsoncore.Document(reply).LookupErr("saslSupportedMechs"); err == nil {
 		t.Fatal("saslSupportedMechs answered for a name over the bound")
-	}
-	if got := scramUserLen([]byte("n,a=x,n=" + fmt.Sprint(12345) + ",r=n")); got != 5 {
-		t.Fatalf("scramUserLen with an authzid: %d", got)
 	}
 }
 
@@ -266,7 +263,7 @@ func TestAdmitPreLoginPingWhileDraining(t *testing.T) {
 	ping := reqOf(t, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "shop"}})
 	c.s.draining.Store(true)
 	defer c.s.draining.Store(false)
-	if v := c.admit(100, 0, ping, route); v.kind != admitRefuse || codeOf(v.reply) != 91 {
+	if v := c.s.admit(c.login.Ident, &c.sess, 100, 0, ping, route); v.kind != admitRefuse || codeOf(v.reply) != 91 {
 		t.Errorf("ping before login while draining: verdict %d %v, want refused with 91 (ShutdownInProgress)", v.kind, bson.Raw(v.reply))
 	}
 }

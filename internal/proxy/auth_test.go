@@ -34,11 +34,11 @@ func reqOf(t *testing.T, cmd bson.D) *request {
 	return &r
 }
 
-// helloAuth inserts its fields into a valid reply that keeps ok last.
+// authStep.hello inserts its fields into a valid reply that keeps ok last.
 func TestHelloAuthFields(t *testing.T) {
 	c := authClient(t)
 	body, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin.ghost"}})
-	reply := c.helloAuth(body, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
+	reply := c.authStep().hello(body, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if err := bsoncore.Document(reply).Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestHelloAuthFields(t *testing.T) {
 	// A speculative login that cannot start is left out.
 	body, _ = bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "speculativeAuthenticate", Value: bson.D{
 		{Key: "saslStart", Value: 1}, {Key: "mechanism", Value: "PLAIN"}, {Key: "payload", Value: bson.Binary{}}}}})
-	reply = c.helloAuth(body, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
+	reply = c.authStep().hello(body, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if _, err := bsoncore.Document(reply).LookupErr("speculativeAuthenticate"); err == nil {
 		t.Fatal("a failed speculative login is in the reply")
 	}
@@ -69,24 +69,24 @@ func codeOf(d bsoncore.Document) int32 {
 func TestLoginDue(t *testing.T) {
 	c := authClient(t)
 	plain, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}})
-	c.helloAuth(plain, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
+	c.authStep().hello(plain, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if c.login.due() {
 		t.Fatal("a monitoring hello: login due")
 	}
 	asks, _ := bson.Marshal(bson.D{{Key: "hello", Value: 1}, {Key: "saslSupportedMechs", Value: "admin.app"}})
-	c.helloAuth(asks, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
+	c.authStep().hello(asks, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if !c.login.due() {
 		t.Fatal("after a hello asking saslSupportedMechs: no login due")
 	}
 	if c.login.due() {
 		t.Fatal("the hello's hint outlived the next command")
 	}
-	c.login.conv = &auth.Conversation{}
+	c.login.Conv = &auth.Conversation{}
 	if !c.login.due() {
 		t.Fatal("a conversation in progress: no login due")
 	}
-	c.login.conv, c.login.ident = nil, &auth.Identity{User: "app", DB: "admin"}
-	c.helloAuth(asks, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
+	c.login.Conv, c.login.Ident = nil, &auth.Identity{User: "app", DB: "admin"}
+	c.authStep().hello(asks, hello.Reply(&hello.Request{}, hello.DefaultLimits, 1, "", bson.ObjectID{}, hello.TopologyVersion{}))
 	if c.login.due() {
 		t.Fatal("a logged-in client's hello: login due")
 	}

@@ -118,6 +118,7 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 			}
 		}
 	}
+	c.login.clock.Connected = c.connected
 	c.log = s.log.With("client", id, "remote", c.remote)
 	c.bind()
 	return c
@@ -144,7 +145,7 @@ var errClientGone = errors.New("client connection closed")
 // serve serves a new client on its goroutine.
 func (c *client) serve() {
 	defer c.recoverGoroutine()
-	if err := c.startTLS(); err != nil {
+	if err := c.conn.startTLS(c.s, &c.lc.Endpoint, c.connected, c.log); err != nil {
 		c.quiet = true
 		c.finish(err)
 		return
@@ -242,21 +243,21 @@ func (c *client) finalize(err error) {
 // straight into a pooled buffer.
 func (c *client) read() ([]byte, error) {
 	// The wait for a message is bounded by client_idle_timeout and the
-	// login rule; a message begun, by partialDeadline (logintimeout.go).
-	w := c.armRead()
+	// login rule; a message begun, by readWait.partial (logintimeout.go).
+	w := startRead(c.s, &c.conn, &c.login, c.log, c.idleTimeout())
 	win := &c.lc.Win
 	for win.Len() < wire.HeaderLen {
 		win.Compact()
 		if win.Hi > 0 {
-			c.partialDeadline(&w)
+			w.partial(c.idleTimeout())
 		}
 		n, err := c.nc.Read(win.Free())
 		win.Hi += n
 		if err != nil && win.Len() < wire.HeaderLen {
-			if c.stillWaiting(&w, err) {
+			if w.stillWaiting(err, c.idleTimeout()) {
 				continue
 			}
-			return nil, c.readFailed(&w, err)
+			return nil, w.failed(err)
 		}
 	}
 	hdr := win.Pending()[:wire.HeaderLen]
@@ -265,15 +266,15 @@ func (c *client) read() ([]byte, error) {
 		return nil, c.protocolError(int32(binary.LittleEndian.Uint32(hdr[4:])), err)
 	}
 	n := int(h.MessageLength)
-	if limit := c.readLimit(); n < wire.HeaderLen || n > limit {
-		return nil, c.protocolError(h.RequestID, c.sizeError(n, limit))
+	if limit := c.login.readLimit(c.s, c.maxMsg); n < wire.HeaderLen || n > limit {
+		return nil, c.protocolError(h.RequestID, c.login.sizeError(c.s, n, limit))
 	}
 	if n <= win.Len() {
 		c.in = getBuffer(n)
 		b := c.in.b[:n]
 		copy(b, win.Pending())
 		win.Consume(n)
-		c.noteMessage(&w)
+		w.done()
 		return b, nil
 	}
 	// The rest of the message must come from the socket. The buffer grows
@@ -283,7 +284,7 @@ func (c *client) read() ([]byte, error) {
 	b := c.in.b[:0]
 	b = append(b, win.Pending()...)
 	win.Reset()
-	c.partialDeadline(&w)
+	w.partial(c.idleTimeout())
 	for len(b) < n {
 		if len(b) == cap(b) {
 			b = slices.Grow(b, min(n, 2*cap(b))-len(b))
@@ -291,15 +292,15 @@ func (c *client) read() ([]byte, error) {
 		m, err := c.nc.Read(b[len(b):min(n, cap(b))])
 		b = b[:len(b)+m]
 		if err != nil && len(b) < n {
-			if c.stillWaiting(&w, err) {
+			if w.stillWaiting(err, c.idleTimeout()) {
 				continue
 			}
 			c.in.b = b[:0]
-			return nil, c.readFailed(&w, err)
+			return nil, w.failed(err)
 		}
 	}
 	c.in.b = b[:0]
-	c.noteMessage(&w)
+	w.done()
 	return b, nil
 }
 

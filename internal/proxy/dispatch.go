@@ -37,10 +37,10 @@ func (c *client) handle(msg []byte) error {
 		// A pooled buffer; Decompress grows it to the declared size, which
 		// it has checked against the limit first.
 		c.aux = getBuffer(0)
-		limit := c.readLimit()
+		limit := c.login.readLimit(c.s, c.maxMsg)
 		inner, err := wire.Decompress(c.aux.b[:0], msg, limit)
 		if err != nil {
-			if errors.Is(err, wire.ErrMessageTooLarge) && c.preLogin() && limit == c.s.preLoginLimit() {
+			if errors.Is(err, wire.ErrMessageTooLarge) && c.login.pending(c.s) && limit == c.s.preLoginLimit() {
 				err = fmt.Errorf("before login, at most max_prelogin_message_size (%d bytes): %w", limit, err)
 			}
 			return c.protocolError(h.RequestID, err)
@@ -173,7 +173,7 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 	req.exhaust = c.msg.Flags&wire.FlagExhaustAllowed != 0
 	req.more = c.msg.Flags&wire.FlagMoreToCome != 0
 	route := c.s.routeOf(c.only, req)
-	v := c.admit(len(msg), c.msg.Flags, req, route)
+	v := c.s.admit(c.login.Ident, &c.sess, len(msg), c.msg.Flags, req, route)
 	switch v.kind {
 	case admitRefuse:
 		return c.replyError(h.RequestID, compressed, compID, req, v.reply)
@@ -191,8 +191,8 @@ func (c *client) answer(responseTo int32, compressed bool, compID wire.Compresso
 		return c.serveHello(responseTo, compressed, compID, req)
 	case req.info.kind == kindAuth:
 		return c.handleAuth(responseTo, compressed, compID, req)
-	case c.preLogin():
-		doc = c.preLoginAnswer(req)
+	case c.login.pending(c.s):
+		doc = c.s.preLoginAnswer(req)
 	case string(req.db) == AdminDatabase:
 		return c.replyError(responseTo, compressed, compID, req, c.s.opts.Admin.HandleAdmin(c.nc.RemoteAddr(), c.msg.Body))
 	default: // endSessions with no route

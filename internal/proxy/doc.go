@@ -24,9 +24,10 @@
 //   - session.go: the session (pins, open transactions, phase: what other
 //     clients and the admin read, under its sessMu), transactions across
 //     client connections, clean-up.
-//   - auth.go: the login (identity, conversation) and client logins (SCRAM,
-//     x509); logintimeout.go: client_login_timeout; userlimit.go:
-//     max_user_client_conn.
+//   - auth.go: the login (identity, conversation) and the glue of client
+//     logins (the steps are internal/auth's Login); logintimeout.go: a
+//     goroutine's reads under client_login_timeout; userlimit.go:
+//     max_user_client_conn's refusal (the rules are internal/gate's).
 //   - hello.go: a client's hello read and answered on its socket, the
 //     awaitable wait and stream (the protocol is internal/hello's);
 //     lbcursor.go: a load-balanced client's cursors across a drain.
@@ -79,7 +80,7 @@
 //  5. Metrics (the Observer), which take no lock of ours.
 //
 // Server.txnMu, routing.Route.gateMu, the affinity maps' locks, Server.loopsMu,
-// passAuth.setMu (a pass-through user's secret) and hello.State.mu (the
+// topology.UserSecrets' per-user lock (a pass-through user's secret) and hello.State.mu (the
 // topologyVersion of hello replies) are leaves: nothing else is taken
 // while one is held.
 //

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -92,12 +93,12 @@ func FuzzAdmit(f *testing.F) {
 		c := &client{s: s}
 		c.bind()
 		if loggedIn {
-			c.login.ident = &auth.Identity{User: "app", DB: "admin"}
+			c.login.Ident = &auth.Identity{User: "app", DB: "admin"}
 		}
 		var req request
 		req.inspect(body)
 		for _, r := range []*routing.Route{route, nil} {
-			v := c.admit(size, wire.MsgFlags(flags), &req, r)
+			v := c.s.admit(c.login.Ident, &c.sess, size, wire.MsgFlags(flags), &req, r)
 			switch v.kind {
 			case admitRefuse:
 				if wire.ValidateDocument(v.reply) != nil || codeOf(v.reply) == 0 {
@@ -147,10 +148,10 @@ func FuzzPreLoginCompressed(f *testing.F) {
 		c := &client{s: s, maxMsg: 128 << 10, conn: conn{comp: comp & 0xf}}
 		c.bind()
 		if loggedIn {
-			c.login.ident = &auth.Identity{User: "app", DB: "admin"}
+			c.login.Ident = &auth.Identity{User: "app", DB: "admin"}
 		}
-		limit := c.readLimit()
-		if want := 128 << 10; !loggedIn && limit != DefaultMaxPreLoginMessageSize || loggedIn && limit != want {
+		limit := c.login.readLimit(c.s, c.maxMsg)
+		if want := 128 << 10; !loggedIn && limit != gate.DefaultMaxPreLoginMessageSize || loggedIn && limit != want {
 			t.Fatalf("limit %d (logged in %v)", limit, loggedIn)
 		}
 		if n, err := wire.MessageLength(msg, limit); err == nil && n > limit {

@@ -128,7 +128,7 @@ func (c *client) answerHello(body bsoncore.Document, hr *hello.Request) bsoncore
 		// select another mongobouncer.
 		return c.s.quiesceReply()
 	}
-	return c.helloAuth(body, c.s.plainHello(hr, lim, c.id, compressor))
+	return c.authStep().hello(body, c.s.plainHello(hr, lim, c.id, compressor))
 }
 
 // agree is the compressor a hello of the connection agrees on (the first

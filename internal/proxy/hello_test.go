@@ -37,7 +37,7 @@ func TestDrainRefusalIsLabelled(t *testing.T) {
 		{"transaction unknown here", bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "shop"}, lsid, {Key: "txnNumber", Value: int64(2)}, {Key: "autocommit", Value: false}}, []string{"TransientTransactionError"}},
 	}
 	for _, tc := range cases {
-		v := c.admit(100, 0, reqOf(t, tc.cmd), route)
+		v := c.s.admit(c.login.Ident, &c.sess, 100, 0, reqOf(t, tc.cmd), route)
 		if v.kind != admitRefuse || codeOf(v.reply) != 91 {
 			t.Fatalf("%s: verdict %d %v, want 91", tc.name, v.kind, bson.Raw(v.reply))
 		}

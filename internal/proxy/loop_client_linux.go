@@ -101,7 +101,7 @@ func (lc *loopClient) enter() (entered bool) {
 	c.nc = nil
 	c.deadline = false
 	lc.lastActive = monoNow()
-	c.login.clock.partAt = 0 // a message the goroutine read whole
+	c.login.clock.PartAt = 0 // a message the goroutine read whole
 	lc.Enter()
 	// The loop owns the client from here: a panic serving it is the loop's
 	// to recover (recover_linux.go), and the goroutine returns all the same.
@@ -155,7 +155,7 @@ func (lc *loopClient) serve(th evloop.Thread) {
 func (lc *loopClient) serveOne(th evloop.Thread) {
 	c := lc.c
 	if pending := lc.Win.Pending(); len(pending) > 0 {
-		n, err := wire.MessageLength(pending, c.readLimit())
+		n, err := wire.MessageLength(pending, c.login.readLimit(c.s, c.maxMsg))
 		if err != nil || n > len(lc.Win.Buf) {
 			// Malformed, or larger than the window: the goroutine answers
 			// the error, or reads the rest.
@@ -163,7 +163,7 @@ func (lc *loopClient) serveOne(th evloop.Thread) {
 			return
 		}
 		if len(pending) >= n {
-			c.login.clock.partAt = 0
+			c.login.clock.PartAt = 0
 			if !lc.request(th, pending[:n]) {
 				lc.toGoroutine()
 			}
@@ -171,7 +171,7 @@ func (lc *loopClient) serveOne(th evloop.Thread) {
 		}
 	}
 	// A message begun must be whole within client_login_timeout (sweepIdle).
-	c.login.clock.notePartial(lc.Win.Len())
+	c.login.clock.NotePartial(lc.Win.Len(), monoNow())
 	lc.RecvRequest(th)
 }
 
@@ -200,7 +200,7 @@ func (lc *loopClient) request(th evloop.Thread, msg []byte) bool {
 	req := &x.req
 	req.inspect(c.msg.Body)
 	route := c.s.routeOf(c.only, req)
-	if c.admit(len(msg), c.msg.Flags, req, route).kind != admitLoop {
+	if c.s.admit(c.login.Ident, &c.sess, len(msg), c.msg.Flags, req, route).kind != admitLoop {
 		// Refusals and answers are the goroutine's, which asks admit
 		// again.
 		return false

@@ -185,7 +185,7 @@ func (lc *loopClient) sweep(now, login time.Duration) {
 	if timeout := c.idleTimeout(); timeout > 0 && now-lc.lastActive > timeout {
 		lc.close()
 	} else if why, waited := c.lc.loginExpired(now, login); why != "" {
-		c.loginTimedOut(why, waited, login)
+		c.s.loginTimedOut(c.log, why, waited, login)
 		lc.close()
 	}
 }

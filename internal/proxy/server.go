@@ -18,8 +18,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
+	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
+	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -35,7 +37,7 @@ type Options struct {
 	MaxMessageSize int
 	// MaxPreLoginMessageSize bounds, with Auth, a message (and a compressed
 	// message's declared size) from a client that has not logged in; 0
-	// means DefaultMaxPreLoginMessageSize (max_prelogin_message_size).
+	// means gate.DefaultMaxPreLoginMessageSize (max_prelogin_message_size).
 	MaxPreLoginMessageSize int
 	// MaxUserClientConn caps the clients logged in as one user; 0 means no
 	// cap (max_user_client_conn; SetUserClientLimit changes it).
@@ -147,7 +149,7 @@ type Server struct {
 	// interval.
 	sweepKick chan struct{}
 	// preLoginMax is max_prelogin_message_size, live
-	// (SetPreLoginMessageSize); 0 means DefaultMaxPreLoginMessageSize.
+	// (SetPreLoginMessageSize); 0 means gate.DefaultMaxPreLoginMessageSize.
 	preLoginMax atomic.Int64
 
 	nextClientID atomic.Int64
@@ -156,10 +158,10 @@ type Server struct {
 
 	// pass holds the secrets pass-through routes log in upstream with,
 	// one per user (passthrough.go).
-	pass passUsers
+	pass topology.UserSecrets
 
 	// userClients counts logged-in clients per user (max_user_client_conn).
-	userClients userClients
+	userClients gate.Users
 
 	clientsMu sync.Mutex // guards listeners, clients and closed
 	listeners map[net.Listener]struct{}
@@ -653,7 +655,7 @@ func (ss *session) describe(ci *ClientInfo) {
 }
 
 // SetPreLoginMessageSize changes max_prelogin_message_size live
-// (configuration reload); 0 means DefaultMaxPreLoginMessageSize. It
+// (configuration reload); 0 means gate.DefaultMaxPreLoginMessageSize. It
 // applies from each client's next message.
 func (s *Server) SetPreLoginMessageSize(n int) { s.preLoginMax.Store(int64(n)) }
 

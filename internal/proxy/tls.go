@@ -1,7 +1,7 @@
 package proxy
 
 // TLS for clients: telling a TLS client from a plain one by its first
-// bytes, the handshake on the client's own goroutine (never on the accept
+// bytes (gate.SniffTLS), the handshake on the client's own goroutine (never on the accept
 // loop, always under a deadline), and the refusal of plain clients when TLS
 // is required. A TLS client stays on its goroutine for its whole life: the
 // event loop reads raw sockets and cannot decrypt (loopClient.enter).
@@ -11,11 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/evloop"
+	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -85,26 +88,25 @@ type TLSObserver interface {
 // errClientGone: the refusal was logged already.
 var errTLSRefused = fmt.Errorf("TLS refused: %w", errClientGone)
 
-// tlsRecordHandshake is the first byte of a TLS handshake record.
-const tlsRecordHandshake = 0x16
-
 // maxRefusedRequest bounds what is read of a refused plain client's first
 // request (a hello, well under this), so that the close that follows the
 // error reply does not reset the connection before the client reads it.
 const maxRefusedRequest = 64 * 1024
 
-// startTLS runs on the client's goroutine before its first request. With
-// TLS off, or for a unix socket client, it does nothing. Otherwise it reads the client's first bytes
-// into the read window, under the handshake timeout: a plain client keeps them there
-// for its first request (allow) or is refused (require); a TLS client's
-// bytes are replayed into the handshake, and c.nc becomes the TLS
-// connection.
-func (c *client) startTLS() error {
-	ts := c.s.tls.Load()
+// startTLS runs on the client's goroutine before its first request: cn is
+// the client's connection, ep its endpoint (the read window, and Mu, which
+// guards cn.nc), connected when it connected, log its log. With TLS off,
+// or for a unix socket client, it does nothing. Otherwise it reads the
+// client's first bytes into the read window, under the handshake timeout:
+// a plain client keeps them there for its first request (allow) or is
+// refused (require); a TLS client's bytes are replayed into the
+// handshake, and cn.nc becomes the TLS connection.
+func (cn *conn) startTLS(s *Server, ep *evloop.Endpoint, connected time.Time, log *slog.Logger) error {
+	ts := s.tls.Load()
 	if ts == nil || !ts.Mode.Serves() {
 		return nil
 	}
-	if _, local := c.nc.(*net.UnixConn); local {
+	if _, local := cn.nc.(*net.UnixConn); local {
 		// As mongod: a unix socket is a local channel that the file
 		// system's permissions protect, and drivers do not speak TLS on it.
 		return nil
@@ -112,124 +114,93 @@ func (c *client) startTLS() error {
 	// The handshake counts towards client_login_timeout: a client must send
 	// its first message within it of connecting.
 	deadline, byLogin := time.Now().Add(ts.HandshakeTimeout), false
-	login := time.Duration(c.s.loginTimeout.Load())
-	if ld := c.connected.Add(login); login > 0 && ld.Before(deadline) {
+	login := time.Duration(s.loginTimeout.Load())
+	if ld := connected.Add(login); login > 0 && ld.Before(deadline) {
 		deadline, byLogin = ld, true
 	}
-	_ = c.nc.SetDeadline(deadline)
-	isTLS, err := sniffTLS(c.nc, &c.lc.Win)
+	_ = cn.nc.SetDeadline(deadline)
+	n, isTLS, err := gate.SniffTLS(cn.nc, ep.Win.Free())
+	ep.Win.Hi += n
 	if err != nil {
 		// Connected and said nothing in time, or left: port scanners
 		// and TCP health checks.
 		if byLogin && isTimeout(err) {
-			c.loginTimedOut(LoginTimeoutFirstMessage, time.Since(c.connected), login)
+			s.loginTimedOut(log, gate.TimeoutFirstMessage, time.Since(connected), login)
 			return errTLSRefused
 		}
-		c.log.Debug("client sent nothing before tls_handshake_timeout or closed", "error", err)
+		log.Debug("client sent nothing before tls_handshake_timeout or closed", "error", err)
 		return errTLSRefused
 	}
 	if !isTLS {
-		_ = c.nc.SetDeadline(time.Time{})
+		_ = cn.nc.SetDeadline(time.Time{})
 		if ts.Mode == TLSAllow {
 			return nil
 		}
-		c.s.tlsPlainRefused.Add(1)
-		if o, ok := c.s.opts.Observer.(TLSObserver); ok {
+		s.tlsPlainRefused.Add(1)
+		if o, ok := s.opts.Observer.(TLSObserver); ok {
 			o.ClientTLSRefused("plain")
 		}
-		c.log.Debug("plain client refused: tls_mode = require")
-		c.refusePlain(`mongobouncer requires TLS (tls_mode = "require"): connect with tls=true`)
+		log.Debug("plain client refused: tls_mode = require")
+		cn.refusePlain(&ep.Win, `mongobouncer requires TLS (tls_mode = "require"): connect with tls=true`)
 		return errTLSRefused
 	}
-	raw := c.nc
-	pre := append([]byte(nil), c.lc.Win.Pending()...)
-	c.lc.Win.Reset()
+	raw := cn.nc
+	pre := append([]byte(nil), ep.Win.Pending()...)
+	ep.Win.Reset()
 	tc := tls.Server(&replayConn{Conn: raw, pre: pre}, ts.Config)
 	if err := tc.Handshake(); err != nil {
-		c.s.tlsHandshakeFailed.Add(1)
-		if o, ok := c.s.opts.Observer.(TLSObserver); ok {
+		s.tlsHandshakeFailed.Add(1)
+		if o, ok := s.opts.Observer.(TLSObserver); ok {
 			o.ClientTLSRefused("handshake")
 		}
 		if byLogin && isTimeout(err) {
-			c.loginTimedOut(LoginTimeoutTLSHandshake, time.Since(c.connected), login)
+			s.loginTimedOut(log, gate.TimeoutTLSHandshake, time.Since(connected), login)
 			return errTLSRefused
 		}
-		c.log.Debug("client TLS handshake failed", "error", err)
+		log.Debug("client TLS handshake failed", "error", err)
 		return errTLSRefused
 	}
 	_ = raw.SetDeadline(time.Time{})
-	c.setTLSConn(tc, raw)
+	cn.setTLS(&ep.Mu, tc, raw)
 	return nil
 }
 
-// setTLSConn makes the client's connection tc, over raw, under ownMu:
-// disconnect reads c.nc under it.
-func (c *client) setTLSConn(tc *tls.Conn, raw net.Conn) {
-	c.lc.Mu.Lock()
-	defer c.lc.Mu.Unlock()
-	c.nc = &tlsClientConn{Conn: tc, raw: raw}
-	c.tlsConn = tc
+// setTLS makes the connection tc, over raw, under mu (the endpoint's):
+// disconnect reads cn.nc under it.
+func (cn *conn) setTLS(mu *sync.Mutex, tc *tls.Conn, raw net.Conn) {
+	mu.Lock()
+	defer mu.Unlock()
+	cn.nc = &tlsClientConn{Conn: tc, raw: raw}
+	cn.tlsConn = tc
 }
 
-// sniffTLS reads a new client's first bytes from nc into the read window
-// win until they tell a
-// TLS handshake record from a MongoDB message. The first byte alone does
-// not: 0x16 is also the low byte of a message length (a 278-byte hello
-// starts with it). A TLS record continues with the version 3.1 to 3.4 (TLS
-// 1.0 to 1.3 spell the record version 0x0301 to 0x0303), which for a
-// message would mean a first request of at least 66,326 bytes; a driver's
-// first request is a hello of a few hundred.
-func sniffTLS(nc net.Conn, win *evloop.Window) (bool, error) {
-	for {
-		if isTLS, decided := tlsRecordStart(win.Pending()); decided {
-			return isTLS, nil
-		}
-		n, err := nc.Read(win.Free())
+// refusePlain answers a plain client's first request, whose first bytes
+// are in the read window win, with an error that says TLS is required,
+// then the caller closes it.
+func (cn *conn) refusePlain(win *evloop.Window, reason string) {
+	_ = cn.nc.SetDeadline(time.Now().Add(2 * time.Second))
+	for win.Hi < wire.HeaderLen {
+		n, err := cn.nc.Read(win.Buf[win.Hi:])
 		win.Hi += n
-		if _, decided := tlsRecordStart(win.Pending()); err != nil && !decided {
-			return false, err
-		}
-	}
-}
-
-// tlsRecordStart tells from a connection's first bytes whether they start
-// a TLS handshake record (see sniffTLS), and whether b is enough to tell.
-func tlsRecordStart(b []byte) (isTLS, decided bool) {
-	switch {
-	case len(b) > 0 && b[0] != tlsRecordHandshake:
-		return false, true
-	case len(b) >= 3:
-		return b[1] == 3 && b[2] >= 1 && b[2] <= 4, true
-	}
-	return false, false
-}
-
-// refusePlain answers a plain client's first request with an error that
-// says TLS is required, then the caller closes it. Its first bytes are in
-// the read window.
-func (c *client) refusePlain(reason string) {
-	_ = c.nc.SetDeadline(time.Now().Add(2 * time.Second))
-	for c.lc.Win.Hi < wire.HeaderLen {
-		n, err := c.nc.Read(c.lc.Win.Buf[c.lc.Win.Hi:])
-		c.lc.Win.Hi += n
-		if err != nil && c.lc.Win.Hi < wire.HeaderLen {
+		if err != nil && win.Hi < wire.HeaderLen {
 			return
 		}
 	}
-	h, err := wire.ParseHeader(c.lc.Win.Buf[:wire.HeaderLen])
+	h, err := wire.ParseHeader(win.Buf[:wire.HeaderLen])
 	if err != nil {
 		return
 	}
-	if rest := int(h.MessageLength) - c.lc.Win.Hi; rest > 0 && rest <= maxRefusedRequest {
-		_, _ = io.CopyN(io.Discard, c.nc, int64(rest))
+	if rest := int(h.MessageLength) - win.Hi; rest > 0 && rest <= maxRefusedRequest {
+		_, _ = io.CopyN(io.Discard, cn.nc, int64(rest))
 	}
-	c.lc.Win.Lo, c.lc.Win.Hi = 0, 0
+	win.Lo, win.Hi = 0, 0
 	doc := errorReply(6, "HostUnreachable", reason)
 	if h.OpCode == wire.OpQuery {
-		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+		cn.writeLegacyReply(h.RequestID, true, legacyError(doc))
 		return
 	}
-	_ = c.writeError(h.RequestID, false, 0, doc)
+	// The first request: never compressed, never legacy.
+	_, _ = cn.nc.Write(cn.appendReply(nil, h.RequestID, 0, doc))
 }
 
 // replayConn gives back the bytes read to tell TLS from plain before

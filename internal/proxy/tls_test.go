@@ -1,7 +1,8 @@
 package proxy
 
 // Client TLS: allow, require, certificates and subjects, the handshake
-// timeout, and the sniffing that keeps TLS off the loop.
+// timeout, and that a TLS client stays off the loop (the sniffing itself
+// is gate's).
 
 import (
 	"context"
@@ -16,7 +17,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/certs"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
@@ -230,34 +230,6 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 	}
 }
 
-// sniffTLS against message prefixes that start like a TLS record: a
-// message of 278 bytes starts with 0x16 and must stay plain.
-func TestSniffTLSDecides(t *testing.T) {
-	cases := []struct {
-		in  []byte
-		tls bool
-	}{
-		{[]byte{0x16, 0x01, 0x00, 0x00}, false}, // 278-byte message
-		{[]byte{0x16, 0x03, 0x00, 0x00}, false}, // 790-byte message
-		{[]byte{0x16, 0x03, 0x01, 0x02}, true},
-		{[]byte{0x16, 0x03, 0x03, 0x00}, true},
-		{[]byte{0x3a, 0x01, 0x00, 0x00}, false},
-	}
-	for _, c := range cases {
-		a, b := net.Pipe()
-		var win evloop.Window
-		go func() { _, _ = a.Write(c.in); a.Close() }()
-		got, err := sniffTLS(b, &win)
-		b.Close()
-		if err != nil || got != c.tls {
-			t.Errorf("% x: tls %v (%v), want %v", c.in, got, err, c.tls)
-		}
-		if win.Hi == 0 {
-			t.Errorf("% x: the bytes read were not kept", c.in)
-		}
-	}
-}
-
 // A unix socket client is served plain even when TLS is required, as by
 // mongod.
 func TestTLSRequireServesUnixSocketsPlain(t *testing.T) {
@@ -277,26 +249,4 @@ func TestTLSRequireServesUnixSocketsPlain(t *testing.T) {
 	if plain, _ := r.s.TLSRefusals(); plain != 0 {
 		t.Fatalf("%d plain refusals", plain)
 	}
-}
-
-func FuzzTLSRecordStart(f *testing.F) {
-	for _, seed := range [][]byte{nil, {0x16}, {0x16, 0x03}, {0x16, 0x03, 0x01}, {0x16, 0x01, 0x00}, {0x3a, 0x01, 0x00, 0x00}} {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		isTLS, decided := tlsRecordStart(b)
-		if isTLS && !decided {
-			t.Fatal("TLS without a decision")
-		}
-		if decided != (len(b) >= 3 || len(b) > 0 && b[0] != tlsRecordHandshake) {
-			t.Fatalf("% x: decided %v", b, decided)
-		}
-		// More bytes never change a decision.
-		if more, d := tlsRecordStart(append(append([]byte(nil), b...), 0x16, 0x03, 0x03)); decided && (!d || more != isTLS) {
-			t.Fatalf("% x: the decision changed with more bytes", b)
-		}
-		if isTLS && (b[0] != 0x16 || b[1] != 3) {
-			t.Fatalf("% x taken for TLS", b)
-		}
-	})
 }

@@ -1,8 +1,8 @@
 package proxy
 
-// max_user_client_conn: the client connections logged in as one user
-// (auth.UserID), across all listeners, as PgBouncer's setting of that name.
-// A client counts from its first login to its disconnect; the login that
+// max_user_client_conn applied to logins: the count per user is gate.Users
+// (Server.userClients); a client counts from its first login to its
+// disconnect; the login that
 // would go over the cap fails with HostUnreachable (6), the code the
 // max_client_conn refusal answers with: a driver takes it as a network
 // error of the handshake (it clears that connection's pool and retries a
@@ -13,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
@@ -31,70 +29,33 @@ type UserLimitObserver interface {
 	UserClientRefused()
 }
 
-// userClients counts the logged-in clients of each user.
-type userClients struct {
-	max     atomic.Int64  // max_user_client_conn; 0: no cap
-	refused atomic.Uint64 // logins refused
-	mu      sync.Mutex
-	n       map[auth.UserID]int // guarded by mu; entries at 0 are deleted
-}
-
-// acquire counts one more client of id, unless the cap is reached; it
-// returns the cap it judged by.
-func (u *userClients) acquire(id auth.UserID) (bool, int) {
-	limit := int(u.max.Load())
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if limit > 0 && u.n[id] >= limit {
-		return false, limit
-	}
-	if u.n == nil {
-		u.n = make(map[auth.UserID]int)
-	}
-	u.n[id]++
-	return true, limit
-}
-
-// release counts one client of id less.
-func (u *userClients) release(id auth.UserID) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.n[id]--; u.n[id] <= 0 {
-		delete(u.n, id)
-	}
-}
-
 // SetUserClientLimit changes max_user_client_conn live (0: no cap). Clients
 // logged in over a lowered cap stay; new logins wait for the count to fall.
-func (s *Server) SetUserClientLimit(n int) { s.userClients.max.Store(int64(max(n, 0))) }
+func (s *Server) SetUserClientLimit(n int) { s.userClients.SetMax(n) }
 
 // UserClientRefused returns how many logins max_user_client_conn refused.
-func (s *Server) UserClientRefused() uint64 { return s.userClients.refused.Load() }
+func (s *Server) UserClientRefused() uint64 { return s.userClients.Refused() }
 
 // UserClientCount returns how many clients are logged in as id now.
-func (s *Server) UserClientCount(id auth.UserID) int {
-	s.userClients.mu.Lock()
-	defer s.userClients.mu.Unlock()
-	return s.userClients.n[id]
-}
+func (s *Server) UserClientCount(id auth.UserID) int { return s.userClients.Count(id) }
 
 // admitUser counts the client's first login as id, or refuses it over
 // max_user_client_conn with the error reply to send (the client ends after
 // it: handleAuth); log is the client's logger.
 func (lg *login) admitUser(s *Server, log *slog.Logger, id auth.UserID) bsoncore.Document {
-	ok, limit := s.userClients.acquire(id)
+	ok, limit := s.userClients.Acquire(id)
 	if ok {
 		lg.countedUser, lg.counted = id, true
 		return nil
 	}
 	if !lg.refused { // a speculative login refused, then the same one
 		lg.refused = true
-		s.userClients.refused.Add(1)
+		s.userClients.Refuse()
 		if o, isO := s.opts.Observer.(UserLimitObserver); isO {
 			o.UserClientRefused()
 		}
 	}
-	log.Warn("client refused", "user", logName(id.String()),
+	log.Warn("client refused", "user", auth.LogName(id.String()),
 		"reason", fmt.Sprintf("max_user_client_conn = %d reached for this user", limit))
 	return errorReply(6, "HostUnreachable",
 		fmt.Sprintf("mongobouncer: too many client connections for this user (max_user_client_conn = %d)", limit))
@@ -104,6 +65,6 @@ func (lg *login) admitUser(s *Server, log *slog.Logger, id auth.UserID) bsoncore
 func (lg *login) releaseUser(s *Server) {
 	if lg.counted {
 		lg.counted = false
-		s.userClients.release(lg.countedUser)
+		s.userClients.Release(lg.countedUser)
 	}
 }
