@@ -15,9 +15,9 @@
 //   - loop_linux.go: the Loop, its ready list, the driver interface and
 //     the optional fused one, and the raw read and write calls.
 //   - epoll_linux.go, ring_linux.go: the two drivers; ringclose_linux.go
-//     closes io_uring endpoints; place_linux.go places io_uring endpoints
-//     on the threads; spin_linux.go has a thread wait awake for a lone fast
-//     reply (spin.go, its counters).
+//     closes io_uring endpoints (or hands them to epoll); place_linux.go
+//     places io_uring endpoints on the threads; spin_linux.go has a thread
+//     wait awake for a lone fast reply (spin.go, its counters).
 //   - adapt_linux.go: a loop of both drivers (IOAdaptive, the default
 //     where io_uring is allowed): epoll at a light load, io_uring under
 //     load, the endpoints moving between them (adapt.go, its report).

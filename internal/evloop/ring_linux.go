@@ -540,24 +540,6 @@ func (d *ringDriver) attachClient(ep *Endpoint, fd int) (registration, error) {
 	return &ringClient{ep: ep, fdn: fd, home: h}, nil
 }
 
-// detachClient hands the endpoint's descriptor over (adapt_linux.go) when
-// no receive is armed for it; the registration is left closed, so that an
-// arm posted for it meanwhile does nothing.
-func (d *ringDriver) detachClient(ep *Endpoint) (int, bool) {
-	rc := ep.reg.(*ringClient)
-	if rc.armed || rc.closed || rc.fdn < 0 {
-		return -1, false
-	}
-	rc.closed = true
-	if !rc.left {
-		rc.left = true
-		rc.home.load.clients.Add(-1)
-	}
-	fd := rc.fdn
-	rc.fdn = -1
-	return fd, true
-}
-
 func (d *ringDriver) attachUpstream(u *Upstream, fd int) error {
 	dup, err := sysconn.DupFd(fd)
 	if err != nil {

@@ -1,6 +1,8 @@
 package evloop
 
-// Closing a client of the io_uring driver. A client's socket with a
+// Closing a client of the io_uring driver, or handing its descriptor to
+// the epoll driver (detachClient, for a loop of both: adapt_linux.go,
+// only while no receive is in flight). A client's socket with a
 // receive in flight is the kernel's until that receive completes, so its
 // descriptor is closed by the completion (closeClient leaves it to the home
 // thread, which shuts the socket down). That receive may sit behind the
@@ -94,4 +96,22 @@ func (d *ringDriver) awaitSends(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// detachClient hands the endpoint's descriptor over (adapt_linux.go) when
+// no receive is armed for it; the registration is left closed, so that an
+// arm posted for it meanwhile does nothing.
+func (d *ringDriver) detachClient(ep *Endpoint) (int, bool) {
+	rc := ep.reg.(*ringClient)
+	if rc.armed || rc.closed || rc.fdn < 0 {
+		return -1, false
+	}
+	rc.closed = true
+	if !rc.left {
+		rc.left = true
+		rc.home.load.clients.Add(-1)
+	}
+	fd := rc.fdn
+	rc.fdn = -1
+	return fd, true
 }
