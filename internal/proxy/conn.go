@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -139,5 +140,5 @@ func (cn *conn) tlsSubject() (string, bool) {
 	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
 		return "", false
 	}
-	return x509Subject(st.VerifiedChains[0][0].RawSubject)
+	return auth.X509Subject(st.VerifiedChains[0][0].RawSubject)
 }
