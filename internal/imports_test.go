@@ -64,6 +64,9 @@ var layers = map[string]layer{
 	"internal/loadgen":            {1, []string{"sysconn", "uring", "wire"}, false},
 	"internal/testutil/fakemongo": {1, []string{"wire"}, false},
 	"internal/testutil/devmongo":  {1, []string{"testutil/childproc"}, false},
+	// MongoDB commands and replies read in place, and the error replies
+	// built: documents only, no connection, no Go error of another package.
+	"internal/command": {1, []string{"sdam", "wire"}, false},
 	// The event-loop engine (issue 28): moves bytes over swappable I/O,
 	// knowing nothing of MongoDB, so never wire, never proxy.
 	"internal/evloop": {1, []string{"sysconn", "uring"}, false},
@@ -72,7 +75,7 @@ var layers = map[string]layer{
 	"internal/testutil/ferretdb": {2, []string{"testutil/childproc", "testutil/devmongo"}, false},
 	// Floor 3: the proxy, over the engine (evloop), which owns the sockets'
 	// system calls.
-	"internal/proxy": {3, []string{"auth", "config", "evloop", "pool", "sdam", "topology", "upstream", "wire"}, false},
+	"internal/proxy": {3, []string{"auth", "command", "config", "evloop", "pool", "sdam", "topology", "upstream", "wire"}, false},
 	// Floor 4: the wiring.
 	"internal/app": {4, []string{"admin", "auth", "config", "metrics", "pool", "proxy", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
 	// Floor 5: the commands.

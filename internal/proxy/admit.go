@@ -23,6 +23,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -106,9 +107,9 @@ var errCompressorNotAgreed = errors.New("compressor not agreed in the hello")
 // admit is the verdict on req, a parsed OP_MSG request of msgLen bytes
 // (uncompressed) with flags, which routeOf sends to route (nil: none).
 // It allocates nothing for a request it admits.
-func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Route) admission {
-	switch req.info.kind {
-	case kindHello, kindAuth:
+func (c *client) admit(msgLen int, flags wire.MsgFlags, req *command.Request, route *Route) admission {
+	switch req.Info.Kind {
+	case command.Hello, command.Auth:
 		return admission{kind: admitAnswer}
 	}
 	if a := c.s.opts.Auth; a != nil {
@@ -121,24 +122,24 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 				}
 				return admission{kind: admitAnswer}
 			}
-			return refuse(errorReply(13, "Unauthorized",
-				fmt.Sprintf("mongobouncer: command %s requires authentication: log in first (saslStart)", logName(req.name()))))
+			return refuse(command.ErrorReply(13, "Unauthorized",
+				fmt.Sprintf("mongobouncer: command %s requires authentication: log in first (saslStart)", logName(req.Name()))))
 		}
-		if string(req.db) == AdminDatabase && !a.Users.IsAdmin(c.login.ident) {
-			return refuse(errorReply(13, "Unauthorized",
+		if string(req.DB) == AdminDatabase && !a.Users.IsAdmin(c.login.ident) {
+			return refuse(command.ErrorReply(13, "Unauthorized",
 				fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", c.login.ident.ID())))
 		}
 	}
-	if len(req.db) == 0 {
-		return refuse(errorReply(40571, "Location40571", "mongobouncer: OP_MSG requests require a $db argument"))
+	if len(req.DB) == 0 {
+		return refuse(command.ErrorReply(40571, "Location40571", "mongobouncer: OP_MSG requests require a $db argument"))
 	}
-	if string(req.db) == AdminDatabase {
+	if string(req.DB) == AdminDatabase {
 		if c.s.opts.Admin == nil {
-			return refuse(errorReply(13, "Unauthorized", "mongobouncer: admin commands are not enabled"))
+			return refuse(command.ErrorReply(13, "Unauthorized", "mongobouncer: admin commands are not enabled"))
 		}
 		return admission{kind: admitAnswer}
 	}
-	key, inTxn := req.key()
+	key, inTxn := req.Key()
 	draining := c.s.draining.Load()
 	if draining {
 		// Only the commands of an open transaction may still run (on any
@@ -151,17 +152,17 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 		}
 	}
 	if route == nil {
-		if req.info.kind == kindEndSessions {
+		if req.Info.Kind == command.EndSessions {
 			// Sessions expire on their own; with no route for admin there is
 			// nowhere to send this, and the driver needs no more than ok.
 			return admission{kind: admitAnswer}
 		}
-		return refuse(errorReply(70, "ShardNotFound", fmt.Sprintf("mongobouncer: no route for database %q (add [databases.%s] or a \"*\" route)", req.db, req.db)))
+		return refuse(command.ErrorReply(70, "ShardNotFound", fmt.Sprintf("mongobouncer: no route for database %q (add [databases.%s] or a \"*\" route)", req.DB, req.DB)))
 	}
 	if m := int(route.maxMsg.Load()); m > 0 && msgLen > m {
 		// Read under the listener's limit, over the route's: the message
 		// was read whole, so the client can go on.
-		return refuse(errorReply(10334, "BSONObjectTooLarge", fmt.Sprintf("mongobouncer: a message of %d bytes is over route %q's max_message_size of %d bytes", msgLen, route.Name, m)))
+		return refuse(command.ErrorReply(10334, "BSONObjectTooLarge", fmt.Sprintf("mongobouncer: a message of %d bytes is over route %q's max_message_size of %d bytes", msgLen, route.Name, m)))
 	}
 	// What the loop serves itself: a plain command outside a transaction
 	// and an exhaust stream, to a route in statement or transaction mode,
@@ -169,10 +170,10 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 	// finds it cannot serve without blocking.
 	switch {
 	case flags&(wire.FlagExhaustAllowed|wire.FlagMoreToCome) != 0,
-		req.info.kind != kindOther && req.info.kind != kindGetMore && req.info.kind != kindKillCursors,
-		inTxn || req.startTxn || draining,
+		req.Info.Kind != command.Other && req.Info.Kind != command.GetMore && req.Info.Kind != command.KillCursors,
+		inTxn || req.StartTxn || draining,
 		route.noLoop.Load() || route.PoolMode() == ModeSession,
-		route.multi() && req.info.kind != kindOther:
+		route.multi() && req.Info.Kind != command.Other:
 		return admission{kind: admitForward}
 	}
 	return admission{kind: admitLoop}
@@ -182,10 +183,10 @@ func (c *client) admit(msgLen int, flags wire.MsgFlags, req *request, route *Rou
 // client that has not logged in: ping and buildInfo, which a server runs
 // without a login too (health checks), on any database but the admin
 // console's.
-func isPreLoginAnswered(req *request) bool {
-	switch req.info.name {
+func isPreLoginAnswered(req *command.Request) bool {
+	switch req.Info.Name {
 	case "ping", "buildInfo", "buildinfo":
-		return len(req.db) > 0 && string(req.db) != AdminDatabase
+		return len(req.DB) > 0 && string(req.DB) != AdminDatabase
 	}
 	return false
 }
@@ -197,9 +198,9 @@ func isPreLoginAnswered(req *request) bool {
 // tells clients (that of the oldest upstream), with the document limits
 // of its hello; once logged in, buildInfo goes upstream and has the
 // server's full answer.
-func (c *client) preLoginAnswer(req *request) bsoncore.Document {
-	if req.info.name == "ping" {
-		return okReply
+func (c *client) preLoginAnswer(req *command.Request) bsoncore.Document {
+	if req.Info.Name == "ping" {
+		return command.OKReply
 	}
 	lim := c.s.waitLimits()
 	major, minor := releaseOfWire(lim.maxWire)

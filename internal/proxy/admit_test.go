@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -22,7 +23,7 @@ import (
 
 type stubAdmin struct{}
 
-func (stubAdmin) HandleAdmin(net.Addr, bsoncore.Document) bsoncore.Document { return okReply }
+func (stubAdmin) HandleAdmin(net.Addr, bsoncore.Document) bsoncore.Document { return command.OKReply }
 
 // The verdict table of admit, which both I/O models ask: what is refused
 // (and with which code), answered by mongobouncer, forwarded by the
@@ -34,7 +35,7 @@ func TestAdmitVerdicts(t *testing.T) {
 	session.SetPoolMode(ModeSession)
 	c := authClient(t)
 	c.s.opts.Admin = stubAdmin{}
-	cmd := func(name, db string, extra ...bson.E) *request {
+	cmd := func(name, db string, extra ...bson.E) *command.Request {
 		d := bson.D{{Key: name, Value: 1}}
 		if db != "" {
 			d = append(d, bson.E{Key: "$db", Value: db})
@@ -44,7 +45,7 @@ func TestAdmitVerdicts(t *testing.T) {
 	lsid := bson.E{Key: "lsid", Value: bson.D{{Key: "id", Value: bson.Binary{Subtype: 4, Data: make([]byte, 16)}}}}
 	type tc struct {
 		name  string
-		req   *request
+		req   *command.Request
 		route *Route
 		flags wire.MsgFlags
 		size  int
@@ -140,12 +141,12 @@ func TestAdmitAllocatesNothing(t *testing.T) {
 // The first $db names the database, as mongod reads it.
 func TestInspectFirstDB(t *testing.T) {
 	r := reqOf(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "first"}, {Key: "$db", Value: "second"}})
-	if string(r.db) != "first" {
-		t.Fatalf("$db %q, want the first", r.db)
+	if string(r.DB) != "first" {
+		t.Fatalf("$db %q, want the first", r.DB)
 	}
 	r = reqOf(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: 1}, {Key: "$db", Value: "second"}})
-	if len(r.db) != 0 {
-		t.Fatalf("$db %q from a second field after one that is not a string", r.db)
+	if len(r.DB) != 0 {
+		t.Fatalf("$db %q from a second field after one that is not a string", r.DB)
 	}
 }
 

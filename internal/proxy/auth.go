@@ -25,6 +25,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -80,29 +81,31 @@ const (
 const authFailedMsg = "mongobouncer: Authentication failed."
 
 // authFailed is the reply to every failed login.
-func authFailed() bsoncore.Document { return errorReply(18, "AuthenticationFailed", authFailedMsg) }
+func authFailed() bsoncore.Document {
+	return command.ErrorReply(18, "AuthenticationFailed", authFailedMsg)
+}
 
-// handleAuth answers a login command (kindAuth).
-func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
+// handleAuth answers a login command (command.Auth).
+func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.CompressorID, req *command.Request) error {
 	a := c.s.opts.Auth
 	if a == nil {
 		return c.replyError(responseTo, compressed, compID, req,
-			errorReply(115, "CommandNotSupported", "mongobouncer: authentication is not enabled on mongobouncer"))
+			command.ErrorReply(115, "CommandNotSupported", "mongobouncer: authentication is not enabled on mongobouncer"))
 	}
 	var doc bsoncore.Document
-	switch req.name() {
+	switch req.Name() {
 	case "saslStart":
-		doc = c.saslStart(c.msg.Body, string(req.db))
+		doc = c.saslStart(c.msg.Body, string(req.DB))
 	case "saslContinue":
 		doc = c.saslContinue(c.msg.Body)
 	case "authenticate":
-		doc = c.authenticate(c.msg.Body, string(req.db))
+		doc = c.authenticate(c.msg.Body, string(req.DB))
 	case "logout":
-		doc = errorReply(115, "CommandNotSupported",
+		doc = command.ErrorReply(115, "CommandNotSupported",
 			"mongobouncer: logout is not supported: a connection keeps the user it logged in as; close the connection instead")
 	default:
-		doc = errorReply(115, "CommandNotSupported",
-			fmt.Sprintf("mongobouncer: %s is not supported: log in with saslStart (SCRAM-SHA-256 or SCRAM-SHA-1)", req.name()))
+		doc = command.ErrorReply(115, "CommandNotSupported",
+			fmt.Sprintf("mongobouncer: %s is not supported: log in with saslStart (SCRAM-SHA-256 or SCRAM-SHA-1)", req.Name()))
 	}
 	err := c.replyError(responseTo, compressed, compID, req, doc)
 	if err == nil && c.login.refused {
@@ -118,12 +121,12 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 	a := c.s.opts.Auth
 	mech, _ := body.Lookup("mechanism").StringValueOK()
 	if a.X509 || (mech != string(auth.SCRAMSHA1) && mech != string(auth.SCRAMSHA256)) {
-		return errorReply(334, "MechanismUnavailable",
+		return command.ErrorReply(334, "MechanismUnavailable",
 			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.s.opts.Auth.mechanismsText()))
 	}
 	payload, ok := binaryOrString(body.Lookup("payload"))
 	if !ok {
-		return errorReply(14, "TypeMismatch", "mongobouncer: saslStart needs a payload (binary)")
+		return command.ErrorReply(14, "TypeMismatch", "mongobouncer: saslStart needs a payload (binary)")
 	}
 	if n := scramUserLen(payload); n > maxUserName {
 		// Refused before Start looks the name up (auth_user asks upstream).
@@ -142,7 +145,7 @@ func (c *client) saslStart(body bsoncore.Document, db string) bsoncore.Document 
 	}
 	if other := (auth.UserID{User: conv.User(), DB: db}); c.login.ident != nil && c.login.ident.ID() != other {
 		c.log.Info("client authentication refused: one user per connection", "user", logName(c.login.ident.ID().String()), "other", logName(other.String()))
-		return errorReply(18, "AuthenticationFailed",
+		return command.ErrorReply(18, "AuthenticationFailed",
 			fmt.Sprintf("mongobouncer: this connection is logged in as %s already; a connection has one user: open another connection to log in as %s",
 				c.login.ident.ID(), other))
 	}
@@ -169,11 +172,11 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 	id, ok := body.Lookup("conversationId").AsInt64OK()
 	conv := c.login.conv
 	if conv == nil || !ok || id != 1 {
-		return errorReply(17, "ProtocolError", "mongobouncer: no SASL conversation with this conversationId on this connection: begin with saslStart")
+		return command.ErrorReply(17, "ProtocolError", "mongobouncer: no SASL conversation with this conversationId on this connection: begin with saslStart")
 	}
 	payload, ok := binaryOrString(body.Lookup("payload"))
 	if !ok {
-		return errorReply(14, "TypeMismatch", "mongobouncer: saslContinue needs a payload (binary)")
+		return command.ErrorReply(14, "TypeMismatch", "mongobouncer: saslContinue needs a payload (binary)")
 	}
 	out, done, err := conv.Step(payload)
 	if done {
@@ -182,7 +185,7 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 	if err != nil {
 		c.log.Info("client authentication failed", "user", logName(auth.UserID{User: conv.User(), DB: conv.DB()}.String()), "mechanism", string(conv.Mechanism()))
 		if errors.Is(err, auth.ErrConversation) {
-			return errorReply(17, "ProtocolError", "mongobouncer: the SASL conversation has ended: begin with saslStart")
+			return command.ErrorReply(17, "ProtocolError", "mongobouncer: the SASL conversation has ended: begin with saslStart")
 		}
 		return authFailed()
 	}
@@ -204,11 +207,11 @@ func (c *client) saslContinue(body bsoncore.Document) bsoncore.Document {
 func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Document {
 	mech, _ := body.Lookup("mechanism").StringValueOK()
 	if mech != mechX509 || !c.s.opts.Auth.X509 {
-		return errorReply(334, "MechanismUnavailable",
+		return command.ErrorReply(334, "MechanismUnavailable",
 			fmt.Sprintf("mongobouncer: mechanism %q is not available: use %s", logName(mech), c.s.opts.Auth.mechanismsText()))
 	}
 	if db != externalDB {
-		return errorReply(2, "BadValue", "mongobouncer: MONGODB-X509 logs in on the $external database")
+		return command.ErrorReply(2, "BadValue", "mongobouncer: MONGODB-X509 logs in on the $external database")
 	}
 	subject, ok := c.tlsSubject() // none: a plain client, or no verified certificate
 	if !ok {
@@ -232,7 +235,7 @@ func (c *client) authenticate(body bsoncore.Document, db string) bsoncore.Docume
 		return authFailed()
 	}
 	if c.login.ident != nil && !(c.login.ident.User == subject && c.login.ident.DB == externalDB) {
-		return errorReply(18, "AuthenticationFailed", "mongobouncer: this connection is logged in already; a connection has one user")
+		return command.ErrorReply(18, "AuthenticationFailed", "mongobouncer: this connection is logged in already; a connection has one user")
 	}
 	if c.login.ident == nil {
 		id := &auth.Identity{User: subject, DB: externalDB, Mechanism: mechX509}

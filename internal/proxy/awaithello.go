@@ -44,6 +44,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -139,18 +140,18 @@ func (s *Server) withTopologyVersion(doc bsoncore.Document) bsoncore.Document {
 // labelled as a real server labels it (a retryable write's
 // RetryableWriteError, so that drivers retry it elsewhere instead of
 // surfacing it), with the topologyVersion of a state change error.
-func (s *Server) shutdownReply(req *request, inTxn bool) bsoncore.Document {
+func (s *Server) shutdownReply(req *command.Request, inTxn bool) bsoncore.Document {
 	var labels []string
 	if req != nil {
-		labels = labelsFor(req, inTxn)
+		labels = command.Labels(req, inTxn)
 	}
-	return s.withTopologyVersion(errorReply(codeShutdownInProgress, "ShutdownInProgress", "mongobouncer: shutting down", labels...))
+	return s.withTopologyVersion(command.ErrorReply(command.CodeShutdownInProgress, "ShutdownInProgress", "mongobouncer: shutting down", labels...))
 }
 
 // quiesceReply is a hello's reply during a drain, as a mongos in quiesce
 // mode answers: 91 with the topologyVersion and the time left.
 func (s *Server) quiesceReply() bsoncore.Document {
-	doc := errorReply(codeShutdownInProgress, "ShutdownInProgress", "mongobouncer: "+quiesceMessage)
+	doc := command.ErrorReply(command.CodeShutdownInProgress, "ShutdownInProgress", "mongobouncer: "+quiesceMessage)
 	doc = s.withTopologyVersion(doc)
 	if dl := s.topo.drainDeadline.Load(); dl != 0 {
 		left := max(time.Until(time.Unix(0, dl)).Milliseconds(), 0)
@@ -256,18 +257,18 @@ func parseAwait(body bsoncore.Document) helloAwait {
 			return a
 		}
 		if ms < 0 {
-			a.err = errorReply(51759, "Location51759", "mongobouncer: maxAwaitTimeMS must be a non-negative integer")
+			a.err = command.ErrorReply(51759, "Location51759", "mongobouncer: maxAwaitTimeMS must be a non-negative integer")
 			return a
 		}
 		a.maxAwait = time.Duration(min(ms, int64(maxHelloAwait/time.Millisecond))) * time.Millisecond
 	}
 	switch {
 	case a.hasTV && !a.hasMax:
-		a.err = errorReply(51760, "Location51760", "mongobouncer: A request with a 'topologyVersion' must include 'maxAwaitTimeMS'")
+		a.err = command.ErrorReply(51760, "Location51760", "mongobouncer: A request with a 'topologyVersion' must include 'maxAwaitTimeMS'")
 	case a.hasMax && !a.hasTV:
-		a.err = errorReply(51760, "Location51760", "mongobouncer: A request with 'maxAwaitTimeMS' must include a 'topologyVersion'")
+		a.err = command.ErrorReply(51760, "Location51760", "mongobouncer: A request with 'maxAwaitTimeMS' must include a 'topologyVersion'")
 	case a.hasTV && a.counter < 0:
-		a.err = errorReply(51758, "Location51758", "mongobouncer: topologyVersion must have a non-negative counter")
+		a.err = command.ErrorReply(51758, "Location51758", "mongobouncer: topologyVersion must have a non-negative counter")
 	}
 	return a
 }
@@ -291,12 +292,12 @@ func wholeNumber(v bsoncore.Value) (int64, bool) {
 }
 
 func typeMismatch(field string, got bsoncore.Type, want string) bsoncore.Document {
-	return errorReply(14, "TypeMismatch",
+	return command.ErrorReply(14, "TypeMismatch",
 		fmt.Sprintf("mongobouncer: BSON field '%s' is the wrong type '%s', expected type '%s'", field, bsonTypeName(got), want))
 }
 
 func missingField(field string) bsoncore.Document {
-	return errorReply(40414, "Location40414", fmt.Sprintf("mongobouncer: BSON field '%s' is missing but a required field", field))
+	return command.ErrorReply(40414, "Location40414", fmt.Sprintf("mongobouncer: BSON field '%s' is missing but a required field", field))
 }
 
 // checkAwait is the error reply to a's fields against our topologyVersion
@@ -307,7 +308,7 @@ func (s *Server) checkAwait(a *helloAwait) bsoncore.Document {
 	}
 	if a.hasTV && a.processID == s.topo.processID {
 		if ours := s.topo.counter.Load(); a.counter > ours {
-			return errorReply(51761, "Location51761", fmt.Sprintf(
+			return command.ErrorReply(51761, "Location51761", fmt.Sprintf(
 				"mongobouncer: Received a topology version with counter: %d which is greater than the mongos topology version counter: %d", a.counter, ours))
 		}
 	}
@@ -406,7 +407,7 @@ func (s *Server) maxAwait(a time.Duration) time.Duration {
 // serveHello answers an OP_MSG hello: at once, or after the awaitable
 // protocol's wait, and as a stream of replies when the request allows
 // exhaust.
-func (c *client) serveHello(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
+func (c *client) serveHello(responseTo int32, compressed bool, compID wire.CompressorID, req *command.Request) error {
 	body := c.msg.Body
 	a := parseAwait(body)
 	if a.awaitable() && c.s.checkAwait(&a) == nil {
@@ -416,16 +417,16 @@ func (c *client) serveHello(responseTo int32, compressed bool, compID wire.Compr
 			return err
 		}
 	}
-	hr := parseHello(body, req.name())
+	hr := parseHello(body, req.Name())
 	// Read before the reply is built: a change in between makes the next
 	// wait end at once (a reply twice, never a change missed).
 	counter := c.s.topo.counter.Load()
-	doc := c.answerHello(body, req.name())
-	if req.more {
+	doc := c.answerHello(body, req.Name())
+	if req.More {
 		return nil
 	}
-	if !req.exhaust || !a.awaitable() || okOf(doc) != 1 {
-		return c.boundedReply(responseTo, 0, compressed, compID, req.name(), doc)
+	if !req.Exhaust || !a.awaitable() || okOf(doc) != 1 {
+		return c.boundedReply(responseTo, 0, compressed, compID, req.Name(), doc)
 	}
 	// The stream: each reply answers the previous one, and its
 	// topologyVersion is what the next wait compares with (the
@@ -433,7 +434,7 @@ func (c *client) serveHello(responseTo int32, compressed bool, compID wire.Compr
 	// that topologyVersion).
 	interval := max(c.s.maxAwait(a.maxAwait), minStreamInterval)
 	for {
-		if err := c.boundedReply(responseTo, wire.FlagMoreToCome, compressed, compID, req.name(), doc); err != nil {
+		if err := c.boundedReply(responseTo, wire.FlagMoreToCome, compressed, compID, req.Name(), doc); err != nil {
 			return err
 		}
 		responseTo = c.nextID
@@ -448,7 +449,7 @@ func (c *client) serveHello(responseTo int32, compressed bool, compID wire.Compr
 		doc = c.helloState(hr)
 		if okOf(doc) != 1 {
 			// The last reply: without moreToCome.
-			return c.boundedReply(responseTo, 0, compressed, compID, req.name(), doc)
+			return c.boundedReply(responseTo, 0, compressed, compID, req.Name(), doc)
 		}
 	}
 }

@@ -38,7 +38,7 @@ type conn struct {
 	// nextID is the requestID of our own replies.
 	nextID int32
 	// legacy is set while a command that came as an OP_QUERY is served:
-	// its replies go back as an OP_REPLY (legacy.go). Such a request is
+	// its replies go back as an OP_REPLY (command/legacy.go). Such a request is
 	// always the goroutine's.
 	legacy bool
 	// comp has bit id set for each compressor a hello of the client agreed

@@ -15,6 +15,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -73,10 +74,10 @@ func (c *client) protocolErrorOp(requestID int32, op wire.OpCode, err error) err
 	if errors.Is(err, wire.ErrInvalidBSON) {
 		code, codeName = 22, "InvalidBSON"
 	}
-	doc := errorReply(code, codeName, "mongobouncer: "+err.Error())
+	doc := command.ErrorReply(code, codeName, "mongobouncer: "+err.Error())
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	if op == wire.OpQuery {
-		c.writeLegacyReply(requestID, true, legacyError(doc))
+		c.writeLegacyReply(requestID, true, command.LegacyError(doc))
 	} else {
 		_ = c.writeError(requestID, false, 0, doc)
 	}
@@ -98,16 +99,16 @@ func (c *client) refuse(reason string) {
 	if err != nil {
 		return
 	}
-	doc := errorReply(6, "HostUnreachable", reason)
+	doc := command.ErrorReply(6, "HostUnreachable", reason)
 	if h.OpCode == wire.OpQuery {
-		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+		c.writeLegacyReply(h.RequestID, true, command.LegacyError(doc))
 		return
 	}
 	_ = c.writeError(h.RequestID, false, 0, doc)
 }
 
 // handleQuery serves legacy OP_QUERY, which modern drivers use only for the
-// first hello; other commands are translated to OP_MSG (legacy.go).
+// first hello; other commands are translated to OP_MSG (command/legacy.go).
 func (c *client) handleQuery(msg []byte, h wire.Header) error {
 	q, err := wire.ParseQuery(msg)
 	if err != nil {
@@ -120,21 +121,21 @@ func (c *client) handleQuery(msg []byte, h wire.Header) error {
 		}
 	}
 	name := wire.CommandName(cmd)
-	if ci := commands[name]; ci.kind == kindHello && isCmdNamespace(q.FullCollectionName) {
+	if ci := command.Lookup(name); ci.Kind == command.Hello && command.IsCmdNamespace(q.FullCollectionName) {
 		doc := c.answerHello(cmd, name)
 		c.writeLegacyReply(h.RequestID, false, doc)
 		return nil
 	}
-	db := legacyDatabase(q.FullCollectionName)
+	db := command.LegacyDatabase(q.FullCollectionName)
 	if db == "" {
-		doc := errorReply(352, "UnsupportedOpQueryCommand",
+		doc := command.ErrorReply(352, "UnsupportedOpQueryCommand",
 			fmt.Sprintf("mongobouncer: OP_QUERY is only supported for commands (on \"<db>.$cmd\"), not on %q; the client driver may require an upgrade", q.FullCollectionName))
-		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+		c.writeLegacyReply(h.RequestID, true, command.LegacyError(doc))
 		return nil
 	}
-	m, err := legacyCommand(nil, q, db)
+	m, err := command.LegacyCommand(nil, q, db)
 	if err != nil {
-		c.writeLegacyReply(h.RequestID, true, legacyError(errorReply(2, "BadValue", "mongobouncer: "+err.Error())))
+		c.writeLegacyReply(h.RequestID, true, command.LegacyError(command.ErrorReply(2, "BadValue", "mongobouncer: "+err.Error())))
 		return nil
 	}
 	// The command takes the OP_MSG path; every reply to it, built here or
@@ -144,22 +145,6 @@ func (c *client) handleQuery(msg []byte, h wire.Header) error {
 	defer func() { c.legacy = false }()
 	mh, _ := wire.ParseHeader(m)
 	return c.handleMsg(m, mh, false, 0)
-}
-
-func isCmdNamespace(ns string) bool {
-	return len(ns) > 5 && ns[len(ns)-5:] == ".$cmd"
-}
-
-// legacyError adds the $err field that OP_REPLY query failures carry.
-func legacyError(doc bsoncore.Document) bsoncore.Document {
-	msg, _ := doc.Lookup("errmsg").StringValueOK()
-	out := bsoncore.AppendStringElement(nil, "$err", msg)
-	elems, _ := doc.Elements()
-	parts := [][]byte{out}
-	for _, e := range elems {
-		parts = append(parts, e)
-	}
-	return bsoncore.BuildDocument(nil, parts...)
 }
 
 // answerHello handles a client handshake or heartbeat.
@@ -216,9 +201,9 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 		return c.protocolError(h.RequestID, err)
 	}
 	req := &c.x.req
-	req.inspect(c.msg.Body)
-	req.exhaust = c.msg.Flags&wire.FlagExhaustAllowed != 0
-	req.more = c.msg.Flags&wire.FlagMoreToCome != 0
+	req.Inspect(c.msg.Body)
+	req.Exhaust = c.msg.Flags&wire.FlagExhaustAllowed != 0
+	req.More = c.msg.Flags&wire.FlagMoreToCome != 0
 	route := c.s.routeOf(c.only, req)
 	v := c.admit(len(msg), c.msg.Flags, req, route)
 	switch v.kind {
@@ -231,32 +216,25 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 }
 
 // answer serves a request mongobouncer answers itself (admitAnswer).
-func (c *client) answer(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
+func (c *client) answer(responseTo int32, compressed bool, compID wire.CompressorID, req *command.Request) error {
 	var doc bsoncore.Document
 	switch {
-	case req.info.kind == kindHello:
+	case req.Info.Kind == command.Hello:
 		return c.serveHello(responseTo, compressed, compID, req)
-	case req.info.kind == kindAuth:
+	case req.Info.Kind == command.Auth:
 		return c.handleAuth(responseTo, compressed, compID, req)
 	case c.preLogin():
 		doc = c.preLoginAnswer(req)
-	case string(req.db) == AdminDatabase:
+	case string(req.DB) == AdminDatabase:
 		return c.replyError(responseTo, compressed, compID, req, c.s.opts.Admin.HandleAdmin(c.nc.RemoteAddr(), c.msg.Body))
 	default: // endSessions with no route
-		doc = okReply
+		doc = command.OKReply
 	}
-	if req.more {
+	if req.More {
 		return nil // moreToCome: the client reads no reply
 	}
-	return c.reply(responseTo, compressed, compID, req.name(), doc)
+	return c.reply(responseTo, compressed, compID, req.Name(), doc)
 }
-
-var okReply = func() bsoncore.Document {
-	idx, d := bsoncore.AppendDocumentStart(nil)
-	d = bsoncore.AppendDoubleElement(d, "ok", 1)
-	d, _ = bsoncore.AppendDocumentEnd(d, idx)
-	return d
-}()
 
 // reply sends a reply body we built.
 func (c *client) reply(responseTo int32, compressed bool, compID wire.CompressorID, name string, body bsoncore.Document) error {
@@ -273,8 +251,8 @@ func (c *client) replyFlags(responseTo int32, flags wire.MsgFlags, compressed bo
 }
 
 // replyError sends an error reply; the client stays connected.
-func (c *client) replyError(responseTo int32, compressed bool, compID wire.CompressorID, req *request, body bsoncore.Document) error {
-	if req != nil && req.more {
+func (c *client) replyError(responseTo int32, compressed bool, compID wire.CompressorID, req *command.Request, body bsoncore.Document) error {
+	if req != nil && req.More {
 		return nil
 	}
 	return c.reply(responseTo, compressed, compID, "", body)
@@ -292,7 +270,7 @@ func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID,
 	if c.legacy {
 		buf := getBuffer(len(msg) + 64)
 		defer putBuffer(buf)
-		msg = legacyReply(buf.b[:0], msg)
+		msg = command.LegacyReply(buf.b[:0], msg)
 		if cap(msg) > cap(buf.b) {
 			buf.b = msg[:0]
 		}

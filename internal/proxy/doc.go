@@ -29,9 +29,10 @@
 //     max_user_client_conn.
 //   - awaithello.go: awaitable hello and quiesce; lbcursor.go: a
 //     load-balanced client's cursors across a drain.
-//   - route.go, affinity.go, command.go, handshake.go, errors.go: routes,
-//     cursor and transaction affinity, command and reply inspection, the
-//     hello reply, synthetic error replies.
+//   - route.go, affinity.go, handshake.go, errors.go: routes, cursor and
+//     transaction affinity, the hello reply, upstream failures as error
+//     replies (package command reads commands and replies and builds the
+//     error documents).
 //
 // A client is thus split by owner: its conn (socket, buffers) and the
 // exchange, its owner's only; its loopClient (the loop's side, with the

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"github.com/mongobouncer/mongobouncer/internal/command"
+
 	"fmt"
 	"time"
 
@@ -67,10 +69,10 @@ func parseHello(body bsoncore.Document, name string) helloRequest {
 // else APIVersionError (322).
 func (hr *helloRequest) apiVersionError() bsoncore.Document {
 	if hr.apiVersionType != 0 {
-		return errorReply(14, "TypeMismatch",
+		return command.ErrorReply(14, "TypeMismatch",
 			fmt.Sprintf("mongobouncer: BSON field 'apiVersion' is the wrong type '%s', expected type 'string'", hr.apiVersion))
 	}
-	return errorReply(322, "APIVersionError", fmt.Sprintf("mongobouncer: API version %q is not supported", hr.apiVersion))
+	return command.ErrorReply(322, "APIVersionError", fmt.Sprintf("mongobouncer: API version %q is not supported", hr.apiVersion))
 }
 
 // bsonTypeName is the server's alias of a BSON type (as in its $type and

@@ -8,7 +8,7 @@ package proxy
 // secondary carries $readPreference in its OP_MSG body (server-selection
 // spec, "Passing read preference to mongos"); a command without one goes to
 // the primary. A legacy OP_QUERY command reaches here translated to that
-// form (legacy.go): its $readPreference modifier, or its SecondaryOk flag
+// form (command/legacy.go): its $readPreference modifier, or its SecondaryOk flag
 // as secondaryPreferred, becomes the command's $readPreference.
 
 import (
@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
@@ -42,16 +43,16 @@ func (e *ReadPrefError) Unwrap() error { return e.Err }
 //   - An aggregate that writes ($out, $merge) needs the primary.
 //   - Any other command goes where its $readPreference allows, else where
 //     the route's default (read_preference) allows, else to the primary.
-func criteria(route *Route, req *request, body bsoncore.Document) (_ topology.Criteria, addDefault bool, _ error) {
-	if _, inTxn := req.key(); inTxn || req.info.primary || req.startTxn || req.info.kind != kindOther {
+func criteria(route *Route, req *command.Request, body bsoncore.Document) (_ topology.Criteria, addDefault bool, _ error) {
+	if _, inTxn := req.Key(); inTxn || req.Info.Primary || req.StartTxn || req.Info.Kind != command.Other {
 		return topology.Criteria{}, false, nil
 	}
 	var rp *sdam.ReadPref
-	if req.rp != nil {
-		if len(req.rp) < 5 {
+	if req.ReadPref != nil {
+		if len(req.ReadPref) < 5 {
 			return topology.Criteria{}, false, &ReadPrefError{Err: errors.New("not a document")}
 		}
-		p, err := sdam.ParseReadPref(bsoncore.Document(req.rp))
+		p, err := sdam.ParseReadPref(bsoncore.Document(req.ReadPref))
 		if err == nil {
 			err = p.Validate(route.Topology.HeartbeatInterval())
 		}
@@ -65,7 +66,7 @@ func criteria(route *Route, req *request, body bsoncore.Document) (_ topology.Cr
 	if rp == nil || rp.Mode == sdam.Primary {
 		return topology.Criteria{}, false, nil
 	}
-	if req.info.name == "aggregate" && pipelineWrites(body) {
+	if req.Info.Name == "aggregate" && pipelineWrites(body) {
 		return topology.Criteria{}, false, nil
 	}
 	return topology.Criteria{ReadPref: rp}, addDefault, nil

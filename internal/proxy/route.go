@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
@@ -37,7 +38,7 @@ type Route struct {
 	// runs a transaction. They are used only when the route has more than
 	// one server: with one, every command goes to it anyway.
 	cursors *affinity[int64, *topology.Server]
-	txns    *affinity[txnKey, *topology.Server]
+	txns    *affinity[command.TxnKey, *topology.Server]
 
 	// ReadPref is the route's default read preference (read_preference,
 	// read_preference_tags, max_staleness): used for reads whose command
@@ -79,7 +80,7 @@ func (r *Route) init(maxCursors, maxTxns int) {
 		return
 	}
 	r.cursors = newAffinity[int64, *topology.Server](maxCursors, 30*time.Minute)
-	r.txns = newAffinity[txnKey, *topology.Server](maxTxns, 30*time.Minute)
+	r.txns = newAffinity[command.TxnKey, *topology.Server](maxTxns, 30*time.Minute)
 	if r.ReadPref != nil && r.ReadPref.Mode == sdam.Primary {
 		r.ReadPref = nil
 	}

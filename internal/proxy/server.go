@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -199,7 +200,7 @@ type Server struct {
 
 	txnMu sync.Mutex // guards txnOwners
 	// txnOwners maps an open transaction to the session that began it.
-	txnOwners map[txnKey]*session
+	txnOwners map[command.TxnKey]*session
 
 	// tls is the client TLS in force (SetTLS); new clients read it.
 	tls atomic.Pointer[ClientTLS]

@@ -15,6 +15,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
@@ -37,7 +38,7 @@ type session struct {
 	pins []pin
 	// open are the transactions begun through this client that have not
 	// ended; they are aborted if the client disconnects.
-	open map[txnKey]*Route
+	open map[command.TxnKey]*Route
 	// lbCursors are the cursors a load-balanced client opened here and has
 	// not finished: a drain waits for them (lbcursor.go).
 	lbCursors map[int64]struct{}
@@ -151,7 +152,7 @@ func (ss *session) hasPinLocked() bool {
 }
 
 // beginTxn records a transaction begun through session ss.
-func (s *Server) beginTxn(ss *session, route *Route, srv *topology.Server, key txnKey) {
+func (s *Server) beginTxn(ss *session, route *Route, srv *topology.Server, key command.TxnKey) {
 	ss.setOpen(key, route)
 	if route.multi() {
 		route.txns.put(key, srv, time.Now())
@@ -160,11 +161,11 @@ func (s *Server) beginTxn(ss *session, route *Route, srv *topology.Server, key t
 }
 
 // setOpen records transaction key open on route.
-func (ss *session) setOpen(key txnKey, route *Route) {
+func (ss *session) setOpen(key command.TxnKey, route *Route) {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	if ss.open == nil {
-		ss.open = make(map[txnKey]*Route)
+		ss.open = make(map[command.TxnKey]*Route)
 	}
 	ss.open[key] = route
 }
@@ -172,17 +173,17 @@ func (ss *session) setOpen(key txnKey, route *Route) {
 // setTxnOwner notes which client began a transaction, so that a commit that
 // arrives on another client connection (drivers pin the server, not the
 // connection) can release the first client's pinned connection.
-func (s *Server) setTxnOwner(key txnKey, ss *session) {
+func (s *Server) setTxnOwner(key command.TxnKey, ss *session) {
 	s.txnMu.Lock()
 	if s.txnOwners == nil {
-		s.txnOwners = make(map[txnKey]*session)
+		s.txnOwners = make(map[command.TxnKey]*session)
 	}
 	s.txnOwners[key] = ss
 	s.txnMu.Unlock()
 }
 
 // txnRoute returns the route an open transaction began on, or nil.
-func (s *Server) txnRoute(key txnKey) *Route {
+func (s *Server) txnRoute(key command.TxnKey) *Route {
 	s.txnMu.Lock()
 	owner := s.txnOwners[key]
 	s.txnMu.Unlock()
@@ -195,7 +196,7 @@ func (s *Server) txnRoute(key txnKey) *Route {
 }
 
 // endTxn ends a transaction wherever it was begun.
-func (s *Server) endTxn(key txnKey, by *session) {
+func (s *Server) endTxn(key command.TxnKey, by *session) {
 	s.txnMu.Lock()
 	owner := s.txnOwners[key]
 	delete(s.txnOwners, key)
@@ -209,7 +210,7 @@ func (s *Server) endTxn(key txnKey, by *session) {
 // txnEnded forgets an open transaction; if no transaction holds this
 // client's transaction-mode pin and the client is idle, the connection goes
 // back to the pool now rather than at the client's next request.
-func (ss *session) txnEnded(key txnKey) {
+func (ss *session) txnEnded(key command.TxnKey) {
 	if back := ss.forgetTxn(key); back.conn != nil {
 		back.route.checkIn(back.conn)
 	}
@@ -217,7 +218,7 @@ func (ss *session) txnEnded(key txnKey) {
 
 // forgetTxn is txnEnded's part under sessMu: it returns the pin to give
 // back, if any.
-func (ss *session) forgetTxn(key txnKey) (back pin) {
+func (ss *session) forgetTxn(key command.TxnKey) (back pin) {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	route, ok := ss.open[key]
@@ -257,7 +258,7 @@ func (c *client) cleanup() {
 }
 
 // takeOpen takes the client's open transactions, for cleanup.
-func (ss *session) takeOpen() map[txnKey]*Route {
+func (ss *session) takeOpen() map[command.TxnKey]*Route {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	open := ss.open
@@ -277,7 +278,7 @@ func (ss *session) takePins() []pin {
 // abort sends abortTransaction for a transaction the client left open, on
 // its pinned connection if it has one, else on a connection to the server
 // that runs it.
-func (c *client) abort(route *Route, key txnKey) {
+func (c *client) abort(route *Route, key command.TxnKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.CommandTimeout)
 	defer cancel()
 	var srv *topology.Server
@@ -334,20 +335,20 @@ func (ss *session) pinned(route *Route) (pin, bool) {
 }
 
 // abortCommand builds {abortTransaction: 1, lsid: {id}, txnNumber, autocommit: false}.
-func abortCommand(key txnKey) bsoncore.Document {
+func abortCommand(key command.TxnKey) bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	d = bsoncore.AppendInt32Element(d, "abortTransaction", 1)
 	lidx, d2 := bsoncore.AppendDocumentElementStart(d, "lsid")
-	d2 = bsoncore.AppendBinaryElement(d2, "id", 4, key.lsid[:])
+	d2 = bsoncore.AppendBinaryElement(d2, "id", 4, key.LSID[:])
 	d, _ = bsoncore.AppendDocumentEnd(d2, lidx)
-	d = bsoncore.AppendInt64Element(d, "txnNumber", key.txn)
+	d = bsoncore.AppendInt64Element(d, "txnNumber", key.Txn)
 	d = bsoncore.AppendBooleanElement(d, "autocommit", false)
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
 	return d
 }
 
 // isOpen reports whether the client has transaction key open.
-func (ss *session) isOpen(key txnKey) bool {
+func (ss *session) isOpen(key command.TxnKey) bool {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	_, ok := ss.open[key]

@@ -14,6 +14,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -224,9 +225,9 @@ func (c *client) refusePlain(reason string) {
 		_, _ = io.CopyN(io.Discard, c.nc, int64(rest))
 	}
 	c.lc.Win.Lo, c.lc.Win.Hi = 0, 0
-	doc := errorReply(6, "HostUnreachable", reason)
+	doc := command.ErrorReply(6, "HostUnreachable", reason)
 	if h.OpCode == wire.OpQuery {
-		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+		c.writeLegacyReply(h.RequestID, true, command.LegacyError(doc))
 		return
 	}
 	_ = c.writeError(h.RequestID, false, 0, doc)
