@@ -7,9 +7,11 @@
 //
 //   - server.go: listeners, the client set, advertised limits, shutdown.
 //   - client.go: a client's life and the reads of its messages.
-//   - conn.go: the client's connection (socket, buffers, our framing,
-//     what its hello agreed on): its owner's only.
-//   - dispatch.go: what each message gets (handshake, admin, errors, forward).
+//   - conn.go: the client's connection (socket, buffers, what its hello
+//     agreed on): its owner's only.
+//   - reply.go: the one reply writer on the connection (our framing, the
+//     legacy translation, compression, protocol errors and refusals).
+//   - dispatch.go: what each message gets (handshake, admin, forward).
 //   - admit.go: admit, the one verdict on each request for both I/O models
 //     (refuse, answer, forward, or leave it to the loop), and the bounds on
 //     a client that has not logged in.

@@ -358,7 +358,7 @@ func (s *Server) accept(nc net.Conn, only string, listener string) {
 			defer s.wg.Done()
 			defer s.clientCount.Add(-1)
 			defer c.recoverRefused()
-			c.refuse(fmt.Sprintf("mongobouncer: too many client connections (max_client_conn = %d)", limit))
+			c.refuse(c.log, fmt.Sprintf("mongobouncer: too many client connections (max_client_conn = %d)", limit))
 		}()
 		return
 	}

@@ -225,12 +225,7 @@ func (c *client) refusePlain(reason string) {
 		_, _ = io.CopyN(io.Discard, c.nc, int64(rest))
 	}
 	c.lc.Win.Lo, c.lc.Win.Hi = 0, 0
-	doc := command.ErrorReply(6, "HostUnreachable", reason)
-	if h.OpCode == wire.OpQuery {
-		c.writeLegacyReply(h.RequestID, true, command.LegacyError(doc))
-		return
-	}
-	_ = c.writeError(h.RequestID, false, 0, doc)
+	c.writeFailure(h.RequestID, h.OpCode, command.ErrorReply(6, "HostUnreachable", reason))
 }
 
 // replayConn gives back the bytes read to tell TLS from plain before
