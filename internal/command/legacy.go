@@ -3,7 +3,7 @@ package command
 // Legacy OP_QUERY commands: a command sent as an OP_QUERY on "<db>.$cmd" is
 // served as the OP_MSG a modern driver would have sent, and its reply goes
 // back as an OP_REPLY. Drivers of this century send OP_QUERY only for the
-// first hello (dispatch.go answers it), but a mongos of the oldest release
+// first hello (proxy/dispatch.go answers it), but a mongos of the oldest release
 // mongobouncer fronts (4.2) still takes commands this way, and so does
 // mongobouncer: what reaches the upstream is always OP_MSG, which every
 // supported server accepts.
