@@ -68,6 +68,9 @@ var layers = map[string]layer{
 	// The rules a client passes before and at its login, over plain
 	// values: no socket, no proxy type.
 	"internal/gate": {1, []string{"auth", "wire"}, false},
+	// MongoDB commands and replies read in place, and the error replies
+	// built: documents only, no connection, no Go error of another package.
+	"internal/command": {1, []string{"sdam", "wire"}, false},
 	// The event-loop engine (issue 28): moves bytes over swappable I/O,
 	// knowing nothing of MongoDB, so never wire, never proxy.
 	"internal/evloop": {1, []string{"sysconn", "uring"}, false},
@@ -75,10 +78,10 @@ var layers = map[string]layer{
 	"internal/topology":          {2, []string{"auth", "pool", "sdam", "srv", "upstream", "wire"}, false},
 	"internal/testutil/ferretdb": {2, []string{"testutil/childproc", "testutil/devmongo"}, false},
 	// Floor 3: routes, a deployment (topology) with the terms config sets.
-	"internal/routing": {3, []string{"config", "pool", "sdam", "topology"}, false},
+	"internal/routing": {3, []string{"command", "config", "pool", "sdam", "topology"}, false},
 	// Floor 4: the proxy, over the engine (evloop), which owns the sockets'
 	// system calls, and over the routes.
-	"internal/proxy": {4, []string{"auth", "config", "evloop", "gate", "hello", "pool", "routing", "topology", "upstream", "wire"}, false},
+	"internal/proxy": {4, []string{"auth", "command", "config", "evloop", "gate", "hello", "pool", "routing", "topology", "upstream", "wire"}, false},
 	// Floor 5: the wiring.
 	"internal/app": {5, []string{"admin", "auth", "config", "metrics", "pool", "proxy", "routing", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
 	// Floor 6: the commands.

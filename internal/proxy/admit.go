@@ -25,6 +25,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -67,14 +68,14 @@ var errCompressorNotAgreed = errors.New("compressor not agreed in the hello")
 // (uncompressed) with flags, which routeOf sends to route (nil: none),
 // from a client logged in as id (nil: not logged in) with session sess.
 // It allocates nothing for a request it admits.
-func (s *Server) admit(id *auth.Identity, sess *session, msgLen int, flags wire.MsgFlags, req *request, route *routing.Route) admission {
-	switch req.info.kind {
-	case kindHello, kindAuth:
+func (s *Server) admit(id *auth.Identity, sess *session, msgLen int, flags wire.MsgFlags, req *command.Request, route *routing.Route) admission {
+	switch req.Info.Kind {
+	case command.Hello, command.Auth:
 		return admission{kind: admitAnswer}
 	}
 	if a := s.opts.Auth; a != nil {
 		if id == nil {
-			if gate.PreLoginAnswered(req.info.name, string(req.db), AdminDatabase) {
+			if gate.PreLoginAnswered(req.Info.Name, string(req.DB), AdminDatabase) {
 				if s.draining.Load() {
 					// As for a logged-in client: a load balancer's health
 					// check (a ping without a login) must see the drain.
@@ -82,24 +83,24 @@ func (s *Server) admit(id *auth.Identity, sess *session, msgLen int, flags wire.
 				}
 				return admission{kind: admitAnswer}
 			}
-			return refuse(errorReply(13, "Unauthorized",
-				fmt.Sprintf("mongobouncer: command %s requires authentication: log in first (saslStart)", auth.LogName(req.name()))))
+			return refuse(command.ErrorReply(13, "Unauthorized",
+				fmt.Sprintf("mongobouncer: command %s requires authentication: log in first (saslStart)", auth.LogName(req.Name()))))
 		}
-		if string(req.db) == AdminDatabase && !a.Users.IsAdmin(id) {
-			return refuse(errorReply(13, "Unauthorized",
+		if string(req.DB) == AdminDatabase && !a.Users.IsAdmin(id) {
+			return refuse(command.ErrorReply(13, "Unauthorized",
 				fmt.Sprintf("mongobouncer: %s may not run admin commands (add the user to admin_users)", id.ID())))
 		}
 	}
-	if len(req.db) == 0 {
-		return refuse(errorReply(40571, "Location40571", "mongobouncer: OP_MSG requests require a $db argument"))
+	if len(req.DB) == 0 {
+		return refuse(command.ErrorReply(40571, "Location40571", "mongobouncer: OP_MSG requests require a $db argument"))
 	}
-	if string(req.db) == AdminDatabase {
+	if string(req.DB) == AdminDatabase {
 		if s.opts.Admin == nil {
-			return refuse(errorReply(13, "Unauthorized", "mongobouncer: admin commands are not enabled"))
+			return refuse(command.ErrorReply(13, "Unauthorized", "mongobouncer: admin commands are not enabled"))
 		}
 		return admission{kind: admitAnswer}
 	}
-	key, inTxn := req.key()
+	key, inTxn := req.Key()
 	draining := s.draining.Load()
 	if draining {
 		// Only the commands of an open transaction may still run (on any
@@ -112,17 +113,17 @@ func (s *Server) admit(id *auth.Identity, sess *session, msgLen int, flags wire.
 		}
 	}
 	if route == nil {
-		if req.info.kind == kindEndSessions {
+		if req.Info.Kind == command.EndSessions {
 			// Sessions expire on their own; with no route for admin there is
 			// nowhere to send this, and the driver needs no more than ok.
 			return admission{kind: admitAnswer}
 		}
-		return refuse(errorReply(70, "ShardNotFound", fmt.Sprintf("mongobouncer: no route for database %q (add [databases.%s] or a \"*\" route)", req.db, req.db)))
+		return refuse(command.ErrorReply(70, "ShardNotFound", fmt.Sprintf("mongobouncer: no route for database %q (add [databases.%s] or a \"*\" route)", req.DB, req.DB)))
 	}
 	if m := route.MessageLimit(); m > 0 && msgLen > m {
 		// Read under the listener's limit, over the route's: the message
 		// was read whole, so the client can go on.
-		return refuse(errorReply(10334, "BSONObjectTooLarge", fmt.Sprintf("mongobouncer: a message of %d bytes is over route %q's max_message_size of %d bytes", msgLen, route.Name, m)))
+		return refuse(command.ErrorReply(10334, "BSONObjectTooLarge", fmt.Sprintf("mongobouncer: a message of %d bytes is over route %q's max_message_size of %d bytes", msgLen, route.Name, m)))
 	}
 	// What the loop serves itself: a plain command outside a transaction
 	// and an exhaust stream, to a route in statement or transaction mode,
@@ -130,10 +131,10 @@ func (s *Server) admit(id *auth.Identity, sess *session, msgLen int, flags wire.
 	// finds it cannot serve without blocking.
 	switch {
 	case flags&(wire.FlagExhaustAllowed|wire.FlagMoreToCome) != 0,
-		req.info.kind != kindOther && req.info.kind != kindGetMore && req.info.kind != kindKillCursors,
-		inTxn || req.startTxn || draining,
+		req.Info.Kind != command.Other && req.Info.Kind != command.GetMore && req.Info.Kind != command.KillCursors,
+		inTxn || req.StartTxn || draining,
 		route.NoLoop() || route.PoolMode() == ModeSession,
-		route.Multi() && req.info.kind != kindOther:
+		route.Multi() && req.Info.Kind != command.Other:
 		return admission{kind: admitForward}
 	}
 	return admission{kind: admitLoop}
@@ -143,9 +144,9 @@ func (s *Server) admit(id *auth.Identity, sess *session, msgLen int, flags wire.
 // (gate.PreLoginAnswered). A ping is {ok: 1}, as a mongos answers it
 // without asking a shard; buildInfo is gate.BuildInfo of the limits of
 // mongobouncer's hello.
-func (s *Server) preLoginAnswer(req *request) bsoncore.Document {
-	if req.info.name == "ping" {
-		return okReply
+func (s *Server) preLoginAnswer(req *command.Request) bsoncore.Document {
+	if req.Info.Name == "ping" {
+		return command.OKReply
 	}
 	lim := s.waitLimits()
 	return gate.BuildInfo(lim.MaxWire, lim.MaxBSON)

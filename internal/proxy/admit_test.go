@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
@@ -24,7 +25,7 @@ import (
 
 type stubAdmin struct{}
 
-func (stubAdmin) HandleAdmin(net.Addr, bsoncore.Document) bsoncore.Document { return okReply }
+func (stubAdmin) HandleAdmin(net.Addr, bsoncore.Document) bsoncore.Document { return command.OKReply }
 
 // The verdict table of admit, which both I/O models ask: what is refused
 // (and with which code), answered by mongobouncer, forwarded by the
@@ -36,7 +37,7 @@ func TestAdmitVerdicts(t *testing.T) {
 	session.SetPoolMode(ModeSession)
 	c := authClient(t)
 	c.s.opts.Admin = stubAdmin{}
-	cmd := func(name, db string, extra ...bson.E) *request {
+	cmd := func(name, db string, extra ...bson.E) *command.Request {
 		d := bson.D{{Key: name, Value: 1}}
 		if db != "" {
 			d = append(d, bson.E{Key: "$db", Value: db})
@@ -46,7 +47,7 @@ func TestAdmitVerdicts(t *testing.T) {
 	lsid := bson.E{Key: "lsid", Value: bson.D{{Key: "id", Value: bson.Binary{Subtype: 4, Data: make([]byte, 16)}}}}
 	type tc struct {
 		name  string
-		req   *request
+		req   *command.Request
 		route *routing.Route
 		flags wire.MsgFlags
 		size  int
@@ -142,12 +143,12 @@ func TestAdmitAllocatesNothing(t *testing.T) {
 // The first $db names the database, as mongod reads it.
 func TestInspectFirstDB(t *testing.T) {
 	r := reqOf(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "first"}, {Key: "$db", Value: "second"}})
-	if string(r.db) != "first" {
-		t.Fatalf("$db %q, want the first", r.db)
+	if string(r.DB) != "first" {
+		t.Fatalf("$db %q, want the first", r.DB)
 	}
 	r = reqOf(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: 1}, {Key: "$db", Value: "second"}})
-	if len(r.db) != 0 {
-		t.Fatalf("$db %q from a second field after one that is not a string", r.db)
+	if len(r.DB) != 0 {
+		t.Fatalf("$db %q from a second field after one that is not a string", r.DB)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -94,13 +95,13 @@ func (lg *login) due() bool {
 	return lg.Conv != nil || asked
 }
 
-// handleAuth answers a login command (kindAuth).
-func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
+// handleAuth answers a login command (command.Auth).
+func (c *client) handleAuth(responseTo int32, compressed bool, compID wire.CompressorID, req *command.Request) error {
 	if c.s.opts.Auth == nil {
 		return c.replyError(responseTo, compressed, compID, req,
-			errorReply(115, "CommandNotSupported", "mongobouncer: authentication is not enabled on mongobouncer"))
+			command.ErrorReply(115, "CommandNotSupported", "mongobouncer: authentication is not enabled on mongobouncer"))
 	}
-	doc := c.authStep().command(req.name(), c.msg.Body, string(req.db))
+	doc := c.authStep().command(req.Name(), c.msg.Body, string(req.DB))
 	err := c.replyError(responseTo, compressed, compID, req, doc)
 	if err == nil && c.login.refused {
 		err = errUserClientLimit // over max_user_client_conn: the reply said why
@@ -136,10 +137,10 @@ func (st authStep) command(name string, body bsoncore.Document, db string) bsonc
 	case "authenticate":
 		return st.authenticate(body, db)
 	case "logout":
-		return errorReply(115, "CommandNotSupported",
+		return command.ErrorReply(115, "CommandNotSupported",
 			"mongobouncer: logout is not supported: a connection keeps the user it logged in as; close the connection instead")
 	}
-	return errorReply(115, "CommandNotSupported",
+	return command.ErrorReply(115, "CommandNotSupported",
 		fmt.Sprintf("mongobouncer: %s is not supported: log in with saslStart (SCRAM-SHA-256 or SCRAM-SHA-1)", name))
 }
 
@@ -148,7 +149,7 @@ func (st authStep) refused(se *auth.StepError) bsoncore.Document {
 	if se.Log != "" {
 		(*st.log).Info(se.Log, se.Attrs...)
 	}
-	return errorReply(se.Code, se.Name, se.Msg)
+	return command.ErrorReply(se.Code, se.Name, se.Msg)
 }
 
 // saslStart begins a SCRAM conversation (auth.Login.SASLStart).

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/hello"
 )
 
@@ -24,13 +25,13 @@ func authClient(t *testing.T) *client {
 	return c
 }
 
-func reqOf(t *testing.T, cmd bson.D) *request {
+func reqOf(t *testing.T, cmd bson.D) *command.Request {
 	b, err := bson.Marshal(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r request
-	r.inspect(b)
+	var r command.Request
+	r.Inspect(b)
 	return &r
 }
 

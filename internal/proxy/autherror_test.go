@@ -12,6 +12,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
@@ -39,13 +40,13 @@ func TestUpstreamAuthFailureReply(t *testing.T) {
 		{"selection gave up", &topology.SelectionError{Topology: "orders", Err: topology.ErrSelectionTimeout,
 			Servers: []topology.ServerStatus{{Address: "db1:27017", State: topology.Unknown, Err: connErr}}}, 18},
 		{"one server of two refused", &topology.SelectionError{Topology: "orders", Err: topology.ErrSelectionTimeout,
-			Servers: []topology.ServerStatus{{Address: "db1:27017", Err: connErr}, {Address: "db2:27017", Err: errors.New("connection refused")}}}, codeHostUnreachable},
-		{"conversation we ended", ours, codeHostUnreachable},
-		{"pool cleared otherwise", &pool.PoolClearedError{Address: "db1:27017"}, codeHostUnreachable},
+			Servers: []topology.ServerStatus{{Address: "db1:27017", Err: connErr}, {Address: "db2:27017", Err: errors.New("connection refused")}}}, command.CodeHostUnreachable},
+		{"conversation we ended", ours, command.CodeHostUnreachable},
+		{"pool cleared otherwise", &pool.PoolClearedError{Address: "db1:27017"}, command.CodeHostUnreachable},
 	}
 	for _, c := range cases {
-		var req request
-		req.inspect(mustDoc(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}))
+		var req command.Request
+		req.Inspect(mustDoc(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}))
 		body := s.upstreamError(&routing.Route{Name: "orders"}, c.err, &req, false)
 		if code := body.Lookup("code").Int32(); code != c.code {
 			t.Errorf("%s: code %d, want %d: %v", c.name, code, c.code, body)
@@ -78,8 +79,8 @@ func TestPassThroughFailureReply(t *testing.T) {
 		"mismatch":  auth(&upstream.AuthError{Mechanism: "SCRAM-SHA-256", Username: "bob", Message: "salt differs", Err: upstream.ErrPassThroughMismatch}),
 		"no secret": errNoPassThroughSecret,
 	} {
-		var req request
-		req.inspect(mustDoc(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "d"}}))
+		var req command.Request
+		req.Inspect(mustDoc(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "d"}}))
 		body := s.upstreamError(&routing.Route{Name: "pt", PassThrough: true}, err, &req, false)
 		msg, _ := body.Lookup("errmsg").StringValueOK()
 		if code := body.Lookup("code").Int32(); code != 18 || !strings.Contains(msg, "pass-through") || !strings.Contains(msg, `route "pt"`) {
@@ -104,8 +105,8 @@ func TestSelectionErrorReplyHidesMembers(t *testing.T) {
 			{Address: "db3.internal:27017", State: topology.Usable, Kind: topology.KindRSSecondary},
 			{Address: "db4.internal:27017", Removed: "it is a member of replica set \"other\""},
 		}}
-	var req request
-	req.inspect(mustDoc(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}))
+	var req command.Request
+	req.Inspect(mustDoc(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}))
 	body := s.upstreamError(&routing.Route{Name: "orders"}, err, &req, false)
 	msg, _ := body.Lookup("errmsg").StringValueOK()
 	for _, leak := range []string{"db1", "db2", "db3", "db4", "10.0.0.1", "other"} {
@@ -119,7 +120,7 @@ func TestSelectionErrorReplyHidesMembers(t *testing.T) {
 			t.Errorf("the client's message lacks %q: %s", want, msg)
 		}
 	}
-	if code := body.Lookup("code").Int32(); code != codeHostUnreachable {
+	if code := body.Lookup("code").Int32(); code != command.CodeHostUnreachable {
 		t.Errorf("code %d", code)
 	}
 	for _, want := range []string{"db1.internal:27017", "connection refused", "db4.internal:27017"} {

@@ -110,6 +110,7 @@ func newClient(s *Server, nc net.Conn, only string, listener string) *client {
 		connected: time.Now(),
 		maxMsg:    s.opts.MaxMessageSize,
 	}
+	c.sent = &c.x.bytesOut
 	if only != "" {
 		// A route's own listener reads under the route's limit.
 		if r := s.Route(only); r != nil {
@@ -263,11 +264,11 @@ func (c *client) read() ([]byte, error) {
 	hdr := win.Pending()[:wire.HeaderLen]
 	h, err := wire.ParseHeader(hdr)
 	if err != nil {
-		return nil, c.protocolError(int32(binary.LittleEndian.Uint32(hdr[4:])), err)
+		return nil, c.protocolError(c.log, int32(binary.LittleEndian.Uint32(hdr[4:])), err)
 	}
 	n := int(h.MessageLength)
 	if limit := c.login.readLimit(c.s, c.maxMsg); n < wire.HeaderLen || n > limit {
-		return nil, c.protocolError(h.RequestID, c.login.sizeError(c.s, n, limit))
+		return nil, c.protocolError(c.log, h.RequestID, c.login.sizeError(c.s, n, limit))
 	}
 	if n <= win.Len() {
 		c.in = getBuffer(n)

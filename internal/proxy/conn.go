@@ -4,19 +4,17 @@ package proxy
 // serves the client (its goroutine, or the loop thread holding the
 // endpoint's Mu; the read window is the endpoint's, evloop.Window). What
 // is done with the bytes (the session, the login, the exchange) is not
-// here: only the socket's calls, our own framing, and what the
-// connection's hello agreed on.
+// here: only the socket's calls, and what the connection's hello agreed
+// on; the replies written on it are reply.go's.
 
 import (
 	"crypto/tls"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"strings"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
-
+	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -36,8 +34,11 @@ type conn struct {
 	out      *buffer // replies we build, and compressed copies
 	// nextID is the requestID of our own replies.
 	nextID int32
+	// sent is where the bytes written to the client are counted: the
+	// exchange's bytesOut (set by newClient).
+	sent *int
 	// legacy is set while a command that came as an OP_QUERY is served:
-	// its replies go back as an OP_REPLY (legacy.go). Such a request is
+	// its replies go back as an OP_REPLY (command/legacy.go). Such a request is
 	// always the goroutine's.
 	legacy bool
 	// comp has bit id set for each compressor a hello of the client agreed
@@ -73,25 +74,6 @@ func (cn *conn) setDeadline(d time.Time) {
 	}
 	_ = cn.nc.SetReadDeadline(d)
 	cn.deadline = true
-}
-
-// appendReply appends our own reply to the client's request responseTo,
-// an OP_MSG of body with flags, to dst: the one framing of every reply we build, on
-// either path.
-func (cn *conn) appendReply(dst []byte, responseTo int32, flags wire.MsgFlags, body []byte) []byte {
-	cn.nextID++
-	return wire.AppendMsg(dst, cn.nextID, responseTo, flags, body)
-}
-
-// writeLegacyReply answers an OP_QUERY with an OP_REPLY.
-func (cn *conn) writeLegacyReply(responseTo int32, failure bool, doc bsoncore.Document) {
-	cn.nextID++
-	b := wire.AppendReply(nil, cn.nextID, responseTo, doc)
-	if failure {
-		// responseFlags QueryFailure (bit 1) sits right after the header.
-		binary.LittleEndian.PutUint32(b[wire.HeaderLen:], 2)
-	}
-	_, _ = cn.nc.Write(b)
 }
 
 // checkCompressed decides, before anything is inflated, whether the
@@ -139,5 +121,5 @@ func (cn *conn) tlsSubject() (string, bool) {
 	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
 		return "", false
 	}
-	return x509Subject(st.VerifiedChains[0][0].RawSubject)
+	return auth.X509Subject(st.VerifiedChains[0][0].RawSubject)
 }

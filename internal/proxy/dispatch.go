@@ -4,17 +4,16 @@ package proxy
 // (hello, isMaster, legacy OP_QUERY hello) and the admin commands are
 // answered here; authentication commands go to auth.go, which also
 // decides what a client may run before it has logged in; malformed messages get a protocol error; every
-// other command goes to its route (relay.go). The replies mongobouncer
-// builds itself are written from here too.
+// other command goes to its route (relay.go). The replies are written by
+// reply.go.
 
 import (
 	"errors"
 	"fmt"
-	"io"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -32,7 +31,7 @@ func (c *client) handle(msg []byte) error {
 		// Nothing is inflated with a compressor the client's hello did
 		// not agree on, nor to more than the client may send now.
 		if err := c.checkCompressed(msg); err != nil {
-			return c.protocolError(h.RequestID, err)
+			return c.protocolError(c.log, h.RequestID, err)
 		}
 		// A pooled buffer; Decompress grows it to the declared size, which
 		// it has checked against the limit first.
@@ -43,7 +42,7 @@ func (c *client) handle(msg []byte) error {
 			if errors.Is(err, wire.ErrMessageTooLarge) && c.login.pending(c.s) && limit == c.s.preLoginLimit() {
 				err = fmt.Errorf("before login, at most max_prelogin_message_size (%d bytes): %w", limit, err)
 			}
-			return c.protocolError(h.RequestID, err)
+			return c.protocolError(c.log, h.RequestID, err)
 		}
 		c.aux.b = inner[:0]
 		msg = inner
@@ -56,63 +55,16 @@ func (c *client) handle(msg []byte) error {
 	case wire.OpQuery:
 		return c.handleQuery(msg, h)
 	default:
-		return c.protocolError(h.RequestID, fmt.Errorf("opcode %d is not supported by mongobouncer: %w", int32(h.OpCode), wire.ErrUnknownOpCode))
+		return c.protocolError(c.log, h.RequestID, fmt.Errorf("opcode %d is not supported by mongobouncer: %w", int32(h.OpCode), wire.ErrUnknownOpCode))
 	}
-}
-
-// protocolError answers a malformed message with an error reply, when the
-// client can still read one, and ends the client.
-func (c *client) protocolError(requestID int32, err error) error {
-	return c.protocolErrorOp(requestID, wire.OpMsg, err)
-}
-
-// protocolErrorOp is protocolError for a request of opcode op: a legacy
-// OP_QUERY client can only read an OP_REPLY.
-func (c *client) protocolErrorOp(requestID int32, op wire.OpCode, err error) error {
-	c.log.Warn("client protocol error", "error", err)
-	code, codeName := int32(17), "ProtocolError"
-	if errors.Is(err, wire.ErrInvalidBSON) {
-		code, codeName = 22, "InvalidBSON"
-	}
-	doc := errorReply(code, codeName, "mongobouncer: "+err.Error())
-	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	if op == wire.OpQuery {
-		c.writeLegacyReply(requestID, true, legacyError(doc))
-	} else {
-		_ = c.writeError(requestID, false, 0, doc)
-	}
-	_ = c.nc.SetWriteDeadline(time.Time{})
-	return err
-}
-
-// refuse answers a client over max_client_conn: it reads the first message
-// (with a short deadline) so that the error reply can name its request, and
-// closes the connection.
-func (c *client) refuse(reason string) {
-	defer c.closeConn()
-	c.log.Warn("client refused", "reason", reason)
-	_ = c.nc.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.ReadFull(c.nc, c.hdr[:]); err != nil {
-		return
-	}
-	h, err := wire.ParseHeader(c.hdr[:])
-	if err != nil {
-		return
-	}
-	doc := errorReply(6, "HostUnreachable", reason)
-	if h.OpCode == wire.OpQuery {
-		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
-		return
-	}
-	_ = c.writeError(h.RequestID, false, 0, doc)
 }
 
 // handleQuery serves legacy OP_QUERY, which modern drivers use only for the
-// first hello; other commands are translated to OP_MSG (legacy.go).
+// first hello; other commands are translated to OP_MSG (command/legacy.go).
 func (c *client) handleQuery(msg []byte, h wire.Header) error {
 	q, err := wire.ParseQuery(msg)
 	if err != nil {
-		return c.protocolErrorOp(h.RequestID, wire.OpQuery, err)
+		return c.protocolErrorOp(c.log, h.RequestID, wire.OpQuery, err)
 	}
 	cmd := q.Query
 	if v, err := cmd.LookupErr("$query"); err == nil {
@@ -121,21 +73,21 @@ func (c *client) handleQuery(msg []byte, h wire.Header) error {
 		}
 	}
 	name := wire.CommandName(cmd)
-	if ci := commands[name]; ci.kind == kindHello && isCmdNamespace(q.FullCollectionName) {
+	if ci := command.Lookup(name); ci.Kind == command.Hello && command.IsCmdNamespace(q.FullCollectionName) {
 		hr := hello.Parse(cmd, name)
 		c.writeLegacyReply(h.RequestID, false, c.answerHello(cmd, &hr))
 		return nil
 	}
-	db := legacyDatabase(q.FullCollectionName)
+	db := command.LegacyDatabase(q.FullCollectionName)
 	if db == "" {
-		doc := errorReply(352, "UnsupportedOpQueryCommand",
+		doc := command.ErrorReply(352, "UnsupportedOpQueryCommand",
 			fmt.Sprintf("mongobouncer: OP_QUERY is only supported for commands (on \"<db>.$cmd\"), not on %q; the client driver may require an upgrade", q.FullCollectionName))
-		c.writeLegacyReply(h.RequestID, true, legacyError(doc))
+		c.writeFailure(h.RequestID, wire.OpQuery, doc)
 		return nil
 	}
-	m, err := legacyCommand(nil, q, db)
+	m, err := command.LegacyCommand(nil, q, db)
 	if err != nil {
-		c.writeLegacyReply(h.RequestID, true, legacyError(errorReply(2, "BadValue", "mongobouncer: "+err.Error())))
+		c.writeFailure(h.RequestID, wire.OpQuery, command.ErrorReply(2, "BadValue", "mongobouncer: "+err.Error()))
 		return nil
 	}
 	// The command takes the OP_MSG path; every reply to it, built here or
@@ -147,31 +99,15 @@ func (c *client) handleQuery(msg []byte, h wire.Header) error {
 	return c.handleMsg(m, mh, false, 0)
 }
 
-func isCmdNamespace(ns string) bool {
-	return len(ns) > 5 && ns[len(ns)-5:] == ".$cmd"
-}
-
-// legacyError adds the $err field that OP_REPLY query failures carry.
-func legacyError(doc bsoncore.Document) bsoncore.Document {
-	msg, _ := doc.Lookup("errmsg").StringValueOK()
-	out := bsoncore.AppendStringElement(nil, "$err", msg)
-	elems, _ := doc.Elements()
-	parts := [][]byte{out}
-	for _, e := range elems {
-		parts = append(parts, e)
-	}
-	return bsoncore.BuildDocument(nil, parts...)
-}
-
 // handleMsg serves one OP_MSG request, as admit decides.
 func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
 	if err := wire.ParseMsgInto(msg, &c.msg); err != nil {
-		return c.protocolError(h.RequestID, err)
+		return c.protocolError(c.log, h.RequestID, err)
 	}
 	req := &c.x.req
-	req.inspect(c.msg.Body)
-	req.exhaust = c.msg.Flags&wire.FlagExhaustAllowed != 0
-	req.more = c.msg.Flags&wire.FlagMoreToCome != 0
+	req.Inspect(c.msg.Body)
+	req.Exhaust = c.msg.Flags&wire.FlagExhaustAllowed != 0
+	req.More = c.msg.Flags&wire.FlagMoreToCome != 0
 	route := c.s.routeOf(c.only, req)
 	v := c.s.admit(c.login.Ident, &c.sess, len(msg), c.msg.Flags, req, route)
 	switch v.kind {
@@ -184,88 +120,22 @@ func (c *client) handleMsg(msg []byte, h wire.Header, compressed bool, compID wi
 }
 
 // answer serves a request mongobouncer answers itself (admitAnswer).
-func (c *client) answer(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
+func (c *client) answer(responseTo int32, compressed bool, compID wire.CompressorID, req *command.Request) error {
 	var doc bsoncore.Document
 	switch {
-	case req.info.kind == kindHello:
+	case req.Info.Kind == command.Hello:
 		return c.serveHello(responseTo, compressed, compID, req)
-	case req.info.kind == kindAuth:
+	case req.Info.Kind == command.Auth:
 		return c.handleAuth(responseTo, compressed, compID, req)
 	case c.login.pending(c.s):
 		doc = c.s.preLoginAnswer(req)
-	case string(req.db) == AdminDatabase:
+	case string(req.DB) == AdminDatabase:
 		return c.replyError(responseTo, compressed, compID, req, c.s.opts.Admin.HandleAdmin(c.nc.RemoteAddr(), c.msg.Body))
 	default: // endSessions with no route
-		doc = okReply
+		doc = command.OKReply
 	}
-	if req.more {
+	if req.More {
 		return nil // moreToCome: the client reads no reply
 	}
-	return c.reply(responseTo, compressed, compID, req.name(), doc)
-}
-
-var okReply = func() bsoncore.Document {
-	idx, d := bsoncore.AppendDocumentStart(nil)
-	d = bsoncore.AppendDoubleElement(d, "ok", 1)
-	d, _ = bsoncore.AppendDocumentEnd(d, idx)
-	return d
-}()
-
-// reply sends a reply body we built.
-func (c *client) reply(responseTo int32, compressed bool, compID wire.CompressorID, name string, body bsoncore.Document) error {
-	return c.replyFlags(responseTo, 0, compressed, compID, name, body)
-}
-
-// replyFlags sends a reply body we built with OP_MSG flags (moreToCome in
-// an exhaust stream); its requestID is c.nextID after.
-func (c *client) replyFlags(responseTo int32, flags wire.MsgFlags, compressed bool, compID wire.CompressorID, name string, body bsoncore.Document) error {
-	c.out = getBuffer(len(body) + 64)
-	msg := c.appendReply(c.out.b[:0], responseTo, flags, body)
-	c.out.b = msg[:0]
-	return c.writeRaw(msg, compressed, compID, name)
-}
-
-// replyError sends an error reply; the client stays connected.
-func (c *client) replyError(responseTo int32, compressed bool, compID wire.CompressorID, req *request, body bsoncore.Document) error {
-	if req != nil && req.more {
-		return nil
-	}
-	return c.reply(responseTo, compressed, compID, "", body)
-}
-
-// writeError sends an uncompressed error reply.
-func (c *client) writeError(responseTo int32, compressed bool, compID wire.CompressorID, body bsoncore.Document) error {
-	return c.reply(responseTo, compressed, compID, "", body)
-}
-
-// writeRaw writes a whole message to the client, compressed with the
-// client's compressor when the client compressed its request and the
-// command may be compressed.
-func (c *client) writeRaw(msg []byte, compressed bool, compID wire.CompressorID, name string) error {
-	if c.legacy {
-		buf := getBuffer(len(msg) + 64)
-		defer putBuffer(buf)
-		msg = legacyReply(buf.b[:0], msg)
-		if cap(msg) > cap(buf.b) {
-			buf.b = msg[:0]
-		}
-		compressed = false
-	}
-	if compressed && name != "" && !wire.MustNotCompress(name) {
-		buf := getBuffer(len(msg) + 64)
-		defer putBuffer(buf)
-		out, err := wire.Compress(buf.b[:0], msg, compID)
-		if err == nil {
-			if cap(out) > cap(buf.b) {
-				buf.b = out[:0]
-			}
-			msg = out
-		}
-	}
-	n, err := c.nc.Write(msg)
-	c.x.bytesOut += n
-	if err != nil {
-		return errClientGone
-	}
-	return nil
+	return c.reply(responseTo, compressed, compID, req.Name(), doc)
 }

@@ -7,9 +7,11 @@
 //
 //   - server.go: listeners, the client set, advertised limits, shutdown.
 //   - client.go: a client's life and the reads of its messages.
-//   - conn.go: the client's connection (socket, buffers, our framing,
-//     what its hello agreed on): its owner's only.
-//   - dispatch.go: what each message gets (handshake, admin, errors, forward).
+//   - conn.go: the client's connection (socket, buffers, what its hello
+//     agreed on): its owner's only.
+//   - reply.go: the one reply writer on the connection (our framing, the
+//     legacy translation, compression, protocol errors and refusals).
+//   - dispatch.go: what each message gets (handshake, admin, forward).
 //   - admit.go: admit, the one verdict on each request for both I/O models
 //     (refuse, answer, forward, or leave it to the loop), and the bounds on
 //     a client that has not logged in.
@@ -31,10 +33,10 @@
 //   - hello.go: a client's hello read and answered on its socket, the
 //     awaitable wait and stream (the protocol is internal/hello's);
 //     lbcursor.go: a load-balanced client's cursors across a drain.
-//   - route.go, command.go, errors.go: the routing table (the routes
-//     themselves, with their affinity maps, are internal/routing's) and
-//     which commands are reads, command and reply inspection, synthetic
-//     error replies.
+//   - route.go, errors.go: the routing table (the routes themselves, with
+//     their affinity maps, are internal/routing's) and which commands are
+//     reads; upstream failures as error replies (package command reads
+//     commands and replies and builds the error documents).
 //
 // A client is thus split by owner: its conn (socket, buffers) and the
 // exchange, its owner's only; its loopClient (the loop's side, with the

@@ -1,36 +1,24 @@
 package proxy
 
 // Upstream failures as clients see them: the error reply for a request
-// that could not reach or finish at its upstream (codes and labels drivers
-// retry on, details kept from clients that have not logged in), and the
-// SDAM state-change errors of replies.
+// that could not reach or finish at its upstream (the Go errors of pool,
+// topology and upstream mapped to command's codes and labels, details
+// kept from clients that have not logged in), and the SDAM state-change
+// errors of replies.
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
-)
-
-// Error codes of the synthetic replies. They come from the set drivers
-// retry, and none of them is a "state change" code: those would make a
-// driver mark mongobouncer unknown and drop its pool to us for what is an
-// upstream problem.
-const (
-	codeHostUnreachable = 6
-	codeNetworkTimeout  = 89
-	codeSocketException = 9001
-	// codeFailedToParse answers a request the proxy cannot read (a bad
-	// $readPreference); it is not retryable.
-	codeFailedToParse = 9
 )
 
 // errUpstreamProtocol marks a reply that breaks the wire protocol on one
@@ -41,8 +29,8 @@ var errUpstreamProtocol = errors.New("upstream broke the wire protocol")
 
 // upstreamError turns a failure to reach or use an upstream into an error
 // reply that drivers retry, labelled for writes and transactions.
-func (s *Server) upstreamError(route *routing.Route, err error, req *request, inTxn bool) bsoncore.Document {
-	code, codeName := int32(codeSocketException), "SocketException"
+func (s *Server) upstreamError(route *routing.Route, err error, req *command.Request, inTxn bool) bsoncore.Document {
+	code, codeName := int32(command.CodeSocketException), "SocketException"
 	var what string
 	var sel *topology.SelectionError
 	var wq *pool.WaitQueueTimeoutError
@@ -53,54 +41,54 @@ func (s *Server) upstreamError(route *routing.Route, err error, req *request, in
 	switch {
 	case errors.As(err, &rpe):
 		// The client's mistake: not retryable, and nothing upstream.
-		msg := fmt.Sprintf("mongobouncer: %v (route %q, command %s)", rpe, route.Name, req.name())
-		return errorReply(codeFailedToParse, "FailedToParse", msg)
+		msg := fmt.Sprintf("mongobouncer: %v (route %q, command %s)", rpe, route.Name, req.Name())
+		return command.ErrorReply(command.CodeFailedToParse, "FailedToParse", msg)
 	case upstreamAuthFailure(err, &sel, &cleared):
 		// The route's service user was refused: no retry can help until
 		// the configuration is fixed, so the server's code 18, no labels.
 		s.opts.Observer.UpstreamError(route.Name, upstream.CodeAuthenticationFailed)
 		detail := clientDetail(s, route, err)
-		msg := fmt.Sprintf("mongobouncer: authentication of route %q to its upstream failed (command %s): %s", route.Name, req.name(), detail)
+		msg := fmt.Sprintf("mongobouncer: authentication of route %q to its upstream failed (command %s): %s", route.Name, req.Name(), detail)
 		if route.PassThrough {
-			msg = fmt.Sprintf("mongobouncer: route %q logs in upstream as each client's own user (SCRAM pass-through), and the upstream refused this user (command %s): %s", route.Name, req.name(), detail)
+			msg = fmt.Sprintf("mongobouncer: route %q logs in upstream as each client's own user (SCRAM pass-through), and the upstream refused this user (command %s): %s", route.Name, req.Name(), detail)
 		}
-		return errorReply(upstream.CodeAuthenticationFailed, "AuthenticationFailed", msg)
+		return command.ErrorReply(upstream.CodeAuthenticationFailed, "AuthenticationFailed", msg)
 	case errors.Is(err, errNoPassThroughSecret):
 		// Nothing to retry with: the client's login gave no usable secret.
 		s.opts.Observer.UpstreamError(route.Name, upstream.CodeAuthenticationFailed)
-		msg := fmt.Sprintf("mongobouncer: route %q logs in upstream as each client's own user (SCRAM pass-through), and cannot for this client (command %s): %v", route.Name, req.name(), err)
-		return errorReply(upstream.CodeAuthenticationFailed, "AuthenticationFailed", msg)
+		msg := fmt.Sprintf("mongobouncer: route %q logs in upstream as each client's own user (SCRAM pass-through), and cannot for this client (command %s): %v", route.Name, req.Name(), err)
+		return command.ErrorReply(upstream.CodeAuthenticationFailed, "AuthenticationFailed", msg)
 	case errors.Is(err, errShuttingDown):
 		code, codeName = 91, "ShutdownInProgress"
 		what = "shutting down"
 	case errors.Is(err, errRouteReplaced):
-		code, codeName = codeHostUnreachable, "HostUnreachable"
+		code, codeName = command.CodeHostUnreachable, "HostUnreachable"
 		what = "the route was reconfigured while the request waited at its pause; retry"
 	case errors.As(err, &sel):
-		code, codeName = codeHostUnreachable, "HostUnreachable"
+		code, codeName = command.CodeHostUnreachable, "HostUnreachable"
 		what = "no upstream server available"
 	case errors.As(err, &wq):
-		code, codeName = codeNetworkTimeout, "NetworkTimeout"
+		code, codeName = command.CodeNetworkTimeout, "NetworkTimeout"
 		what = "timed out waiting for an upstream connection"
 	case errors.As(err, &cleared):
-		code, codeName = codeHostUnreachable, "HostUnreachable"
+		code, codeName = command.CodeHostUnreachable, "HostUnreachable"
 		what = "upstream pool was cleared"
 	case errors.As(err, &closed):
-		code, codeName = codeHostUnreachable, "HostUnreachable"
+		code, codeName = command.CodeHostUnreachable, "HostUnreachable"
 		what = "upstream pool is closed"
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		code, codeName = codeNetworkTimeout, "NetworkTimeout"
+		code, codeName = command.CodeNetworkTimeout, "NetworkTimeout"
 		what = "upstream timed out"
 	case isConnectError(err):
-		code, codeName = codeHostUnreachable, "HostUnreachable"
+		code, codeName = command.CodeHostUnreachable, "HostUnreachable"
 		what = "cannot connect to upstream"
 	default:
 		what = "upstream connection failed"
 	}
 	s.opts.Observer.UpstreamError(route.Name, code)
-	msg := fmt.Sprintf("mongobouncer: %s (route %q, command %s): %s", what, route.Name, req.name(), clientDetail(s, route, err))
-	doc := errorReply(code, codeName, msg, labelsFor(req, inTxn)...)
-	if code == codeShutdownInProgress {
+	msg := fmt.Sprintf("mongobouncer: %s (route %q, command %s): %s", what, route.Name, req.Name(), clientDetail(s, route, err))
+	doc := command.ErrorReply(code, codeName, msg, command.Labels(req, inTxn)...)
+	if code == command.CodeShutdownInProgress {
 		// Our own shutdown: a state change error, with our topologyVersion.
 		doc = s.topo.WithVersion(doc)
 	}
@@ -147,21 +135,6 @@ func upstreamAuthFailure(err error, sel **topology.SelectionError, cleared **poo
 	return false
 }
 
-// labelsFor chooses the error labels that make drivers retry correctly.
-func labelsFor(req *request, inTxn bool) []string {
-	switch {
-	case inTxn && req.info.kind == kindCommit:
-		return []string{"RetryableWriteError", "UnknownTransactionCommitResult"}
-	case inTxn && req.info.kind == kindAbort:
-		return []string{"RetryableWriteError"}
-	case inTxn:
-		return []string{"TransientTransactionError"}
-	case req.info.write:
-		return []string{"RetryableWriteError"}
-	}
-	return nil
-}
-
 // isConnectError reports whether err is a failure to establish an upstream
 // connection (as opposed to one failing mid-request).
 func isConnectError(err error) bool {
@@ -185,61 +158,4 @@ func stateChangeError(code int32, body bsoncore.Document) error {
 		}
 	}
 	return e
-}
-
-// Shutdown codes: a server that says it is shutting down.
-const (
-	codeShutdownInProgress    = 91
-	codeInterruptedAtShutdown = 11600
-)
-
-// softenShutdown rewrites in place the shutdown codes (91
-// ShutdownInProgress, 11600 InterruptedAtShutdown) of a relayed reply body,
-// its own code and its writeConcernError's, to HostUnreachable (6), and
-// reports whether it changed anything.
-//
-// A driver that receives a shutdown code clears its whole pool to the
-// server that sent it, and that server is mongobouncer, which is not
-// shutting down: one member is. HostUnreachable is retried the same way
-// (reads by code, writes by the RetryableWriteError label the member
-// added), without costing the application its connections to mongobouncer.
-// The topology has already seen the original code. codeName and errmsg
-// stay as the member wrote them (they say what happened; a shorter name
-// would move every byte after it); drivers decide on the code.
-func softenShutdown(body []byte) bool {
-	return softenCodes(body, true)
-}
-
-// softenCodes does softenShutdown's work on one document; top says to look
-// into a writeConcernError too.
-func softenCodes(doc []byte, top bool) bool {
-	if len(doc) < 5 {
-		return false
-	}
-	changed := false
-	rest := doc[4 : len(doc)-1]
-	for len(rest) > 0 {
-		el, next, ok := bsoncore.ReadElement(rest)
-		if !ok {
-			break
-		}
-		rest = next
-		switch el.Key() {
-		case "code":
-			v := el.Value()
-			if v.Type != bsoncore.TypeInt32 || len(v.Data) != 4 {
-				continue
-			}
-			if c := int32(binary.LittleEndian.Uint32(v.Data)); c == codeShutdownInProgress || c == codeInterruptedAtShutdown {
-				// v.Data aliases doc.
-				binary.LittleEndian.PutUint32(v.Data, uint32(codeHostUnreachable))
-				changed = true
-			}
-		case "writeConcernError":
-			if d, ok := el.Value().DocumentOK(); ok && top {
-				changed = softenCodes(d, false) || changed
-			}
-		}
-	}
-	return changed
 }

@@ -22,6 +22,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
@@ -52,7 +53,7 @@ type exchange struct {
 	sess  *session
 	login *login
 	id    int64
-	req   request // the parsed command
+	req   command.Request // the parsed command
 	// body is the command document the request carries.
 	body bsoncore.Document
 	// route, srv and pc are where the request goes; pinned says pc is the
@@ -65,7 +66,7 @@ type exchange struct {
 	// pool is the pool the request checks out from: srv's, or on a
 	// pass-through route its user's (poolFor).
 	pool  *pool.Pool
-	key   txnKey
+	key   command.TxnKey
 	inTxn bool
 	// killIDs are the cursors of a killCursors on a multi-server route.
 	killIDs []int64
@@ -88,16 +89,16 @@ type exchange struct {
 // the route an open transaction began on (commitTransaction and
 // abortTransaction name admin, which may be routed elsewhere or nowhere),
 // or the route of its database. nil means no route serves it.
-func (s *Server) routeOf(only string, req *request) *routing.Route {
+func (s *Server) routeOf(only string, req *command.Request) *routing.Route {
 	if only != "" {
 		return s.Route(only)
 	}
-	if key, inTxn := req.key(); inTxn && !req.startTxn {
+	if key, inTxn := req.Key(); inTxn && !req.StartTxn {
 		if r := s.txnRoute(key); r != nil {
 			return r
 		}
 	}
-	return s.routeFor(req.db)
+	return s.routeFor(req.DB)
 }
 
 // begin starts forwarding the parsed request (x.req, whose command is
@@ -114,10 +115,10 @@ func (x *exchange) begin(route *routing.Route, body bsoncore.Document, msgLen in
 func (x *exchange) prepare(route *routing.Route, body bsoncore.Document, msgLen int, reqID int32) {
 	x.body = body
 	x.route, x.srv, x.need, x.pc, x.pinned, x.pool = route, nil, nil, nil, false, nil
-	x.key, x.inTxn = x.req.key()
+	x.key, x.inTxn = x.req.Key()
 	x.killIDs, x.addRP = nil, false
-	if x.req.info.kind == kindKillCursors && (route.Multi() || x.sess.lbMode.Load()) {
-		x.killIDs = cursorIDs(body)
+	if x.req.Info.Kind == command.KillCursors && (route.Multi() || x.sess.lbMode.Load()) {
+		x.killIDs = command.CursorIDs(body)
 	}
 	x.reqID, x.replies, x.retried = reqID, 0, false
 	x.start = monoNow()
@@ -230,13 +231,13 @@ func (x *exchange) affinity() *topology.Server {
 	route, req := x.route, &x.req
 	var srv *topology.Server
 	switch {
-	case req.info.kind == kindGetMore:
-		srv = route.CursorServer(req.cursorID)
-	case req.info.kind == kindKillCursors && len(x.killIDs) > 0:
+	case req.Info.Kind == command.GetMore:
+		srv = route.CursorServer(req.CursorID)
+	case req.Info.Kind == command.KillCursors && len(x.killIDs) > 0:
 		// Drivers kill one cursor per command; several would all belong to
 		// the server of the first, as they come from one cursor's namespace.
 		srv = route.CursorServer(x.killIDs[0])
-	case x.inTxn && !req.startTxn:
+	case x.inTxn && !req.StartTxn:
 		srv = route.TxnServer(x.key)
 	}
 	if srv != nil {
@@ -277,7 +278,7 @@ func (x *exchange) lookPin(need *topology.Server, take bool) bool {
 // holding records what holding the request's connection begins: a
 // transaction started by this request.
 func (x *exchange) holding() {
-	if x.inTxn && x.req.startTxn {
+	if x.inTxn && x.req.StartTxn {
 		x.s.beginTxn(x.sess, x.route, x.srv, x.key)
 	}
 }
@@ -316,7 +317,7 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	route.Hold()
 	x.pc = pc
 	mode := route.PoolMode()
-	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.startTxn || (x.inTxn && x.sess.hasOpen(route))))
+	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.StartTxn || (x.inTxn && x.sess.hasOpen(route))))
 	if pinNow && (x.need == nil || !route.Multi() || x.sess.pinServer(route) == nil || x.sess.pinServer(route) == srv) {
 		x.sess.setPin(route, srv, pc)
 		x.pinned = true
@@ -386,28 +387,28 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 	flags, body := wire.ReplyView(reply)
 	stream = flags&wire.FlagMoreToCome != 0
 	switch {
-	case stream && !x.req.exhaust:
+	case stream && !x.req.Exhaust:
 		// A server must not stream to a request that did not allow it; the
 		// rest of its stream would be unread bytes on the connection.
 		return false, fmt.Errorf("%w: upstream %s sent moreToCome to a request without exhaustAllowed", errUpstreamProtocol, addr)
-	case !stream && extra > 0 && x.req.exhaust:
+	case !stream && extra > 0 && x.req.Exhaust:
 		return false, fmt.Errorf("%w: upstream %s sent more after the last reply of an exhaust stream", errUpstreamProtocol, addr)
 	case !stream && extra > 0:
 		// Those bytes would answer the next request on this connection.
 		return false, fmt.Errorf("%w: upstream %s sent more than one reply to a request without exhaustAllowed", errUpstreamProtocol, addr)
 	}
 	x.replies++
-	ri := inspectReply(body)
-	x.ok = ri.ok
-	if !ri.ok && ri.code != 0 {
-		x.s.opts.Observer.UpstreamError(x.route.Name, ri.code)
+	ri := command.InspectReply(body)
+	x.ok = ri.OK
+	if !ri.OK && ri.Code != 0 {
+		x.s.opts.Observer.UpstreamError(x.route.Name, ri.Code)
 	}
-	if ri.overloaded {
+	if ri.Overloaded {
 		// Passed through unchanged (drivers back off and retry it); the
 		// pool's adaptive limit counts it as a drop.
 		x.pc.MarkOverloaded()
 	}
-	if code := ri.stateChange(); code != 0 {
+	if code := ri.StateChange(); code != 0 {
 		// The server is stepping down, recovering or shutting down: SDAM's
 		// application error rules (mark it Unknown, check it now, clear its
 		// pool when they say so). The reply itself goes to the client,
@@ -416,7 +417,7 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 		// The client's driver must not take a member's state for
 		// mongobouncer's: shutdown codes softened, the member's
 		// topologyVersion replaced by ours (hello.go).
-		softened := softenShutdown(body)
+		softened := command.SoftenShutdown(body)
 		stamped := x.s.topo.Restamp(body)
 		if (softened || stamped) && flags&wire.FlagChecksumPresent != 0 {
 			wire.UpdateChecksum(reply)
@@ -427,27 +428,27 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 }
 
 // track updates cursor and transaction affinity from one reply.
-func (x *exchange) track(ri replyInfo) {
+func (x *exchange) track(ri command.Reply) {
 	route, req := x.route, &x.req
 	x.sess.noteLBCursor(req, ri, x.killIDs)
 	switch {
-	case req.info.kind == kindGetMore && ri.cursorID == 0:
-		route.ForgetCursor(req.cursorID)
-	case req.info.kind == kindKillCursors:
+	case req.Info.Kind == command.GetMore && ri.CursorID == 0:
+		route.ForgetCursor(req.CursorID)
+	case req.Info.Kind == command.KillCursors:
 		for _, id := range x.killIDs {
 			route.ForgetCursor(id)
 		}
-	case ri.cursorID != 0 && req.info.kind != kindGetMore:
-		route.SetCursorServer(ri.cursorID, x.srv)
+	case ri.CursorID != 0 && req.Info.Kind != command.GetMore:
+		route.SetCursorServer(ri.CursorID, x.srv)
 	}
 	if !x.inTxn {
 		return
 	}
 	switch {
-	case req.info.kind == kindCommit || req.info.kind == kindAbort:
+	case req.Info.Kind == command.Commit || req.Info.Kind == command.Abort:
 		route.ForgetTxn(x.key)
 		x.s.endTxn(x.key, x.sess)
-	case !ri.ok:
+	case !ri.OK:
 		// The server aborts a transaction on a command error. Keep the
 		// server affinity (the driver will still send abortTransaction)
 		// but free the connection.
@@ -500,14 +501,14 @@ func (x *exchange) fail(err error) bsoncore.Document {
 		x.s.log.Warn("upstream error", "route", x.route.Name, "server", x.srv.Address(), "client", x.id, "error", err)
 		x.dropConn()
 	}
-	if x.replies == 0 && x.inTxn && x.req.startTxn {
+	if x.replies == 0 && x.inTxn && x.req.StartTxn {
 		// No reply will say the transaction began; left open it would keep
 		// the client's transaction-mode pins and hold Shutdown's drain. (If
 		// the command did reach the server, it expires there.)
 		x.s.endTxn(x.key, x.sess)
 	}
 	x.ok = false
-	if x.req.more {
+	if x.req.More {
 		// The client reads no reply, so no error code is reported either.
 		return nil
 	}
@@ -518,7 +519,7 @@ func (x *exchange) fail(err error) bsoncore.Document {
 		if x.s.log != nil {
 			x.s.log.Warn("upstream error for a client that has not logged in", "route", x.route.Name, "client", x.id, "error", err)
 		}
-		return errorReply(codeHostUnreachable, "HostUnreachable", "mongobouncer: no upstream is available before login")
+		return command.ErrorReply(command.CodeHostUnreachable, "HostUnreachable", "mongobouncer: no upstream is available before login")
 	}
 	return x.s.upstreamError(x.route, err, &x.req, x.inTxn)
 }
@@ -561,8 +562,8 @@ func (x *exchange) end() {
 		return
 	}
 	checkInPins(x.sess.idleTakingPins())
-	name := x.req.info.name
-	if !x.req.info.known {
+	name := x.req.Info.Name
+	if !x.req.Info.Known {
 		name = "other" // bounded label cardinality
 	}
 	x.s.opts.Observer.Request(x.route.Name, name, x.bytesIn, x.bytesOut, monoNow()-x.start, x.ok)

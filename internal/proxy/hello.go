@@ -30,6 +30,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
@@ -62,22 +63,22 @@ func (s *Server) SetHelloMaxAwait(d time.Duration) { s.topo.SetMaxAwait(d) }
 // labelled as a real server labels it (a retryable write's
 // RetryableWriteError, so that drivers retry it elsewhere instead of
 // surfacing it), with the topologyVersion of a state change error.
-func (s *Server) shutdownReply(req *request, inTxn bool) bsoncore.Document {
+func (s *Server) shutdownReply(req *command.Request, inTxn bool) bsoncore.Document {
 	var labels []string
 	if req != nil {
-		labels = labelsFor(req, inTxn)
+		labels = command.Labels(req, inTxn)
 	}
-	return s.topo.WithVersion(errorReply(codeShutdownInProgress, "ShutdownInProgress", "mongobouncer: shutting down", labels...))
+	return s.topo.WithVersion(command.ErrorReply(command.CodeShutdownInProgress, "ShutdownInProgress", "mongobouncer: shutting down", labels...))
 }
 
 // quiesceReply is a hello's reply during a drain.
 func (s *Server) quiesceReply() bsoncore.Document {
-	return s.topo.Quiesce(errorReply(codeShutdownInProgress, "ShutdownInProgress", "mongobouncer: "+hello.QuiesceMessage))
+	return s.topo.Quiesce(command.ErrorReply(command.CodeShutdownInProgress, "ShutdownInProgress", "mongobouncer: "+hello.QuiesceMessage))
 }
 
 // helloRefusal is the error reply of a refused hello.
 func helloRefusal(e *hello.Error) bsoncore.Document {
-	return errorReply(e.Code, e.CodeName, "mongobouncer: "+e.Msg)
+	return command.ErrorReply(e.Code, e.CodeName, "mongobouncer: "+e.Msg)
 }
 
 // plainHello is the reply to hr outside a drain.
@@ -145,8 +146,8 @@ func (cn *conn) agree(client []string, offered func(string) bool) string {
 // serveHello answers an OP_MSG hello: at once, or after the awaitable
 // protocol's wait, and as a stream of replies when the request allows
 // exhaust.
-func (c *client) serveHello(responseTo int32, compressed bool, compID wire.CompressorID, req *request) error {
-	name := req.name()
+func (c *client) serveHello(responseTo int32, compressed bool, compID wire.CompressorID, req *command.Request) error {
+	name := req.Name()
 	hr := hello.Parse(c.msg.Body, name)
 	st := helloStream{s: c.s, cn: &c.conn, win: &c.lc.Win, hr: &hr, connID: c.id,
 		send: func(responseTo int32, flags wire.MsgFlags, doc bsoncore.Document) error {
@@ -164,10 +165,10 @@ func (c *client) serveHello(responseTo int32, compressed bool, compID wire.Compr
 	// wait end at once (a reply twice, never a change missed).
 	tv := c.s.topo.Version()
 	doc := c.answerHello(c.msg.Body, &hr)
-	if req.more {
+	if req.More {
 		return nil
 	}
-	if !req.exhaust || !awaitable || okOf(doc) != 1 {
+	if !req.Exhaust || !awaitable || okOf(doc) != 1 {
 		return st.reply(responseTo, 0, doc)
 	}
 	return st.stream(responseTo, doc, tv)

@@ -13,6 +13,8 @@ package proxy
 // shutdown_timeout. A plain client's cursor is not waited for: its driver
 // may send the getMore on any connection, to any mongobouncer.
 
+import "github.com/mongobouncer/mongobouncer/internal/command"
+
 // maxLBCursors bounds the cursors remembered per load-balanced client: a
 // client that opens more without reading them to the end or killing them
 // has the newest ones forgotten (their getMore during a drain is refused),
@@ -25,25 +27,25 @@ const maxLBCursors = 1024
 // ended it (CursorNotFound, or the server killed it); a killCursors ends
 // the cursors it names. Called for every reply of every client; it costs a
 // plain client one load.
-func (ss *session) noteLBCursor(req *request, ri replyInfo, killIDs []int64) {
+func (ss *session) noteLBCursor(req *command.Request, ri command.Reply, killIDs []int64) {
 	if !ss.lbMode.Load() {
 		return
 	}
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	switch {
-	case req.info.kind == kindGetMore && (ri.cursorID == 0 || !ri.ok):
-		delete(ss.lbCursors, req.cursorID)
-	case req.info.kind == kindKillCursors:
+	case req.Info.Kind == command.GetMore && (ri.CursorID == 0 || !ri.OK):
+		delete(ss.lbCursors, req.CursorID)
+	case req.Info.Kind == command.KillCursors:
 		for _, id := range killIDs {
 			delete(ss.lbCursors, id)
 		}
-	case req.info.kind != kindGetMore && ri.ok && ri.cursorID != 0:
+	case req.Info.Kind != command.GetMore && ri.OK && ri.CursorID != 0:
 		if ss.lbCursors == nil {
 			ss.lbCursors = make(map[int64]struct{})
 		}
 		if len(ss.lbCursors) < maxLBCursors {
-			ss.lbCursors[ri.cursorID] = struct{}{}
+			ss.lbCursors[ri.CursorID] = struct{}{}
 		}
 	}
 }
@@ -51,17 +53,17 @@ func (ss *session) noteLBCursor(req *request, ri replyInfo, killIDs []int64) {
 // drainFinishesCursor reports whether req, arriving during a drain, is
 // the getMore or killCursors of a cursor the (load-balanced) client opened
 // here, which the drain lets through.
-func (ss *session) drainFinishesCursor(req *request) bool {
+func (ss *session) drainFinishesCursor(req *command.Request) bool {
 	if !ss.lbMode.Load() {
 		return false
 	}
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
-	switch req.info.kind {
-	case kindGetMore:
-		_, ok := ss.lbCursors[req.cursorID]
+	switch req.Info.Kind {
+	case command.GetMore:
+		_, ok := ss.lbCursors[req.CursorID]
 		return ok
-	case kindKillCursors:
+	case command.KillCursors:
 		// Its ids are read when it is forwarded (exchange.prepare); a
 		// load-balanced driver kills only a cursor of this connection.
 		return len(ss.lbCursors) > 0

@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -89,7 +90,7 @@ func TestCloseKeepsRepliesForAClientStillSending(t *testing.T) {
 			if i >= sent {
 				// The request the proxy had not taken yet: refused by the
 				// drain (on io_uring it is never read).
-				if code, _ := bson.Raw(m.Body).Lookup("code").AsInt64OK(); m.Header.ResponseTo != int32(i) || code != codeShutdownInProgress || i > sent {
+				if code, _ := bson.Raw(m.Body).Lookup("code").AsInt64OK(); m.Header.ResponseTo != int32(i) || code != command.CodeShutdownInProgress || i > sent {
 					t.Fatalf("message %d after the replies: %v", i, bson.Raw(m.Body))
 				}
 			} else if n, _ := bson.Raw(m.Body).Lookup("n").AsInt64OK(); m.Header.ResponseTo != int32(i) || n != int64(i) {

@@ -198,7 +198,7 @@ func (lc *loopClient) request(th evloop.Thread, msg []byte) bool {
 	}
 	x := &c.x
 	req := &x.req
-	req.inspect(c.msg.Body)
+	req.Inspect(c.msg.Body)
 	route := c.s.routeOf(c.only, req)
 	if c.s.admit(c.login.Ident, &c.sess, len(msg), c.msg.Flags, req, route).kind != admitLoop {
 		// Refusals and answers are the goroutine's, which asks admit

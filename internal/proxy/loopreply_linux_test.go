@@ -16,6 +16,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
@@ -185,7 +186,7 @@ func TestLoopShutdownSendsTheRepliesWaiting(t *testing.T) {
 					}
 					if i >= sent {
 						// A request after the replies, read during the drain.
-						if code, _ := bson.Raw(m.Body).Lookup("code").AsInt64OK(); m.Header.ResponseTo != int32(i) || code != codeShutdownInProgress || i > sent+tc.extra {
+						if code, _ := bson.Raw(m.Body).Lookup("code").AsInt64OK(); m.Header.ResponseTo != int32(i) || code != command.CodeShutdownInProgress || i > sent+tc.extra {
 							t.Fatalf("message %d after the replies: %v", i, bson.Raw(m.Body))
 						}
 						continue

@@ -18,6 +18,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
@@ -463,7 +464,7 @@ func TestLoopUpstreamClosedWhileArmed(t *testing.T) {
 					r.route.Topology.Servers()[0].Pool().Clear(true)
 				}
 				rep := <-got
-				if code, _ := rep.Lookup("code").AsInt64OK(); code != codeSocketException && code != codeHostUnreachable {
+				if code, _ := rep.Lookup("code").AsInt64OK(); code != command.CodeSocketException && code != command.CodeHostUnreachable {
 					t.Fatalf("reply %v, want a retryable network error", rep)
 				}
 				fail.Store(false)
@@ -571,7 +572,7 @@ func TestLoopRequestSendFails(t *testing.T) {
 			t.Fatal(err)
 		}
 		rep := cl.cmd(ping())
-		if code, _ := rep.Lookup("code").AsInt64OK(); code != codeSocketException && code != codeHostUnreachable {
+		if code, _ := rep.Lookup("code").AsInt64OK(); code != command.CodeSocketException && code != command.CodeHostUnreachable {
 			t.Fatalf("reply %v, want a retryable network error", rep)
 		}
 		r.waitState(c, lsIdle)

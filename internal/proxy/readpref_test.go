@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/sdam"
@@ -62,8 +63,8 @@ func TestCriteria(t *testing.T) {
 	}
 	for _, c := range cases {
 		body := mustDoc(t, append(c.cmd, bson.E{Key: "$db", Value: "d"}))
-		var req request
-		req.inspect(body)
+		var req command.Request
+		req.Inspect(body)
 		crit, add, err := criteria(c.route, &req, body)
 		if c.wantErr {
 			var rpe *routing.ReadPrefError
@@ -93,10 +94,10 @@ func TestCriteria(t *testing.T) {
 // cannot help.
 func TestReadPrefErrorReply(t *testing.T) {
 	s := &Server{opts: Options{Observer: nopObserver{}}}
-	var req request
-	req.inspect(mustDoc(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "d"}}))
+	var req command.Request
+	req.Inspect(mustDoc(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "d"}}))
 	body := s.upstreamError(&routing.Route{Name: "r"}, &routing.ReadPrefError{Err: errors.New("bad mode")}, &req, false)
-	if code := body.Lookup("code").Int32(); code != codeFailedToParse {
+	if code := body.Lookup("code").Int32(); code != command.CodeFailedToParse {
 		t.Errorf("code %d", code)
 	}
 	if _, err := body.LookupErr("errorLabels"); err == nil {
@@ -122,7 +123,7 @@ func TestSoftenShutdown(t *testing.T) {
 		{bson.D{{Key: "ok", Value: 1.0}, {Key: "writeErrors", Value: bson.A{bson.D{{Key: "code", Value: int32(91)}}}}}, false, 0, 0},
 	} {
 		body := mustDoc(t, c.doc)
-		if got := softenShutdown(body); got != c.changed {
+		if got := command.SoftenShutdown(body); got != c.changed {
 			t.Errorf("%v: changed %v", c.doc, got)
 		}
 		if err := body.Validate(); err != nil {

@@ -26,6 +26,8 @@ package proxy
 // too, so that a panic in them (afterPanic) leaves no lock held either.
 
 import (
+	"github.com/mongobouncer/mongobouncer/internal/command"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,9 +55,9 @@ func (s *Server) Panics() uint64 { return s.panics.Load() }
 var testPanicHook atomic.Pointer[func(at, cmd string)]
 
 // panicPoint calls testPanicHook, if set.
-func panicPoint(at string, req *request) {
+func panicPoint(at string, req *command.Request) {
 	if h := testPanicHook.Load(); h != nil {
-		(*h)(at, req.name())
+		(*h)(at, req.Name())
 	}
 }
 

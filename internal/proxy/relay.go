@@ -51,7 +51,7 @@ func (c *client) relay(msg []byte, compressed bool, compID wire.CompressorID) er
 	if err := up.WriteMessage(msg); err != nil {
 		return c.replyError(x.reqID, compressed, compID, req, x.fail(err))
 	}
-	if req.more {
+	if req.More {
 		// No reply is expected, but the upstream may send one anyway
 		// (FerretDB does), at any time: the connection serves nobody else
 		// before a fence has shown it clean.
@@ -85,9 +85,9 @@ func (c *client) relay(msg []byte, compressed bool, compID wire.CompressorID) er
 		}
 		if !stream {
 			x.release()
-			return c.writeRaw(reply, compressed, compID, req.name())
+			return c.writeRaw(reply, compressed, compID, req.Name())
 		}
-		if werr := c.writeRaw(reply, compressed, compID, req.name()); werr != nil {
+		if werr := c.writeRaw(reply, compressed, compID, req.Name()); werr != nil {
 			x.abandon(werr)
 			return errClientGone
 		}

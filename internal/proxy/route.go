@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
@@ -52,9 +53,9 @@ func (s *Server) routeFor(db []byte) *routing.Route { return s.table.Load().For(
 // route says (routing.Route.Criteria). A legacy OP_QUERY command reaches
 // here translated (legacy.go): its $readPreference modifier, or its
 // SecondaryOk flag as secondaryPreferred, is req.rp.
-func criteria(route *routing.Route, req *request, body bsoncore.Document) (_ topology.Criteria, addDefault bool, _ error) {
-	if _, inTxn := req.key(); inTxn || req.info.primary || req.startTxn || req.info.kind != kindOther {
+func criteria(route *routing.Route, req *command.Request, body bsoncore.Document) (_ topology.Criteria, addDefault bool, _ error) {
+	if _, inTxn := req.Key(); inTxn || req.Info.Primary || req.StartTxn || req.Info.Kind != command.Other {
 		return topology.Criteria{}, false, nil
 	}
-	return route.Criteria(body, req.rp)
+	return route.Criteria(body, req.ReadPref)
 }

@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/hello"
@@ -201,7 +202,7 @@ type Server struct {
 
 	txnMu sync.Mutex // guards txnOwners
 	// txnOwners maps an open transaction to the session that began it.
-	txnOwners map[txnKey]*session
+	txnOwners map[command.TxnKey]*session
 
 	// tls is the client TLS in force (SetTLS); new clients read it.
 	tls atomic.Pointer[ClientTLS]
@@ -359,7 +360,7 @@ func (s *Server) accept(nc net.Conn, only string, listener string) {
 			defer s.wg.Done()
 			defer s.clientCount.Add(-1)
 			defer s.recoverRefused(&c.conn, c.log)
-			c.refuse(fmt.Sprintf("mongobouncer: too many client connections (max_client_conn = %d)", limit))
+			c.refuse(c.log, fmt.Sprintf("mongobouncer: too many client connections (max_client_conn = %d)", limit))
 		}()
 		return
 	}

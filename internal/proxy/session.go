@@ -14,6 +14,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
@@ -37,7 +38,7 @@ type session struct {
 	pins []pin
 	// open are the transactions begun through this client that have not
 	// ended; they are aborted if the client disconnects.
-	open map[txnKey]*routing.Route
+	open map[command.TxnKey]*routing.Route
 	// lbCursors are the cursors a load-balanced client opened here and has
 	// not finished: a drain waits for them (lbcursor.go).
 	lbCursors map[int64]struct{}
@@ -151,18 +152,18 @@ func (ss *session) hasPinLocked() bool {
 }
 
 // beginTxn records a transaction begun through session ss.
-func (s *Server) beginTxn(ss *session, route *routing.Route, srv *topology.Server, key txnKey) {
+func (s *Server) beginTxn(ss *session, route *routing.Route, srv *topology.Server, key command.TxnKey) {
 	ss.setOpen(key, route)
 	route.SetTxnServer(key, srv)
 	s.setTxnOwner(key, ss)
 }
 
 // setOpen records transaction key open on route.
-func (ss *session) setOpen(key txnKey, route *routing.Route) {
+func (ss *session) setOpen(key command.TxnKey, route *routing.Route) {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	if ss.open == nil {
-		ss.open = make(map[txnKey]*routing.Route)
+		ss.open = make(map[command.TxnKey]*routing.Route)
 	}
 	ss.open[key] = route
 }
@@ -170,17 +171,17 @@ func (ss *session) setOpen(key txnKey, route *routing.Route) {
 // setTxnOwner notes which client began a transaction, so that a commit that
 // arrives on another client connection (drivers pin the server, not the
 // connection) can release the first client's pinned connection.
-func (s *Server) setTxnOwner(key txnKey, ss *session) {
+func (s *Server) setTxnOwner(key command.TxnKey, ss *session) {
 	s.txnMu.Lock()
 	if s.txnOwners == nil {
-		s.txnOwners = make(map[txnKey]*session)
+		s.txnOwners = make(map[command.TxnKey]*session)
 	}
 	s.txnOwners[key] = ss
 	s.txnMu.Unlock()
 }
 
 // txnRoute returns the route an open transaction began on, or nil.
-func (s *Server) txnRoute(key txnKey) *routing.Route {
+func (s *Server) txnRoute(key command.TxnKey) *routing.Route {
 	s.txnMu.Lock()
 	owner := s.txnOwners[key]
 	s.txnMu.Unlock()
@@ -193,7 +194,7 @@ func (s *Server) txnRoute(key txnKey) *routing.Route {
 }
 
 // endTxn ends a transaction wherever it was begun.
-func (s *Server) endTxn(key txnKey, by *session) {
+func (s *Server) endTxn(key command.TxnKey, by *session) {
 	s.txnMu.Lock()
 	owner := s.txnOwners[key]
 	delete(s.txnOwners, key)
@@ -207,7 +208,7 @@ func (s *Server) endTxn(key txnKey, by *session) {
 // txnEnded forgets an open transaction; if no transaction holds this
 // client's transaction-mode pin and the client is idle, the connection goes
 // back to the pool now rather than at the client's next request.
-func (ss *session) txnEnded(key txnKey) {
+func (ss *session) txnEnded(key command.TxnKey) {
 	if back := ss.forgetTxn(key); back.conn != nil {
 		back.route.CheckIn(back.conn)
 	}
@@ -215,7 +216,7 @@ func (ss *session) txnEnded(key txnKey) {
 
 // forgetTxn is txnEnded's part under sessMu: it returns the pin to give
 // back, if any.
-func (ss *session) forgetTxn(key txnKey) (back pin) {
+func (ss *session) forgetTxn(key command.TxnKey) (back pin) {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	route, ok := ss.open[key]
@@ -253,7 +254,7 @@ func (c *client) cleanup() {
 }
 
 // takeOpen takes the client's open transactions, for cleanup.
-func (ss *session) takeOpen() map[txnKey]*routing.Route {
+func (ss *session) takeOpen() map[command.TxnKey]*routing.Route {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	open := ss.open
@@ -273,7 +274,7 @@ func (ss *session) takePins() []pin {
 // abort sends abortTransaction for a transaction the client left open, on
 // its pinned connection if it has one, else on a connection to the server
 // that runs it.
-func (c *client) abort(route *routing.Route, key txnKey) {
+func (c *client) abort(route *routing.Route, key command.TxnKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.CommandTimeout)
 	defer cancel()
 	var srv *topology.Server
@@ -328,7 +329,7 @@ func (ss *session) pinned(route *routing.Route) (pin, bool) {
 }
 
 // abortCommand builds {abortTransaction: 1, lsid: {id}, txnNumber, autocommit: false}.
-func abortCommand(key txnKey) bsoncore.Document {
+func abortCommand(key command.TxnKey) bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	d = bsoncore.AppendInt32Element(d, "abortTransaction", 1)
 	lidx, d2 := bsoncore.AppendDocumentElementStart(d, "lsid")
@@ -341,7 +342,7 @@ func abortCommand(key txnKey) bsoncore.Document {
 }
 
 // isOpen reports whether the client has transaction key open.
-func (ss *session) isOpen(key txnKey) bool {
+func (ss *session) isOpen(key command.TxnKey) bool {
 	ss.sessMu.Lock()
 	defer ss.sessMu.Unlock()
 	_, ok := ss.open[key]

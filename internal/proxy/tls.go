@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/evloop"
 	"github.com/mongobouncer/mongobouncer/internal/gate"
@@ -194,13 +195,7 @@ func (cn *conn) refusePlain(win *evloop.Window, reason string) {
 		_, _ = io.CopyN(io.Discard, cn.nc, int64(rest))
 	}
 	win.Lo, win.Hi = 0, 0
-	doc := errorReply(6, "HostUnreachable", reason)
-	if h.OpCode == wire.OpQuery {
-		cn.writeLegacyReply(h.RequestID, true, legacyError(doc))
-		return
-	}
-	// The first request: never compressed, never legacy.
-	_, _ = cn.nc.Write(cn.appendReply(nil, h.RequestID, 0, doc))
+	cn.writeFailure(h.RequestID, h.OpCode, command.ErrorReply(6, "HostUnreachable", reason))
 }
 
 // replayConn gives back the bytes read to tell TLS from plain before

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/mongobouncer/mongobouncer/internal/auth"
+	"github.com/mongobouncer/mongobouncer/internal/command"
 )
 
 // errUserClientLimit ends a client whose login max_user_client_conn
@@ -57,7 +58,7 @@ func (lg *login) admitUser(s *Server, log *slog.Logger, id auth.UserID) bsoncore
 	}
 	log.Warn("client refused", "user", auth.LogName(id.String()),
 		"reason", fmt.Sprintf("max_user_client_conn = %d reached for this user", limit))
-	return errorReply(6, "HostUnreachable",
+	return command.ErrorReply(6, "HostUnreachable",
 		fmt.Sprintf("mongobouncer: too many client connections for this user (max_user_client_conn = %d)", limit))
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
 
@@ -78,12 +79,10 @@ type Affinity[K comparable, V any] struct {
 	evicted uint64
 }
 
-// TxnKey names one transaction: the session id and the transaction
-// number. It is comparable, so maps keyed by it never allocate on lookup.
-type TxnKey struct {
-	LSID [16]byte // the lsid's UUID
-	Txn  int64    // txnNumber
-}
+// TxnKey names one transaction: command's key of a request (the session
+// id and the transaction number), one type for the request that carries
+// it and the map that follows it.
+type TxnKey = command.TxnKey
 
 type affinityEntry[V any] struct {
 	v    V

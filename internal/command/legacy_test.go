@@ -1,4 +1,4 @@
-package proxy
+package command
 
 // Legacy OP_QUERY commands: translation, refusals and the OP_REPLY framing.
 
@@ -46,7 +46,7 @@ func TestLegacyCommandReadPreference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := legacyCommand(nil, pq, "db")
+			m, err := LegacyCommand(nil, pq, "db")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,10 +66,10 @@ func TestLegacyCommandReadPreference(t *testing.T) {
 				t.Fatalf("body %v, want %v", msg.Body, bsoncore.Document(mustDoc(t, want)))
 			}
 			// The translated command reads as the OP_MSG one would.
-			var r request
-			r.inspect(msg.Body)
-			if string(r.db) != "db" || (tc.wantRP != nil) != (r.rp != nil) {
-				t.Fatalf("inspected db %q, read preference %v", r.db, r.rp)
+			var r Request
+			r.Inspect(msg.Body)
+			if string(r.DB) != "db" || (tc.wantRP != nil) != (r.ReadPref != nil) {
+				t.Fatalf("inspected db %q, read preference %v", r.DB, r.ReadPref)
 			}
 		})
 	}
@@ -78,27 +78,27 @@ func TestLegacyCommandReadPreference(t *testing.T) {
 func TestLegacyCommandRefusals(t *testing.T) {
 	ping := mustDoc(t, bson.D{{Key: "ping", Value: 1}})
 	q, _ := wire.ParseQuery(wire.AppendQuery(nil, 1, queryExhaust, "db.$cmd", 0, -1, ping))
-	if _, err := legacyCommand(nil, q, "db"); !errors.Is(err, errLegacyExhaust) {
-		t.Fatalf("exhaust flag: %v, want errLegacyExhaust", err)
+	if _, err := LegacyCommand(nil, q, "db"); !errors.Is(err, ErrLegacyExhaust) {
+		t.Fatalf("exhaust flag: %v, want ErrLegacyExhaust", err)
 	}
 	q, _ = wire.ParseQuery(wire.AppendQuery(nil, 1, 0, "db.$cmd", 0, -1, mustDoc(t, bson.D{{Key: "$query", Value: 1}})))
-	if _, err := legacyCommand(nil, q, "db"); err == nil {
+	if _, err := LegacyCommand(nil, q, "db"); err == nil {
 		t.Fatal("a $query that is not a document was accepted")
 	}
 	q, _ = wire.ParseQuery(wire.AppendQuery(nil, 1, 0, "db.$cmd", 0, -1, mustDoc(t, bson.D{})))
-	if _, err := legacyCommand(nil, q, "db"); err == nil {
+	if _, err := LegacyCommand(nil, q, "db"); err == nil {
 		t.Fatal("an empty command was accepted")
 	}
 	for ns, want := range map[string]string{"db.$cmd": "db", "admin.$cmd": "admin", "db.c": "", ".$cmd": "", "a.b.$cmd": "", "$cmd": ""} {
-		if got := legacyDatabase(ns); got != want {
-			t.Errorf("legacyDatabase(%q) = %q, want %q", ns, got, want)
+		if got := LegacyDatabase(ns); got != want {
+			t.Errorf("LegacyDatabase(%q) = %q, want %q", ns, got, want)
 		}
 	}
 }
 
 func TestLegacyReply(t *testing.T) {
 	body := mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "errmsg", Value: "no"}, {Key: "code", Value: int32(13)}})
-	r := legacyReply(nil, wire.AppendMsg(nil, 9, 42, 0, body))
+	r := LegacyReply(nil, wire.AppendMsg(nil, 9, 42, 0, body))
 	h, _ := wire.ParseHeader(r)
 	rep, err := wire.ParseReply(r)
 	if err != nil {
@@ -111,7 +111,7 @@ func TestLegacyReply(t *testing.T) {
 		t.Fatal("a command's failure is its ok: 0, not QueryFailure")
 	}
 	// A reply that is not an OP_MSG becomes an error document.
-	r = legacyReply(nil, []byte{1, 2, 3})
+	r = LegacyReply(nil, []byte{1, 2, 3})
 	rep, err = wire.ParseReply(r)
 	if err != nil || len(rep.Documents) != 1 {
 		t.Fatalf("broken reply translated to %v, %v", rep, err)
@@ -136,7 +136,7 @@ func checkLegacy(t *testing.T, b []byte) {
 	if err != nil {
 		return
 	}
-	m, err := legacyCommand(nil, q, "d")
+	m, err := LegacyCommand(nil, q, "d")
 	if err != nil {
 		return
 	}
@@ -144,14 +144,14 @@ func checkLegacy(t *testing.T, b []byte) {
 	if err != nil {
 		t.Fatalf("translated to an invalid OP_MSG: %v", err)
 	}
-	var r request
-	r.inspect(msg.Body)
-	if string(r.db) != "d" {
-		t.Fatalf("translated command has $db %q", r.db)
+	var r Request
+	r.Inspect(msg.Body)
+	if string(r.DB) != "d" {
+		t.Fatalf("translated command has $db %q", r.DB)
 	}
-	rep, err := wire.ParseReply(legacyReply(nil, m))
+	rep, err := wire.ParseReply(LegacyReply(nil, m))
 	if err != nil || len(rep.Documents) != 1 || !bytes.Equal(rep.Documents[0], msg.Body) {
 		t.Fatalf("reply translation: %v, %v", rep, err)
 	}
-	_ = legacyReply(nil, b)
+	_ = LegacyReply(nil, b)
 }

@@ -1,7 +1,7 @@
-package proxy
+package command
 
 // Command and reply inspection (transactions, retryable writes, cursors,
-// reply codes), error reply shape and labels, and the affinity maps' bounds.
+// reply codes), error reply shape and labels.
 
 import (
 	"testing"
@@ -30,17 +30,17 @@ func TestInspectTransactionCommand(t *testing.T) {
 		{Key: "autocommit", Value: false},
 		{Key: "$db", Value: "shop"},
 	})
-	var r request
-	r.inspect(body)
-	if r.name() != "insert" || !r.info.write {
-		t.Fatalf("name=%q write=%v", r.name(), r.info.write)
+	var r Request
+	r.Inspect(body)
+	if r.Name() != "insert" || !r.Info.Write {
+		t.Fatalf("name=%q write=%v", r.Name(), r.Info.Write)
 	}
-	if string(r.db) != "shop" {
-		t.Fatalf("db=%q", r.db)
+	if string(r.DB) != "shop" {
+		t.Fatalf("db=%q", r.DB)
 	}
-	key, ok := r.key()
-	if !ok || key.Txn != 7 || string(key.LSID[:]) != "0123456789abcdef" || !r.startTxn {
-		t.Fatalf("key=%v ok=%v start=%v", key, ok, r.startTxn)
+	key, ok := r.Key()
+	if !ok || key.Txn != 7 || string(key.LSID[:]) != "0123456789abcdef" || !r.StartTxn {
+		t.Fatalf("key=%v ok=%v start=%v", key, ok, r.StartTxn)
 	}
 }
 
@@ -51,60 +51,60 @@ func TestInspectRetryableWriteIsNotTransaction(t *testing.T) {
 		{Key: "txnNumber", Value: int64(3)},
 		{Key: "$db", Value: "d"},
 	})
-	var r request
-	r.inspect(body)
-	if _, ok := r.key(); ok {
+	var r Request
+	r.Inspect(body)
+	if _, ok := r.Key(); ok {
 		t.Fatal("a retryable write (no autocommit:false) must not count as a transaction")
 	}
 }
 
 func TestInspectGetMoreAndUnknown(t *testing.T) {
-	var r request
-	r.inspect(mustDoc(t, bson.D{{Key: "getMore", Value: int64(42)}, {Key: "collection", Value: "c"}, {Key: "$db", Value: "d"}}))
-	if r.info.kind != kindGetMore || r.cursorID != 42 {
-		t.Fatalf("kind=%v cursor=%d", r.info.kind, r.cursorID)
+	var r Request
+	r.Inspect(mustDoc(t, bson.D{{Key: "getMore", Value: int64(42)}, {Key: "collection", Value: "c"}, {Key: "$db", Value: "d"}}))
+	if r.Info.Kind != GetMore || r.CursorID != 42 {
+		t.Fatalf("kind=%v cursor=%d", r.Info.Kind, r.CursorID)
 	}
-	r.inspect(mustDoc(t, bson.D{{Key: "someNewCommand", Value: 1}, {Key: "$db", Value: "d"}}))
-	if r.name() != "someNewCommand" || r.info.kind != kindOther {
-		t.Fatalf("name=%q", r.name())
+	r.Inspect(mustDoc(t, bson.D{{Key: "someNewCommand", Value: 1}, {Key: "$db", Value: "d"}}))
+	if r.Name() != "someNewCommand" || r.Info.Kind != Other {
+		t.Fatalf("name=%q", r.Name())
 	}
-	r.inspect(bsoncore.Document{5, 0, 0, 0, 0})
-	if r.name() != "" || r.db != nil {
+	r.Inspect(bsoncore.Document{5, 0, 0, 0, 0})
+	if r.Name() != "" || r.DB != nil {
 		t.Fatal("empty document must yield an empty request")
 	}
 }
 
 func TestInspectReply(t *testing.T) {
-	ri := inspectReply(mustDoc(t, bson.D{
+	ri := InspectReply(mustDoc(t, bson.D{
 		{Key: "cursor", Value: bson.D{{Key: "firstBatch", Value: bson.A{}}, {Key: "id", Value: int64(99)}, {Key: "ns", Value: "d.c"}}},
 		{Key: "ok", Value: 1.0},
 	}))
-	if !ri.ok || ri.cursorID != 99 {
+	if !ri.OK || ri.CursorID != 99 {
 		t.Fatalf("%+v", ri)
 	}
-	ri = inspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(251)}}))
-	if ri.ok || ri.code != 251 || ri.overloaded {
+	ri = InspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(251)}}))
+	if ri.OK || ri.Code != 251 || ri.Overloaded {
 		t.Fatalf("%+v", ri)
 	}
 	// Overload: code 462, or any code with the SystemOverloadedError label.
-	ri = inspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(462)}}))
-	if !ri.overloaded {
+	ri = InspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(462)}}))
+	if !ri.Overloaded {
 		t.Fatalf("code 462 not overloaded: %+v", ri)
 	}
-	ri = inspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(91)},
+	ri = InspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(91)},
 		{Key: "errorLabels", Value: bson.A{"RetryableError", "SystemOverloadedError"}}}))
-	if !ri.overloaded || ri.code != 91 {
+	if !ri.Overloaded || ri.Code != 91 {
 		t.Fatalf("SystemOverloadedError label not overloaded: %+v", ri)
 	}
-	ri = inspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(91)},
+	ri = InspectReply(mustDoc(t, bson.D{{Key: "ok", Value: 0.0}, {Key: "code", Value: int32(91)},
 		{Key: "errorLabels", Value: bson.A{"RetryableWriteError"}}}))
-	if ri.overloaded {
+	if ri.Overloaded {
 		t.Fatalf("RetryableWriteError taken for overload: %+v", ri)
 	}
 }
 
 func TestErrorReplyShape(t *testing.T) {
-	doc := errorReply(6, "HostUnreachable", "mongobouncer: x", "RetryableWriteError")
+	doc := ErrorReply(6, "HostUnreachable", "mongobouncer: x", "RetryableWriteError")
 	var got struct {
 		OK       float64  `bson:"ok"`
 		Code     int32    `bson:"code"`
@@ -134,9 +134,9 @@ func TestLabels(t *testing.T) {
 		{"abortTransaction", true, []string{"RetryableWriteError"}},
 	}
 	for _, c := range cases {
-		var r request
-		r.inspect(mustDoc(t, bson.D{{Key: c.cmd, Value: 1}, {Key: "$db", Value: "d"}}))
-		got := labelsFor(&r, c.inTxn)
+		var r Request
+		r.Inspect(mustDoc(t, bson.D{{Key: c.cmd, Value: 1}, {Key: "$db", Value: "d"}}))
+		got := Labels(&r, c.inTxn)
 		if len(got) != len(c.want) {
 			t.Fatalf("%s inTxn=%v: %v, want %v", c.cmd, c.inTxn, got, c.want)
 		}
@@ -158,11 +158,11 @@ func BenchmarkInspect(b *testing.B) {
 		{Key: "$db", Value: "shop"},
 	})
 	b.ReportAllocs()
-	var r request
+	var r Request
 	for b.Loop() {
-		r.inspect(body)
+		r.Inspect(body)
 	}
-	if string(r.db) != "shop" {
-		b.Fatal(string(r.db))
+	if string(r.DB) != "shop" {
+		b.Fatal(string(r.DB))
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package auth
 
 // The subject of a client certificate as MongoDB names X.509 users: an RFC
 // 2253 distinguished name, as OpenSSL prints it with XN_FLAG_RFC2253 (the
@@ -111,9 +111,10 @@ type dnRDNSET []dnAttribute
 // the TLS record layer already, but a name is compared and logged.
 const maxSubjectLen = 16 * 1024
 
-// x509Subject formats a certificate's RawSubject (DER) as RFC 2253; false
-// when it does not parse.
-func x509Subject(raw []byte) (string, bool) {
+// X509Subject formats a certificate's RawSubject (DER) as RFC 2253, the
+// user name MongoDB gives the certificate's holder; false when it does not
+// parse.
+func X509Subject(raw []byte) (string, bool) {
 	var seq []dnRDNSET
 	rest, err := asn1.Unmarshal(raw, &seq)
 	if err != nil || len(rest) > 0 {

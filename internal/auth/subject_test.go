@@ -1,4 +1,4 @@
-package proxy
+package auth
 
 // A certificate subject as an RFC 2253 name, as OpenSSL and MongoDB write it.
 
@@ -65,19 +65,19 @@ func TestX509Subject(t *testing.T) {
 		{"non-string value as DER", pkix.RDNSequence{{atv(oidCN, 5)}}, "CN=#020105"},
 	}
 	for _, c := range cases {
-		got, ok := x509Subject(rawName(t, c.seq))
+		got, ok := X509Subject(rawName(t, c.seq))
 		if !ok || got != c.want {
 			t.Errorf("%s: %q %v, want %q", c.name, got, ok, c.want)
 		}
 	}
 	for _, bad := range [][]byte{nil, {0x30}, {0x30, 0x00, 0x00}, {0x02, 0x01, 0x05}} {
-		if s, ok := x509Subject(bad); ok {
+		if s, ok := X509Subject(bad); ok {
 			t.Errorf("% x: parsed as %q", bad, s)
 		}
 	}
 }
 
-// x509Subject names subjects as OpenSSL does (openssl x509 -nameopt
+// X509Subject names subjects as OpenSSL does (openssl x509 -nameopt
 // RFC2253), which is how MongoDB's documentation tells users to find an
 // X.509 user's name, and how mongod names it.
 func TestX509SubjectMatchesOpenSSL(t *testing.T) {
@@ -125,7 +125,7 @@ func TestX509SubjectMatchesOpenSSL(t *testing.T) {
 			t.Fatalf("openssl: %v\n%s", err, out)
 		}
 		want := strings.TrimPrefix(strings.TrimSpace(string(out)), "subject=")
-		if got, ok := x509Subject(raw); !ok || got != want {
+		if got, ok := X509Subject(raw); !ok || got != want {
 			t.Errorf("%v: %q %v, openssl says %q", seq, got, ok, want)
 		}
 	}
@@ -152,7 +152,7 @@ func FuzzX509Subject(f *testing.F) {
 	f.Add([]byte{0x30, 0x80})
 	f.Add(rawName(f, pkix.RDNSequence{{atv(oidCN, asn1.RawValue{Tag: 28, Bytes: []byte{0, 0, 0xd8, 0, 0, 0, 0, 'a', 1}})}}))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		s, ok := x509Subject(raw)
+		s, ok := X509Subject(raw)
 		if !ok && s != "" {
 			t.Fatalf("failed with output %q", s)
 		}
