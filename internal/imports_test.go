@@ -79,15 +79,18 @@ var layers = map[string]layer{
 	"internal/testutil/ferretdb": {2, []string{"testutil/childproc", "testutil/devmongo"}, false},
 	// Floor 3: routes, a deployment (topology) with the terms config sets.
 	"internal/routing": {3, []string{"command", "config", "pool", "sdam", "topology"}, false},
-	// Floor 4: the proxy, over the engine (evloop), which owns the sockets'
-	// system calls, and over the routes.
-	"internal/proxy": {4, []string{"auth", "command", "config", "evloop", "gate", "hello", "pool", "routing", "topology", "upstream", "wire"}, false},
-	// Floor 5: the wiring.
-	"internal/app": {5, []string{"admin", "auth", "config", "metrics", "pool", "proxy", "routing", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
-	// Floor 6: the commands.
-	"cmd/mongobouncer":       {6, []string{"app", "auth", "config", "sdnotify", "upstream"}, false},
-	"cmd/mongobouncer-bench": {6, []string{"loadgen", "testutil/childproc", "testutil/devmongo", "testutil/fakemongo", "uring"}, false},
-	"cmd/mongobouncer-demo":  {6, []string{"loadgen", "testutil/devmongo"}, false},
+	// Floor 4: a client's session (pins per route, open transactions,
+	// phase) under its one lock; it sends nothing upstream.
+	"internal/session": {4, []string{"command", "config", "pool", "routing", "topology"}, false},
+	// Floor 5: the proxy, over the engine (evloop), which owns the sockets'
+	// system calls, over the routes and the sessions.
+	"internal/proxy": {5, []string{"auth", "command", "config", "evloop", "gate", "hello", "pool", "routing", "session", "topology", "upstream", "wire"}, false},
+	// Floor 6: the wiring.
+	"internal/app": {6, []string{"admin", "auth", "config", "metrics", "pool", "proxy", "routing", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
+	// Floor 7: the commands.
+	"cmd/mongobouncer":       {7, []string{"app", "auth", "config", "sdnotify", "upstream"}, false},
+	"cmd/mongobouncer-bench": {7, []string{"loadgen", "testutil/childproc", "testutil/devmongo", "testutil/fakemongo", "uring"}, false},
+	"cmd/mongobouncer-demo":  {7, []string{"loadgen", "testutil/devmongo"}, false},
 }
 
 // fullName turns an imports entry into its package's row name.

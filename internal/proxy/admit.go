@@ -28,6 +28,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
+	"github.com/mongobouncer/mongobouncer/internal/session"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -68,7 +69,7 @@ var errCompressorNotAgreed = errors.New("compressor not agreed in the hello")
 // (uncompressed) with flags, which routeOf sends to route (nil: none),
 // from a client logged in as id (nil: not logged in) with session sess.
 // It allocates nothing for a request it admits.
-func (s *Server) admit(id *auth.Identity, sess *session, msgLen int, flags wire.MsgFlags, req *command.Request, route *routing.Route) admission {
+func (s *Server) admit(id *auth.Identity, sess *session.Session, msgLen int, flags wire.MsgFlags, req *command.Request, route *routing.Route) admission {
 	switch req.Info.Kind {
 	case command.Hello, command.Auth:
 		return admission{kind: admitAnswer}
@@ -106,7 +107,7 @@ func (s *Server) admit(id *auth.Identity, sess *session, msgLen int, flags wire.
 		// Only the commands of an open transaction may still run (on any
 		// client connection: drivers pin the server, not the connection):
 		// everything else goes to another mongobouncer.
-		if (!inTxn || !sess.isOpen(key) && s.txnRoute(key) == nil) && !sess.drainFinishesCursor(req) {
+		if (!inTxn || !sess.IsOpen(key) && s.txnRoute(key) == nil) && !sess.DrainFinishesCursor(req) {
 			// Labelled as a server labels it: a retryable write is retried
 			// by the driver, on another mongobouncer, not surfaced.
 			return refuse(s.shutdownReply(req, inTxn))

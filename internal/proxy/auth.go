@@ -25,6 +25,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/auth"
 	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/gate"
+	"github.com/mongobouncer/mongobouncer/internal/session"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
@@ -118,7 +119,7 @@ type authStep struct {
 	lg   *login
 	cn   *conn
 	log  **slog.Logger
-	sess *session
+	sess *session.Session
 }
 
 // authStep is the client's next login step (the client's goroutine only).
@@ -211,7 +212,7 @@ func (st authStep) loggedIn(id *auth.Identity) {
 	st.lg.passKey = id.ID()
 	// The login rule is over (logintimeout.go).
 	st.lg.clock.LoggedIn()
-	st.sess.setUser(id.ID().String())
+	st.sess.SetUser(id.ID().String())
 }
 
 // hello adds to a hello reply what the hello asked about logging in:

@@ -18,35 +18,13 @@ import (
 
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
+	"github.com/mongobouncer/mongobouncer/internal/session"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
 
 // initialBodyBuffer is the first allocation for a message that does not fit
 // the inline buffer; it doubles as bytes arrive.
 const initialBodyBuffer = 64 * 1024
-
-// clientState is where a client is; see admin.ClientState.
-type clientState uint32
-
-const (
-	stateIdle clientState = iota
-	stateWaiting
-	stateActive
-	statePinned
-)
-
-// String returns the SHOW CLIENTS spelling.
-func (s clientState) String() string {
-	switch s {
-	case stateWaiting:
-		return "waiting"
-	case stateActive:
-		return "active"
-	case statePinned:
-		return "pinned"
-	}
-	return "idle"
-}
 
 // client is one driver connection.
 //
@@ -55,7 +33,8 @@ func (s clientState) String() string {
 // (lc.State says which); the hand-over between them happens under
 // lc.Mu. The client is split by owner (doc.go): conn, the socket and
 // buffers; sess, what other clients, SHOW CLIENTS and Shutdown read (its
-// sessMu); login; lc, the loop's side; x, the request being forwarded.
+// Session.Mu, internal/session); login; lc, the loop's side; x, the request
+// being forwarded.
 type client struct {
 	s *Server
 	// conn is the socket and the buffers (conn.go). Owner only.
@@ -90,8 +69,8 @@ type client struct {
 	checkedOutCh chan checkOutResult
 
 	// sess is the client's session: pins, open transactions, phase, and
-	// what SHOW CLIENTS shows (guarded by its sessMu).
-	sess session
+	// what SHOW CLIENTS shows (guarded by its own Mu, "sessMu").
+	sess session.Session
 
 	// lc is the event-loop state; it says whether the goroutine or the loop
 	// owns the client.
@@ -312,7 +291,7 @@ func (c *client) idleTimeout() time.Duration {
 	var r *routing.Route
 	if c.only != "" {
 		r = c.s.Route(c.only)
-	} else if last := c.sess.lastRoute.Load(); last != nil {
+	} else if last := c.sess.LastRoute(); last != nil {
 		r = c.s.Route(last.Name)
 	}
 	if r != nil {

@@ -23,16 +23,17 @@
 //     moves the bytes over epoll or io_uring and knows nothing of MongoDB).
 //   - loop_server_linux.go: the server's side of the loop: starting the
 //     engine, the idle sweeper, stopping it.
-//   - session.go: the session (pins, open transactions, phase: what other
-//     clients and the admin read, under its sessMu), transactions across
-//     client connections, clean-up.
+//   - session.go: transactions across client connections (the server's
+//     txnOwners), a client's clean-up (open transactions aborted upstream).
+//     The session itself (pins, open transactions, phase: what other
+//     clients and the admin read, under its lock) is internal/session's,
+//     with a load-balanced client's cursors across a drain.
 //   - auth.go: the login (identity, conversation) and the glue of client
 //     logins (the steps are internal/auth's Login); logintimeout.go: a
 //     goroutine's reads under client_login_timeout; userlimit.go:
 //     max_user_client_conn's refusal (the rules are internal/gate's).
 //   - hello.go: a client's hello read and answered on its socket, the
-//     awaitable wait and stream (the protocol is internal/hello's);
-//     lbcursor.go: a load-balanced client's cursors across a drain.
+//     awaitable wait and stream (the protocol is internal/hello's).
 //   - route.go, errors.go: the routing table (the routes themselves, with
 //     their affinity maps, are internal/routing's) and which commands are
 //     reads; upstream failures as error replies (package command reads
@@ -40,7 +41,8 @@
 //
 // A client is thus split by owner: its conn (socket, buffers) and the
 // exchange, its owner's only; its loopClient (the loop's side, with the
-// read window, under the endpoint's Mu); its session (sessMu); its login.
+// read window, under the endpoint's Mu); its session (internal/session,
+// under its Mu, "sessMu"); its login.
 // The exchange holds no client: it is given the server, the session and
 // the login, and the request's command as a parameter.
 //
@@ -69,7 +71,9 @@
 //
 //  1. loopClient.Mu, "ownMu" (a client's event-loop ownership: its
 //     evloop.Endpoint's lock).
-//  2. session.sessMu (c.sess: a client's pins, open transactions and phase). Another
+//  2. session.Session.Mu, "sessMu" (c.sess: a client's pins, open
+//     transactions and phase; internal/session takes it, and nothing else
+//     while it holds it: pins it takes are checked in after). Another
 //     client's sessMu is never taken while one is held: a transaction ended
 //     through another client is handed over after the first is released.
 //     Server.clientsMu comes before sessMu (SHOW CLIENTS, the drain check)

@@ -25,21 +25,10 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
+	"github.com/mongobouncer/mongobouncer/internal/session"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/upstream"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
-)
-
-// phase is where a client's request is. It decides whether the client is
-// busy (its pins may not be released by others), whether Shutdown's drain
-// waits for it, and, with its pins, what SHOW CLIENTS says.
-type phase uint8
-
-const (
-	phaseIdle     phase = iota // no request
-	phaseWaiting               // waiting for an upstream connection
-	phaseActive                // holding the request's upstream connection
-	phaseReplying              // connection given back; the reply is being written
 )
 
 // exchange is the forwarded request of one client (at most one at a time).
@@ -50,7 +39,7 @@ type exchange struct {
 	// server, the session (pins, transactions, phase) and the login (a
 	// pass-through route's pool); id names the client in logs.
 	s     *Server
-	sess  *session
+	sess  *session.Session
 	login *login
 	id    int64
 	req   command.Request // the parsed command
@@ -117,7 +106,7 @@ func (x *exchange) prepare(route *routing.Route, body bsoncore.Document, msgLen 
 	x.route, x.srv, x.need, x.pc, x.pinned, x.pool = route, nil, nil, nil, false, nil
 	x.key, x.inTxn = x.req.Key()
 	x.killIDs, x.addRP = nil, false
-	if x.req.Info.Kind == command.KillCursors && (route.Multi() || x.sess.lbMode.Load()) {
+	if x.req.Info.Kind == command.KillCursors && (route.Multi() || x.sess.LoadBalanced()) {
 		x.killIDs = command.CursorIDs(body)
 	}
 	x.reqID, x.replies, x.retried = reqID, 0, false
@@ -128,9 +117,7 @@ func (x *exchange) prepare(route *routing.Route, body bsoncore.Document, msgLen 
 // started records that the prepared request began: it counts, its route
 // is the client's latest, and the client is active.
 func (x *exchange) started() {
-	x.sess.requests.Add(1)
-	x.sess.useRoute(x.route)
-	x.sess.setPhase(phaseActive)
+	x.sess.Start(x.route)
 }
 
 // forget drops a prepared request that never started.
@@ -256,21 +243,11 @@ func (x *exchange) affinity() *topology.Server {
 // takes it for the request.
 func (x *exchange) usePin(need *topology.Server, take bool) bool {
 	x.need = need
-	ok := x.lookPin(need, take)
+	p, ok := x.sess.Pinned(x.route)
+	ok = ok && (need == nil || need == p.Srv)
 	if ok && take {
+		x.srv, x.pc, x.pinned = p.Srv, p.Conn, true
 		x.holding()
-	}
-	return ok
-}
-
-// lookPin is usePin's part under sessMu.
-func (x *exchange) lookPin(need *topology.Server, take bool) bool {
-	x.sess.sessMu.Lock()
-	defer x.sess.sessMu.Unlock()
-	p := x.sess.pinLocked(x.route)
-	ok := p != nil && p.conn != nil && (need == nil || need == p.srv)
-	if ok && take {
-		x.srv, x.pc, x.pinned = p.srv, p.conn, true
 	}
 	return ok
 }
@@ -302,8 +279,8 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 		_ = pc.Pool().CheckIn(pc)
 		return true, nil
 	}
-	if x.sess.phase != phaseActive { // only the owner writes phase: no lock to read it
-		x.sess.setPhase(phaseActive)
+	if x.sess.Phase() != session.PhaseActive {
+		x.sess.SetPhase(session.PhaseActive)
 	}
 	if err != nil {
 		if x.pool != nil {
@@ -317,9 +294,9 @@ func (x *exchange) checkedOut(pc *pool.Conn, err error) (retry bool, _ error) {
 	route.Hold()
 	x.pc = pc
 	mode := route.PoolMode()
-	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.StartTxn || (x.inTxn && x.sess.hasOpen(route))))
-	if pinNow && (x.need == nil || !route.Multi() || x.sess.pinServer(route) == nil || x.sess.pinServer(route) == srv) {
-		x.sess.setPin(route, srv, pc)
+	pinNow := mode == ModeSession || (mode == ModeTransaction && (x.req.StartTxn || (x.inTxn && x.sess.HasOpen(route))))
+	if pinNow && (x.need == nil || !route.Multi() || !x.sess.PinnedElsewhere(route, srv)) {
+		x.sess.SetPin(route, srv, pc)
 		x.pinned = true
 	}
 	x.holding()
@@ -342,7 +319,7 @@ func (x *exchange) checkOut(done func(*pool.Conn, error)) (pc *pool.Conn, queued
 	x.pool = p
 	pc, queued, err = p.CheckOutFunc(done)
 	if queued {
-		x.sess.setPhase(phaseWaiting)
+		x.sess.SetPhase(session.PhaseWaiting)
 	}
 	return pc, queued, err
 }
@@ -357,8 +334,7 @@ var errAmbiguousRequestID = errors.New("a reply to an earlier moreToCome request
 func (x *exchange) undo() {
 	x.route.CheckIn(x.pc)
 	x.pc = nil
-	x.sess.requests.Add(^uint64(0))
-	x.sess.setPhase(phaseIdle)
+	x.sess.Undo()
 	x.route, x.srv = nil, nil
 }
 
@@ -430,7 +406,7 @@ func (x *exchange) onReply(reply []byte, extra int) (stream bool, _ error) {
 // track updates cursor and transaction affinity from one reply.
 func (x *exchange) track(ri command.Reply) {
 	route, req := x.route, &x.req
-	x.sess.noteLBCursor(req, ri, x.killIDs)
+	x.sess.NoteLBCursor(req, ri, x.killIDs)
 	switch {
 	case req.Info.Kind == command.GetMore && ri.CursorID == 0:
 		route.ForgetCursor(req.CursorID)
@@ -464,24 +440,9 @@ func (x *exchange) release() {
 	route, pc := x.route, x.pc
 	pinned := x.pinned
 	x.pc = nil
-	if !x.sess.replyingKeepsPin(route, pc, pinned) {
+	if !x.sess.Replying(route, pc, pinned) {
 		route.CheckIn(pc)
 	}
-}
-
-// replyingKeepsPin is release's part under sessMu: the client is replying,
-// and keeps pc pinned if it was and still needs it.
-func (ss *session) replyingKeepsPin(route *routing.Route, pc *pool.Conn, pinned bool) bool {
-	ss.sessMu.Lock()
-	defer ss.sessMu.Unlock()
-	if pinned && route.PoolMode() != ModeSession && !ss.hasOpenLocked(route) {
-		if p := ss.pinLocked(route); p != nil && p.conn == pc {
-			p.conn = nil
-			pinned = false
-		}
-	}
-	ss.setPhaseLocked(phaseReplying)
-	return pinned
 }
 
 // fail is the failure exit: the request could not reach the upstream, or
@@ -537,19 +498,8 @@ func (x *exchange) abandon(err error) {
 func (x *exchange) dropConn() {
 	pc := x.pc
 	x.pc = nil
-	x.sess.unpinReplying(x.route, pc)
+	x.sess.UnpinReplying(x.route, pc)
 	x.route.CheckIn(pc)
-}
-
-// unpinReplying is dropConn's part under sessMu: pc is pinned no more, and
-// the client is replying.
-func (ss *session) unpinReplying(route *routing.Route, pc *pool.Conn) {
-	ss.sessMu.Lock()
-	defer ss.sessMu.Unlock()
-	if p := ss.pinLocked(route); p != nil && p.conn == pc {
-		p.conn = nil
-	}
-	ss.setPhaseLocked(phaseReplying)
 }
 
 // end finishes the request once its reply (or error reply) was written, or
@@ -561,7 +511,7 @@ func (x *exchange) end() {
 	if x.route == nil {
 		return
 	}
-	checkInPins(x.sess.idleTakingPins())
+	session.CheckIn(x.sess.Idle())
 	name := x.req.Info.Name
 	if !x.req.Info.Known {
 		name = "other" // bounded label cardinality
@@ -569,52 +519,3 @@ func (x *exchange) end() {
 	x.s.opts.Observer.Request(x.route.Name, name, x.bytesIn, x.bytesOut, monoNow()-x.start, x.ok)
 	x.route, x.srv, x.need = nil, nil, nil
 }
-
-// idleTakingPins is end's part under sessMu: the client is idle, and its
-// transaction-mode pins no transaction holds are returned, to be checked
-// in (checkInPins).
-func (ss *session) idleTakingPins() []pin {
-	ss.sessMu.Lock()
-	defer ss.sessMu.Unlock()
-	back := ss.takePinsLocked(func(p *pin) bool { return p.route.PoolMode() != ModeSession })
-	ss.setPhaseLocked(phaseIdle)
-	return back
-}
-
-// setPhase moves the client's request to p.
-func (ss *session) setPhase(p phase) {
-	ss.sessMu.Lock()
-	defer ss.sessMu.Unlock()
-	ss.setPhaseLocked(p)
-}
-
-// setPhaseLocked is the one place a client's phase changes; it holds
-// sessMu. Only the client's owner calls it, so the owner may read phase
-// without the lock; others read it under sessMu.
-func (ss *session) setPhaseLocked(p phase) {
-	ss.phase = p
-	ss.stateLocked()
-}
-
-// stateLocked sets the SHOW CLIENTS state from the phase and the pins; it
-// holds sessMu.
-func (ss *session) stateLocked() {
-	st := stateIdle
-	switch ss.phase {
-	case phaseWaiting:
-		st = stateWaiting
-	case phaseActive, phaseReplying:
-		st = stateActive
-	default:
-		if ss.hasPinLocked() {
-			st = statePinned
-		}
-	}
-	if clientState(ss.state.Load()) != st {
-		ss.state.Store(uint32(st))
-	}
-}
-
-// busyLocked reports whether the client's request holds or waits for a
-// connection: its pins are then not others' to release. It holds sessMu.
-func (ss *session) busyLocked() bool { return ss.phase == phaseWaiting || ss.phase == phaseActive }

@@ -117,7 +117,7 @@ func (c *client) answerHello(body bsoncore.Document, hr *hello.Request) bsoncore
 	lim := c.s.waitLimits()
 	if !c.hello {
 		c.hello = true
-		c.sess.setHelloInfo(hr.AppName, hr.LoadBalanced)
+		c.sess.SetHelloInfo(hr.AppName, hr.LoadBalanced)
 		c.log = c.log.With("appName", hr.AppName)
 	}
 	if int(lim.MaxMsg) < c.maxMsg {

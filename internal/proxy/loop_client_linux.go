@@ -74,7 +74,7 @@ func (lc *loopClient) enter() (entered bool) {
 	c := lc.c
 	// A TLS client never: the loop reads and writes the raw socket. Nor
 	// a client in the middle of logging in (login.due).
-	if lc.off || c.tlsConn != nil || c.sess.hasPinOrOpen() || c.login.due() {
+	if lc.off || c.tlsConn != nil || c.sess.HasPinOrOpen() || c.login.due() {
 		return false
 	}
 	l := c.s.loopsFor()

@@ -22,6 +22,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/pool"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
+	"github.com/mongobouncer/mongobouncer/internal/session"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/wait"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
@@ -261,7 +262,7 @@ func TestWaitingMeansWaitingForAConnection(t *testing.T) {
 		if o.loop {
 			r.waitState(ca, lsIdle)
 		}
-		state := func(c *client) clientState { return clientState(c.sess.state.Load()) }
+		state := func(c *client) session.State { return c.sess.State() }
 
 		g := make(chan struct{})
 		gate.Store(&g)
@@ -275,8 +276,8 @@ func TestWaitingMeansWaitingForAConnection(t *testing.T) {
 		st := state(ca)
 		close(g)
 		affOK(t, <-done)
-		if st != stateActive {
-			t.Fatalf("state %v during a checkout a free connection serves, want %v", st, stateActive)
+		if st != session.StateActive {
+			t.Fatalf("state %v during a checkout a free connection serves, want %v", st, session.StateActive)
 		}
 
 		b := r.client(0)
@@ -294,17 +295,17 @@ func TestWaitingMeansWaitingForAConnection(t *testing.T) {
 		wait.Until(t, "a's request out", 5*time.Second, time.Millisecond, func() bool { return r.inUse() == 1 })
 		go func() { done <- b.cmd(ping()) }()
 		wait.Until(t, "b waiting for the connection", 5*time.Second, time.Millisecond, func() bool {
-			return state(cb) == stateWaiting
+			return state(cb) == session.StateWaiting
 		})
-		if st := state(ca); st != stateActive {
-			t.Fatalf("a, holding the connection, is %v, want %v", st, stateActive)
+		if st := state(ca); st != session.StateActive {
+			t.Fatalf("a, holding the connection, is %v, want %v", st, session.StateActive)
 		}
 		hold.Store(false)
 		close(release)
 		affOK(t, <-done)
 		affOK(t, <-done)
 		wait.Until(t, "both idle", 5*time.Second, time.Millisecond, func() bool {
-			return state(ca) == stateIdle && state(cb) == stateIdle
+			return state(ca) == session.StateIdle && state(cb) == session.StateIdle
 		})
 	})
 }
@@ -387,8 +388,8 @@ func TestLoopStates(t *testing.T) {
 				affOK(t, cl.cmd(ping()))
 			}
 			r.waitState(c, lsIdle)
-			if c.sess.requests.Load() != 3 || c.nc != nil {
-				t.Fatalf("%d requests, goroutine conn %v: want 3 served on the loop", c.sess.requests.Load(), c.nc)
+			if c.sess.Requests() != 3 || c.nc != nil {
+				t.Fatalf("%d requests, goroutine conn %v: want 3 served on the loop", c.sess.Requests(), c.nc)
 			}
 			cl.c.Close()
 			wait.Until(t, "client gone", 5*time.Second, time.Millisecond, func() bool { return r.s.ClientCount() == 0 })

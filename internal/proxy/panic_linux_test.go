@@ -196,8 +196,8 @@ func testPanicAt(t *testing.T, o rigOptions, at, leave string) {
 		state.Store(int32(vc.lc.State))
 		switch leave {
 		case "sessMu":
-			vc.sess.sessMu.Lock()
-			return vc.sess.sessMu.Unlock
+			vc.sess.Mu.Lock()
+			return vc.sess.Mu.Unlock
 		case "ownMu":
 			vc.lc.Mu.Lock()
 			return vc.lc.Mu.Unlock
@@ -448,10 +448,7 @@ func TestPanicInATransactionClosesItsPin(t *testing.T) {
 			return d
 		}
 		affOK(t, victim.cmd(txn("find", true)))
-		vc.sess.sessMu.Lock()
-		pinned := vc.sess.hasPinLocked()
-		vc.sess.sessMu.Unlock()
-		if !pinned {
+		if !vc.sess.HasPin() {
 			t.Fatal("no pin after a transaction's first command")
 		}
 		victim.id++

@@ -14,7 +14,8 @@ package proxy
 // recovers at the top of its goroutines and ends itself.
 //
 // The client's locks (sessMu, ownMu) are unlocked by a defer in the
-// function that locks them, always (lockrule_test.go checks the package):
+// function that locks them, always (lockrule_test.go checks the package
+// and internal/session):
 // a panic in a critical section unlocks on its way up, before any recovery
 // runs. So a recovery never finds a lock its own goroutine left held, and
 // takes them with a plain Lock: one held is held by another goroutine, for
@@ -27,6 +28,7 @@ package proxy
 
 import (
 	"github.com/mongobouncer/mongobouncer/internal/command"
+	"github.com/mongobouncer/mongobouncer/internal/session"
 
 	"errors"
 	"fmt"
@@ -147,7 +149,7 @@ func (x *exchange) releaseAfterPanic() {
 		pc.MarkErrored(errPanicked)
 		x.dropConn()
 	}
-	x.sess.setPhase(phaseIdle)
+	x.sess.SetPhase(session.PhaseIdle)
 	x.route, x.srv, x.need, x.pinned = nil, nil, nil, false
 }
 

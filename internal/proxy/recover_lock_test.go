@@ -30,7 +30,7 @@ func TestRecoveryWaitsForALockAnotherGoroutineHolds(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.sess.sessMu.Lock()
+		c.sess.Mu.Lock()
 		close(held)
 		time.Sleep(1500 * time.Millisecond)
 		if returned.Load() {
@@ -39,7 +39,7 @@ func TestRecoveryWaitsForALockAnotherGoroutineHolds(t *testing.T) {
 			return
 		}
 		released.Store(true)
-		c.sess.sessMu.Unlock()
+		c.sess.Mu.Unlock()
 	}()
 	<-held
 	start := time.Now()
@@ -50,10 +50,10 @@ func TestRecoveryWaitsForALockAnotherGoroutineHolds(t *testing.T) {
 		t.Errorf("the recovery went on after %v under sessMu while another goroutine still held it (it took over a lock no panicking frame held)", took.Round(time.Millisecond))
 	}
 	<-done
-	if !c.sess.sessMu.TryLock() {
+	if !c.sess.Mu.TryLock() {
 		t.Fatal("sessMu is left held")
 	}
-	c.sess.sessMu.Unlock()
+	c.sess.Mu.Unlock()
 }
 
 // A goroutine's recovery that ends a client the loop's state says it does

@@ -20,7 +20,7 @@ import (
 func (c *client) forward(route *routing.Route, msg []byte, h wire.Header, compressed bool, compID wire.CompressorID) error {
 	x := &c.x
 	x.begin(route, c.msg.Body, len(msg), h.RequestID)
-	if len(c.sess.pins) > 0 {
+	if c.sess.HasPinSlots() {
 		c.dropStalePins()
 	}
 	err := c.relay(msg, compressed, compID)

@@ -22,6 +22,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/gate"
 	"github.com/mongobouncer/mongobouncer/internal/hello"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
+	"github.com/mongobouncer/mongobouncer/internal/session"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 	"github.com/mongobouncer/mongobouncer/internal/wire"
 )
@@ -202,7 +203,7 @@ type Server struct {
 
 	txnMu sync.Mutex // guards txnOwners
 	// txnOwners maps an open transaction to the session that began it.
-	txnOwners map[command.TxnKey]*session
+	txnOwners map[command.TxnKey]*session.Session
 
 	// tls is the client TLS in force (SetTLS); new clients read it.
 	tls atomic.Pointer[ClientTLS]
@@ -589,19 +590,11 @@ func (s *Server) drained() bool {
 	s.clientsMu.Lock()
 	defer s.clientsMu.Unlock()
 	for c := range s.clients {
-		if c.sess.busy() || !c.spoke.Load() && now.Sub(c.connected) < freshClientGrace {
+		if c.sess.Busy() || !c.spoke.Load() && now.Sub(c.connected) < freshClientGrace {
 			return false
 		}
 	}
 	return true
-}
-
-// busy reports whether the client has a request in flight or a
-// transaction open.
-func (ss *session) busy() bool {
-	ss.sessMu.Lock()
-	defer ss.sessMu.Unlock()
-	return ss.phase != phaseIdle || len(ss.open) > 0 || ss.hasLBCursorsLocked()
 }
 
 // ClientInfo describes one connected client (SHOW CLIENTS).
@@ -632,27 +625,13 @@ func (s *Server) Clients() []ClientInfo {
 	out := make([]ClientInfo, 0, len(cs))
 	for _, c := range cs {
 		ci := ClientInfo{ID: c.id, Addr: c.remote, Listener: c.listener, ConnectedAt: c.connected,
-			State: clientState(c.sess.state.Load()).String(), Requests: c.sess.requests.Load()}
-		c.sess.describe(&ci)
+			State: c.sess.State().String(), Requests: c.sess.Requests()}
+		in := c.sess.Describe()
+		ci.AppName, ci.User, ci.LoadBalanced, ci.PinnedServer = in.AppName, in.User, in.LoadBalanced, in.PinnedServer
 		out = append(out, ci)
 	}
 	slices.SortFunc(out, func(a, b ClientInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
-}
-
-// describe fills in what sessMu guards of ci.
-func (ss *session) describe(ci *ClientInfo) {
-	ss.sessMu.Lock()
-	defer ss.sessMu.Unlock()
-	ci.AppName = ss.appName
-	ci.User = ss.user
-	ci.LoadBalanced = ss.lbMode.Load()
-	for _, p := range ss.pins {
-		if p.conn != nil {
-			ci.PinnedServer = p.srv.Address()
-			break
-		}
-	}
 }
 
 // SetPreLoginMessageSize changes max_prelogin_message_size live

@@ -1,4 +1,4 @@
-package proxy
+package session
 
 // Cursors of load-balanced clients across a drain. A driver with
 // loadBalanced=true sends every getMore and the killCursors of a cursor on
@@ -21,18 +21,18 @@ import "github.com/mongobouncer/mongobouncer/internal/command"
 // so that it cannot grow the set without limit.
 const maxLBCursors = 1024
 
-// noteLBCursor records what a reply did to the cursors of a load-balanced
+// NoteLBCursor records what a reply did to the cursors of a load-balanced
 // client: a command other than getMore that returned a cursor opened it;
 // a getMore that returned cursor id 0 exhausted it, and one that failed
 // ended it (CursorNotFound, or the server killed it); a killCursors ends
 // the cursors it names. Called for every reply of every client; it costs a
 // plain client one load.
-func (ss *session) noteLBCursor(req *command.Request, ri command.Reply, killIDs []int64) {
+func (ss *Session) NoteLBCursor(req *command.Request, ri command.Reply, killIDs []int64) {
 	if !ss.lbMode.Load() {
 		return
 	}
-	ss.sessMu.Lock()
-	defer ss.sessMu.Unlock()
+	ss.Mu.Lock()
+	defer ss.Mu.Unlock()
 	switch {
 	case req.Info.Kind == command.GetMore && (ri.CursorID == 0 || !ri.OK):
 		delete(ss.lbCursors, req.CursorID)
@@ -50,27 +50,23 @@ func (ss *session) noteLBCursor(req *command.Request, ri command.Reply, killIDs 
 	}
 }
 
-// drainFinishesCursor reports whether req, arriving during a drain, is
+// DrainFinishesCursor reports whether req, arriving during a drain, is
 // the getMore or killCursors of a cursor the (load-balanced) client opened
 // here, which the drain lets through.
-func (ss *session) drainFinishesCursor(req *command.Request) bool {
+func (ss *Session) DrainFinishesCursor(req *command.Request) bool {
 	if !ss.lbMode.Load() {
 		return false
 	}
-	ss.sessMu.Lock()
-	defer ss.sessMu.Unlock()
+	ss.Mu.Lock()
+	defer ss.Mu.Unlock()
 	switch req.Info.Kind {
 	case command.GetMore:
 		_, ok := ss.lbCursors[req.CursorID]
 		return ok
 	case command.KillCursors:
-		// Its ids are read when it is forwarded (exchange.prepare); a
+		// Its ids are read when proxy forwards it; a
 		// load-balanced driver kills only a cursor of this connection.
 		return len(ss.lbCursors) > 0
 	}
 	return false
 }
-
-// hasLBCursorsLocked reports whether the client has a cursor the drain
-// waits for. Called with sessMu held.
-func (ss *session) hasLBCursorsLocked() bool { return len(ss.lbCursors) > 0 }
