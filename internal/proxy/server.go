@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/clienttls"
 	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/gate"
@@ -97,7 +98,7 @@ type Options struct {
 	LoopSpin time.Duration
 	// TLS is the TLS offered to clients; the zero value offers none.
 	// SetTLS changes it live.
-	TLS ClientTLS
+	TLS clienttls.Settings
 }
 
 func (o *Options) setDefaults() {
@@ -204,11 +205,8 @@ type Server struct {
 	// txnOwners maps an open transaction to the session that began it.
 	txnOwners map[command.TxnKey]*session
 
-	// tls is the client TLS in force (SetTLS); new clients read it.
-	tls atomic.Pointer[ClientTLS]
-	// tlsPlainRefused and tlsHandshakeFailed count TLSRefusals.
-	tlsPlainRefused    atomic.Uint64
-	tlsHandshakeFailed atomic.Uint64
+	// tls is the client TLS in force (SetTLS) and its refusals.
+	tls clienttls.Terminator
 	// panics counts the panics recovered while serving clients (recover.go).
 	panics atomic.Uint64
 }
