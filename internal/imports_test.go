@@ -81,7 +81,7 @@ var layers = map[string]layer{
 	// counts; sockets only, no MongoDB message, no proxy type.
 	"internal/clienttls": {2, []string{"config", "gate"}, false},
 	// Floor 3: routes, a deployment (topology) with the terms config sets.
-	"internal/routing": {3, []string{"command", "config", "pool", "sdam", "topology"}, false},
+	"internal/routing": {3, []string{"command", "config", "hello", "pool", "sdam", "topology"}, false},
 	// Floor 4: the proxy, over the engine (evloop), which owns the sockets'
 	// system calls, and over the routes.
 	"internal/proxy": {4, []string{"auth", "clienttls", "command", "config", "evloop", "gate", "hello", "pool", "routing", "topology", "upstream", "wire"}, false},
