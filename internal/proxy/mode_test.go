@@ -29,7 +29,7 @@ func TestModesAreConfigs(t *testing.T) {
 		t.Fatalf("after an undefined mode: PoolMode %q, want session kept", m)
 	}
 	if err := s.SetTLS(clienttls.Settings{Mode: "requires"}); !errors.Is(err, clienttls.ErrConfig) {
-		t.Fatalf("tls mode requires: %v, want ErrTLSConfig", err)
+		t.Fatalf("tls mode requires: %v, want clienttls.ErrConfig", err)
 	}
 	if err := s.SetTLS(clienttls.Settings{Mode: config.TLSModeDisable}); err != nil {
 		t.Fatalf("tls mode disable: %v", err)

@@ -7,6 +7,7 @@ package proxy
 // raw sockets and cannot decrypt (loopClient.enter).
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,7 +55,7 @@ func (cn *conn) startTLS(s *Server, ep *evloop.Endpoint, connected time.Time, lo
 	r, err := s.tls.Accept(cn.nc, ep.Win.Free(), loginDeadline, obs, log)
 	ep.Win.Hi += r.N
 	if err != nil {
-		if te, ok := err.(*clienttls.Error); ok && te.LoginTimeout {
+		if te := (*clienttls.Error)(nil); errors.As(err, &te) && te.LoginTimeout {
 			why := gate.TimeoutFirstMessage
 			if te.Step == clienttls.StepHandshake {
 				why = gate.TimeoutTLSHandshake
