@@ -77,16 +77,19 @@ var layers = map[string]layer{
 	// Floor 2.
 	"internal/topology":          {2, []string{"auth", "pool", "sdam", "srv", "upstream", "wire"}, false},
 	"internal/testutil/ferretdb": {2, []string{"testutil/childproc", "testutil/devmongo"}, false},
+	// TLS termination for clients: settings, sniff, handshake, refusal
+	// counts; sockets only, no MongoDB message, no proxy type.
+	"internal/clienttls": {2, []string{"config", "gate"}, false},
 	// Floor 3: routes, a deployment (topology) with the terms config sets.
-	"internal/routing": {3, []string{"command", "config", "pool", "sdam", "topology"}, false},
+	"internal/routing": {3, []string{"command", "config", "hello", "pool", "sdam", "topology"}, false},
 	// Floor 4: a client's session (pins per route, open transactions,
 	// phase) under its one lock; it sends nothing upstream.
 	"internal/session": {4, []string{"command", "config", "pool", "routing", "topology"}, false},
 	// Floor 5: the proxy, over the engine (evloop), which owns the sockets'
 	// system calls, over the routes and the sessions.
-	"internal/proxy": {5, []string{"auth", "command", "config", "evloop", "gate", "hello", "pool", "routing", "session", "topology", "upstream", "wire"}, false},
+	"internal/proxy": {5, []string{"auth", "clienttls", "command", "config", "evloop", "gate", "hello", "pool", "routing", "session", "topology", "upstream", "wire"}, false},
 	// Floor 6: the wiring.
-	"internal/app": {6, []string{"admin", "auth", "config", "metrics", "pool", "proxy", "routing", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
+	"internal/app": {6, []string{"admin", "auth", "clienttls", "config", "metrics", "pool", "proxy", "routing", "sdam", "sdnotify", "srv", "topology", "upstream", "uring"}, false},
 	// Floor 7: the commands.
 	"cmd/mongobouncer":       {7, []string{"app", "auth", "config", "sdnotify", "upstream"}, false},
 	"cmd/mongobouncer-bench": {7, []string{"loadgen", "testutil/childproc", "testutil/devmongo", "testutil/fakemongo", "uring"}, false},

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/mongobouncer/mongobouncer/internal/admin"
+	"github.com/mongobouncer/mongobouncer/internal/clienttls"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
@@ -16,7 +17,7 @@ var _ admin.Controller = (*App)(nil)
 // The proxy reports to metrics as its Observer; the assertion lives here
 // because metrics may not import proxy.
 var _ proxy.Observer = (*metrics.Metrics)(nil)
-var _ proxy.TLSObserver = (*metrics.Metrics)(nil)
+var _ clienttls.Observer = (*metrics.Metrics)(nil)
 var _ proxy.LoginTimeoutObserver = (*metrics.Metrics)(nil)
 var _ proxy.PanicObserver = (*metrics.Metrics)(nil)
 

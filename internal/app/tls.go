@@ -20,8 +20,8 @@ import (
 
 	"github.com/youmark/pkcs8"
 
+	"github.com/mongobouncer/mongobouncer/internal/clienttls"
 	"github.com/mongobouncer/mongobouncer/internal/config"
-	"github.com/mongobouncer/mongobouncer/internal/proxy"
 )
 
 // maxTLSFileSize bounds a certificate, key or CA file: real ones are a few
@@ -240,28 +240,28 @@ func tlsFilesDigest(cs config.ConnString) string {
 // clientTLS builds the proxy's client TLS settings from the tls_* keys of
 // [mongobouncer], reading the files. tls_mode = "disable" gives the zero
 // settings (no TLS).
-func clientTLS(g config.Global) (proxy.ClientTLS, error) {
+func clientTLS(g config.Global) (clienttls.Settings, error) {
 	if !g.TLSMode.Serves() {
-		return proxy.ClientTLS{}, nil
+		return clienttls.Settings{}, nil
 	}
 	certPEM, err := readTLSFile("tls_cert_file", g.TLSCertFile)
 	if err != nil {
-		return proxy.ClientTLS{}, err
+		return clienttls.Settings{}, err
 	}
 	keyPEM, err := readTLSFile("tls_key_file", g.TLSKeyFile)
 	if err != nil {
-		return proxy.ClientTLS{}, err
+		return clienttls.Settings{}, err
 	}
 	cert, err := certKeyPair(certPEM, keyPEM, "")
 	if err != nil {
-		return proxy.ClientTLS{}, fmt.Errorf("tls_cert_file %s, tls_key_file %s: %w", g.TLSCertFile, g.TLSKeyFile, err)
+		return clienttls.Settings{}, fmt.Errorf("tls_cert_file %s, tls_key_file %s: %w", g.TLSCertFile, g.TLSKeyFile, err)
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	if g.TLSCAFile != "" {
 		if c.ClientCAs, err = loadCAFile("tls_ca_file", g.TLSCAFile); err != nil {
-			return proxy.ClientTLS{}, err
+			return clienttls.Settings{}, err
 		}
 		c.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return proxy.ClientTLS{Mode: g.TLSMode, Config: c, HandshakeTimeout: g.TLSHandshakeTimeout}, nil
+	return clienttls.Settings{Mode: g.TLSMode, Config: c, HandshakeTimeout: g.TLSHandshakeTimeout}, nil
 }

@@ -42,7 +42,7 @@ func (m *Metrics) ClientDisconnected() {
 // refused by max_user_client_conn.
 func (m *Metrics) UserClientRefused() { m.userRefused.Inc() }
 
-// ClientTLSRefused implements proxy.TLSObserver: a client was refused at
+// ClientTLSRefused implements clienttls.Observer: a client was refused at
 // its TLS step; reason is "plain" or "handshake".
 func (m *Metrics) ClientTLSRefused(reason string) {
 	m.tlsRefused.WithLabelValues(reason).Inc()

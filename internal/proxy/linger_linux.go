@@ -5,7 +5,10 @@ package proxy
 // its own descriptors are closed, so that the replies still queued in it
 // reach a client that reads slowly; Close waits for them (Flusher.Await).
 
-import "github.com/mongobouncer/mongobouncer/internal/evloop"
+import (
+	"github.com/mongobouncer/mongobouncer/internal/clienttls"
+	"github.com/mongobouncer/mongobouncer/internal/evloop"
+)
 
 // flusher holds the client sockets Server.Close lets their replies out of.
 type flusher = evloop.Flusher
@@ -24,8 +27,8 @@ func (c *client) lingerOnClose() {
 		c.s.flush.LingerFd(lc.Fd())
 	case c.nc != nil:
 		nc := c.nc
-		if t, ok := nc.(*tlsClientConn); ok {
-			nc = t.raw
+		if t, ok := nc.(*clienttls.Conn); ok {
+			nc = t.Raw()
 		}
 		c.s.flush.LingerConn(nc)
 	}

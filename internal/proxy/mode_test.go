@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/mongobouncer/mongobouncer/internal/clienttls"
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 )
 
@@ -26,10 +28,10 @@ func TestModesAreConfigs(t *testing.T) {
 	if m := r.PoolMode(); m != ModeSession {
 		t.Fatalf("after an undefined mode: PoolMode %q, want session kept", m)
 	}
-	if err := s.SetTLS(ClientTLS{Mode: "requires"}); !errors.Is(err, ErrTLSConfig) {
-		t.Fatalf("tls mode requires: %v, want ErrTLSConfig", err)
+	if err := s.SetTLS(clienttls.Settings{Mode: "requires"}); !errors.Is(err, clienttls.ErrConfig) {
+		t.Fatalf("tls mode requires: %v, want clienttls.ErrConfig", err)
 	}
-	if err := s.SetTLS(ClientTLS{Mode: TLSDisable}); err != nil {
+	if err := s.SetTLS(clienttls.Settings{Mode: config.TLSModeDisable}); err != nil {
 		t.Fatalf("tls mode disable: %v", err)
 	}
 

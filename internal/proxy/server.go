@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/clienttls"
 	"github.com/mongobouncer/mongobouncer/internal/command"
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/gate"
@@ -98,7 +99,7 @@ type Options struct {
 	LoopSpin time.Duration
 	// TLS is the TLS offered to clients; the zero value offers none.
 	// SetTLS changes it live.
-	TLS ClientTLS
+	TLS clienttls.Settings
 }
 
 func (o *Options) setDefaults() {
@@ -205,11 +206,8 @@ type Server struct {
 	// txnOwners maps an open transaction to the session that began it.
 	txnOwners map[command.TxnKey]*session.Session
 
-	// tls is the client TLS in force (SetTLS); new clients read it.
-	tls atomic.Pointer[ClientTLS]
-	// tlsPlainRefused and tlsHandshakeFailed count TLSRefusals.
-	tlsPlainRefused    atomic.Uint64
-	tlsHandshakeFailed atomic.Uint64
+	// tls is the client TLS in force (SetTLS) and its refusals.
+	tls clienttls.Terminator
 	// panics counts the panics recovered while serving clients (recover.go).
 	panics atomic.Uint64
 }
@@ -411,97 +409,10 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 }
 
-// limits returns the limits to advertise: the minimum over every upstream
-// that has answered a hello (MongoDB's defaults if none has). settled is
-// false while some route's server has neither answered a hello nor failed a
-// check, so that its figures might still lower the minimum.
-func (s *Server) limits() (lim hello.Limits, settled bool) {
-	lim = hello.DefaultLimits
-	settled = true
-	found := false
-	visit := func(r *routing.Route) {
-		if r == nil {
-			return
-		}
-		for _, srv := range r.Topology.Servers() {
-			// Checked first: once it is true, a successful first check's
-			// hello is already there to read.
-			checked := srv.Checked()
-			h := srv.Hello()
-			if h == nil {
-				if !checked {
-					settled = false
-				}
-				continue
-			}
-			if !found {
-				found = true
-				lim = hello.Limits{MinWire: h.MinWireVersion, MaxWire: min(h.MaxWireVersion, hello.MaxWireVersion),
-					MaxBSON: h.MaxBSONObjectSize, MaxMsg: h.MaxMessageSizeBytes, MaxBatch: h.MaxWriteBatchSize,
-					SessionTimeoutMin: hello.DefaultLimits.SessionTimeoutMin}
-				if h.LogicalSessionTimeoutMinutes != nil {
-					lim.SessionTimeoutMin = *h.LogicalSessionTimeoutMinutes
-				}
-				lim.FillZero()
-				continue
-			}
-			lim.MinWire = max(lim.MinWire, h.MinWireVersion)
-			lim.MaxWire = min(lim.MaxWire, h.MaxWireVersion)
-			lim.MaxBSON = minPositive(lim.MaxBSON, h.MaxBSONObjectSize)
-			lim.MaxMsg = minPositive(lim.MaxMsg, h.MaxMessageSizeBytes)
-			lim.MaxBatch = minPositive(lim.MaxBatch, h.MaxWriteBatchSize)
-			if h.LogicalSessionTimeoutMinutes != nil {
-				lim.SessionTimeoutMin = min(lim.SessionTimeoutMin, *h.LogicalSessionTimeoutMinutes)
-			}
-		}
-	}
-	for _, r := range s.table.Load().All() {
-		visit(r)
-	}
-	if lim.MaxMsg > int32(s.opts.MaxMessageSize) {
-		lim.MaxMsg = int32(s.opts.MaxMessageSize)
-	}
-	return lim, settled
-}
-
-func minPositive(a, b int32) int32 {
-	if b > 0 && b < a {
-		return b
-	}
-	return a
-}
-
-// waitLimits returns the upstream limits. Until every route's servers
-// have answered a hello or failed a check it waits, up to HandshakeWait:
-// answering as soon as one route's servers are known could advertise a
-// maxWireVersion (or size limit) higher than another route's, which the
-// client would then use against it.
+// waitLimits returns the hello limits agreed over every route's servers,
+// waiting (up to HandshakeWait) for their first checks at startup.
 func (s *Server) waitLimits() hello.Limits {
-	lim, settled := s.limits()
-	if settled {
-		return lim
-	}
-	deadline := time.NewTimer(s.opts.HandshakeWait)
-	defer deadline.Stop()
-	// Polled: a server's first check ends in its monitor, which signals
-	// nothing the proxy can wait on; this only runs until every server's
-	// first check is over.
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-deadline.C:
-			lim, _ = s.limits()
-			return lim
-		case <-s.stopping:
-			lim, _ = s.limits()
-			return lim
-		case <-tick.C:
-			if lim, settled = s.limits(); settled {
-				return lim
-			}
-		}
-	}
+	return routing.WaitLimits(s.table.Load, int32(s.opts.MaxMessageSize), s.opts.HandshakeWait, s.stopping)
 }
 
 // Shutdown drains the server gracefully: listeners stop accepting, requests

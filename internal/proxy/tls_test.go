@@ -17,6 +17,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/mongobouncer/mongobouncer/internal/clienttls"
+	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/certs"
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
@@ -32,7 +34,7 @@ type tlsRig struct {
 	client *certs.Cert // a client certificate signed by ca
 }
 
-func newTLSRig(t *testing.T, mode TLSMode, loop, clientCerts bool, timeout time.Duration) *tlsRig {
+func newTLSRig(t *testing.T, mode config.TLSMode, loop, clientCerts bool, timeout time.Duration) *tlsRig {
 	t.Helper()
 	up := fakemongo.Start(t, fakemongo.Options{})
 	ca := certs.NewCA(t, "proxy CA")
@@ -41,7 +43,7 @@ func newTLSRig(t *testing.T, mode TLSMode, loop, clientCerts bool, timeout time.
 		cfg.ClientCAs, cfg.ClientAuth = ca.Pool(), tls.RequireAndVerifyClientCert
 	}
 	s, err := New(Options{Routes: []*routing.Route{limitsRoute(t, "*", up.Addr())}, EventLoop: loop, Logger: slog.New(slog.DiscardHandler),
-		TLS: ClientTLS{Mode: mode, Config: cfg, HandshakeTimeout: timeout}})
+		TLS: clienttls.Settings{Mode: mode, Config: cfg, HandshakeTimeout: timeout}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +116,7 @@ func TestTLSAllowSharesThePortAndKeepsTLSOffTheLoop(t *testing.T) {
 			if loop && !EventLoopSupported {
 				t.Skip("the event loop is Linux only")
 			}
-			r := newTLSRig(t, TLSAllow, loop, false, 0)
+			r := newTLSRig(t, config.TLSModeAllow, loop, false, 0)
 			tc, err := r.dialTLS(t, false)
 			if err != nil {
 				t.Fatal(err)
@@ -145,7 +147,7 @@ func TestTLSAllowSharesThePortAndKeepsTLSOffTheLoop(t *testing.T) {
 // require: a plain client gets an error reply saying TLS is required, and
 // is counted; a TLS client is served.
 func TestTLSRequireRefusesPlain(t *testing.T) {
-	r := newTLSRig(t, TLSRequire, false, false, 0)
+	r := newTLSRig(t, config.TLSModeRequire, false, false, 0)
 	pc := r.dialPlain(t)
 	rep := pc.cmd(bson.D{{Key: "hello", Value: 1}, {Key: "$db", Value: "admin"}})
 	if msg, _ := rep.Lookup("errmsg").StringValueOK(); !strings.Contains(msg, "requires TLS") {
@@ -164,7 +166,7 @@ func TestTLSRequireRefusesPlain(t *testing.T) {
 // With client CAs a client without a certificate fails its handshake;
 // one with a certificate is served and its subject is the RFC 2253 name.
 func TestTLSClientCertificateAndSubject(t *testing.T) {
-	r := newTLSRig(t, TLSRequire, false, true, 0)
+	r := newTLSRig(t, config.TLSModeRequire, false, true, 0)
 	if c, err := r.dialTLS(t, false); err == nil {
 		// TLS 1.3: the server's verdict on the client comes with the
 		// first read.
@@ -201,7 +203,7 @@ func TestTLSClientCertificateAndSubject(t *testing.T) {
 // A client that says nothing, or starts a handshake and stalls, is closed
 // after the handshake timeout; the accept loop serves others meanwhile.
 func TestTLSHandshakeTimeout(t *testing.T) {
-	r := newTLSRig(t, TLSAllow, false, false, 300*time.Millisecond)
+	r := newTLSRig(t, config.TLSModeAllow, false, false, 300*time.Millisecond)
 	silent := r.dialPlain(t)
 	stalled := r.dialPlain(t)
 	if _, err := stalled.c.Write([]byte{0x16, 0x03, 0x01, 0x00}); err != nil {
@@ -233,7 +235,7 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 // A unix socket client is served plain even when TLS is required, as by
 // mongod.
 func TestTLSRequireServesUnixSocketsPlain(t *testing.T) {
-	r := newTLSRig(t, TLSRequire, false, false, 0)
+	r := newTLSRig(t, config.TLSModeRequire, false, false, 0)
 	path := filepath.Join(t.TempDir(), "mb.sock")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
