@@ -134,7 +134,7 @@ func TestServesOnUnixSocketAndStopsCleanly(t *testing.T) {
 	if runtime.GOOS == "linux" {
 		io := "epoll"
 		if uring.Supported() {
-			io = "io_uring"
+			io = "epoll+io_uring" // "auto": both drivers, chosen by load
 		}
 		want := fmt.Sprintf(`"event_loop_threads":%d,"gomaxprocs":%d,"event_loop_io":%q`, startProcs, startProcs+1, io)
 		if !strings.Contains(errb.String(), want) {
