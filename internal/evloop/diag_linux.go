@@ -61,8 +61,8 @@ func (l *Loop) Lingering() int64 {
 // holds of its own (io_uring's duplicate; -1 once closed, or on epoll,
 // which holds none), and whether the loop heard the connection closed.
 func (u *Upstream) OwnFd() (fd int, closed bool) {
-	ru, ok := u.ring, u.ring != nil
-	if !ok {
+	ru := u.ring
+	if ru == nil {
 		return -1, false
 	}
 	ru.mu.Lock()
