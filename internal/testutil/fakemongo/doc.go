@@ -61,7 +61,10 @@
 // scripts with StepDown, Elect, Reconfig, RemoveMember, Kill, Revive and
 // Failover. Every state change bumps each live member's topologyVersion,
 // which answers awaitable hellos at once, so a streaming monitor hears of
-// it immediately.
+// it immediately; a primary that loses the role has its own raised in the
+// same step, so its "not primary" replies are never older than a hello
+// that said primary. A killed member whose connections are still closing
+// answers nothing (a dead process sends no error).
 // The members share one store: replication is instantaneous and an
 // acknowledged write is never lost. As on mongod 4.4+:
 //

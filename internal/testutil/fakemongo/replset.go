@@ -369,7 +369,7 @@ func (rs *ReplicaSet) StepDown(i int) error {
 		rs.mu.Unlock()
 		return fmt.Errorf("%w: member %d is not primary", ErrReplicaSetState, i)
 	}
-	rs.primary = -1
+	rs.setPrimaryLocked(-1)
 	old := rs.members[i].srv
 	rs.mu.Unlock()
 	rs.demoted(old)
@@ -408,7 +408,7 @@ func (rs *ReplicaSet) electLocked(i int) error {
 	if p := rs.primary; p >= 0 && p != i {
 		old = rs.members[p].srv
 	}
-	rs.primary = i
+	rs.setPrimaryLocked(i)
 	rs.term++
 	m.paused = nil // caught up before winning
 	rs.mu.Unlock()
@@ -467,7 +467,7 @@ func (rs *ReplicaSet) lifeEnded(s *Server) {
 	m.down = true
 	wasPrimary := rs.primary == m.idx
 	if wasPrimary {
-		rs.primary = -1
+		rs.setPrimaryLocked(-1)
 	}
 	rs.mu.Unlock()
 	if wasPrimary {
@@ -540,7 +540,7 @@ func (rs *ReplicaSet) Failover() (int, error) {
 	var srv *Server
 	if old >= 0 {
 		srv = rs.members[old].srv
-		rs.primary = -1
+		rs.setPrimaryLocked(-1)
 	}
 	rs.mu.Unlock()
 	if old < 0 {
@@ -591,6 +591,20 @@ func (rs *ReplicaSet) demoted(srv *Server) {
 	for c := range srv.conns {
 		c.interruptWrite()
 	}
+}
+
+// setPrimaryLocked makes member i (or none, -1) the primary; the caller
+// holds rs.mu. A primary that loses the role has its topologyVersion
+// counter raised in the same step, as mongod does within a stepdown: its
+// "not primary" replies then carry a version newer than any hello that
+// said primary, or SDAM would rightly discard them as stale (and a driver
+// would retry on the old primary). bumpAll, after the change, wakes the
+// awaitable hellos.
+func (rs *ReplicaSet) setPrimaryLocked(i int) {
+	if p := rs.primary; p >= 0 && p != i {
+		rs.members[p].srv.topoCounter.Add(1)
+	}
+	rs.primary = i
 }
 
 // bumpAll bumps the topologyVersion of every live member, waking their

@@ -103,6 +103,10 @@ func (m *Member) admit(req *Request, class cmdClass) (Reply, admitAction) {
 	switch {
 	case state == StatePrimary:
 		return Reply{}, admitRun
+	case state == StateDown:
+		// Killed, its connections not yet all closed: a dead process
+		// answers nothing.
+		return Reply{}, admitHangUp
 	case class == classWrite:
 		// An unacknowledged write has nowhere to put the error: mongod
 		// hangs up so the client notices.

@@ -109,8 +109,15 @@ func TestReplicaSetHello(t *testing.T) {
 		r := helloOf(t, mem)
 		wantBool(t, r, "isWritablePrimary", false)
 		wantAbsent(t, r, "primary", "electionId")
-		if c, _ := r.Lookup("topologyVersion", "counter").AsInt64OK(); c != 1 {
-			t.Fatalf("member %d counter %d after stepdown", i, c)
+		// The old primary's counter rose twice: in the stepdown itself
+		// (its "not primary" replies must be newer than its last hello
+		// as primary), and with every member's after it.
+		want := int64(1)
+		if i == 0 {
+			want = 2
+		}
+		if c, _ := r.Lookup("topologyVersion", "counter").AsInt64OK(); c != want {
+			t.Fatalf("member %d counter %d after stepdown, want %d", i, c, want)
 		}
 	}
 	if rs.Primary() != nil || m[0].State() != StateSecondary {
@@ -528,4 +535,36 @@ func TestReplicaSetMemberWireVersions(t *testing.T) {
 	if _, err := NewReplicaSet(ReplicaSetOptions{MaxWireVersions: map[int]int32{3: 17}}); err == nil {
 		t.Fatal("a wire version for member 3 of 3 was accepted")
 	}
+}
+
+// The moment between a state change and bumpAll's wake-up: a demoted
+// primary's "not primary" is already newer than its last hello as primary
+// (else SDAM discards it as stale and a driver's retry goes back to it),
+// and a member marked down answers nothing, as a killed process would.
+func TestReplicaSetStateChangeIsNewerThanItsHellos(t *testing.T) {
+	rs := StartReplicaSet(t, ReplicaSetOptions{})
+	m := rs.Member(0)
+	c := dialRaw(t, m.Server())
+	insert := d{{"insert", "c"}, {"documents", bson.A{bson.D{{Key: "_id", Value: 1}}}}, {"$db", "db"}}
+	before, _ := helloOf(t, m).Lookup("topologyVersion", "counter").AsInt64OK()
+
+	rs.mu.Lock()
+	rs.setPrimaryLocked(-1) // no bumpAll yet
+	rs.mu.Unlock()
+	r := c.roundTrip(insert)
+	if codeOf(r) != 10107 {
+		t.Fatalf("insert on the demoted primary: %v", r)
+	}
+	if after, _ := r.Lookup("topologyVersion", "counter").AsInt64OK(); after <= before {
+		t.Fatalf("not primary at counter %d, its last hello as primary said %d: stale by SDAM's rule", after, before)
+	}
+
+	rs.mu.Lock()
+	m.down = true // killed, its connections not yet closed
+	rs.mu.Unlock()
+	c.send(0, insert)
+	c.expectClosed(2 * time.Second)
+	rs.mu.Lock()
+	m.down = false
+	rs.mu.Unlock()
 }
