@@ -147,7 +147,7 @@ func (a *App) serverRoles() []metrics.ServerRole {
 			sr := metrics.ServerRole{Route: r.eff.Name, Server: s.Address(), Role: role(s.Description()), RTT: s.RTT(),
 				DB: s.Share().Stats()}
 			if l := s.Pool().Stats().Limiter; l != nil {
-				sr.Limit = &metrics.AdaptiveLimit{Limit: l.Limit, MinRTT: l.MinRTT, Gradient: l.Gradient, Drops: l.Drops}
+				sr.Limit = &metrics.AdaptiveLimit{Limit: l.Limit, MinRTT: l.MinRTT, Gradient: l.Gradient, Drops: l.Drops, Probes: l.Probes}
 			}
 			out = append(out, sr)
 		}

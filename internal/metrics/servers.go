@@ -38,13 +38,16 @@ type ServerRole struct {
 type AdaptiveLimit struct {
 	// Limit is how many connections may be checked out at once now.
 	Limit int
-	// MinRTT is the lowest recent window-average time a connection was held.
+	// MinRTT is the no-load time a connection is held: the mean of the
+	// limiter's last probe at min_pool_size.
 	MinRTT time.Duration
 	// Gradient is the last update's factor (1 steady, below 1 backing off).
 	Gradient float64
 	// Drops counts operations that timed out, failed on the network or
 	// were refused as overloaded.
 	Drops uint64
+	// Probes counts the minimum-RTT probes the limiter has ended.
+	Probes uint64
 }
 
 // ServerSource lists the current upstream servers of every route. It is
@@ -63,10 +66,13 @@ var (
 		`Adaptive limit (max_pool_size = "auto") on the connections of a route's pool for one upstream server that may be checked out at once; absent for a fixed-size pool.`,
 		[]string{"route", "server"}, nil)
 	descPoolLimitMinRTT = prometheus.NewDesc(Namespace+"_pool_limit_min_rtt_seconds",
-		"Lowest recent window-average time an operation held a connection, as the adaptive limit measures it; absent before the first window.",
+		"No-load time an operation holds a connection, as the adaptive limit's last probe (the limit held at min_pool_size) measured it; absent before the first.",
 		[]string{"route", "server"}, nil)
 	descPoolLimitGradient = prometheus.NewDesc(Namespace+"_pool_limit_gradient",
-		"Factor of the adaptive limit's last update: 1 while latency is steady, down to 0.5 as it climbs, 0.9 after drops.",
+		"Factor of the adaptive limit's last update: 1.25 x the no-load time over the last window's, within 0.5 to 2; 0.9 after drops.",
+		[]string{"route", "server"}, nil)
+	descPoolLimitProbes = prometheus.NewDesc(Namespace+"_pool_limit_probes_total",
+		"Probes of the adaptive limit: the limit held at min_pool_size for a few operations to measure the no-load time (one as the pool starts, then about every 30 s).",
 		[]string{"route", "server"}, nil)
 	descPoolLimitDrops = prometheus.NewDesc(Namespace+"_pool_limit_drops_total",
 		"Operations the adaptive limit counted as drops: timeouts, network errors and overload refusals (462, SystemOverloadedError).",
@@ -114,6 +120,7 @@ func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPoolLimitMinRTT
 	ch <- descPoolLimitGradient
 	ch <- descPoolLimitDrops
+	ch <- descPoolLimitProbes
 	ch <- descDBMax
 	ch <- descDBConns
 	ch <- descDBWaiting
@@ -147,6 +154,7 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descPoolLimitGradient, prometheus.GaugeValue, l.Gradient, k.route, k.server)
 			ch <- prometheus.MustNewConstMetric(descPoolLimitDrops, prometheus.CounterValue, float64(l.Drops), k.route, k.server)
+			ch <- prometheus.MustNewConstMetric(descPoolLimitProbes, prometheus.CounterValue, float64(l.Probes), k.route, k.server)
 		}
 		ch <- prometheus.MustNewConstMetric(descDBMax, prometheus.GaugeValue, float64(s.DB.Max), k.route, k.server)
 		ch <- prometheus.MustNewConstMetric(descDBConns, prometheus.GaugeValue, float64(s.DB.Used), k.route, k.server)

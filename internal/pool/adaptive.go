@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"time"
 )
 
 // limiterStatsLocked returns the adaptive limit's state, or nil without one.
@@ -38,4 +39,46 @@ func isDrop(err error) bool {
 // already fill it.
 func (p *Pool) limitedLocked() bool {
 	return p.lim != nil && p.inUse+p.pending-len(p.unclaimed) >= p.lim.Limit()
+}
+
+// tickLimiterLocked lets the limiter see the time (a new limiter's probe
+// starts its clock), serves waiters if that moved the limit, and arms the
+// probe timer.
+func (p *Pool) tickLimiterLocked() {
+	if p.lim == nil {
+		return
+	}
+	if p.lim.Tick(time.Duration(monoNow())) {
+		p.dispatchLocked()
+	}
+	p.armProbeLocked()
+}
+
+// armProbeLocked arms a timer for the deadline of the limiter's probe, if
+// one is under way and none is armed. A probe holds the limit at the floor
+// until enough operations have run at that concurrency; were the
+// connections in use held for long (a transaction waiting on its client),
+// no check-in would come to end it, and every other checkout would wait
+// behind it. The timer ends it at its deadline instead.
+func (p *Pool) armProbeLocked() {
+	if p.lim == nil || p.probeTimer != nil || p.state == StateClosed {
+		return
+	}
+	until, ok := p.lim.ProbeDeadline()
+	if !ok {
+		return
+	}
+	d := max(until-time.Duration(monoNow()), 0)
+	p.probeTimer = time.AfterFunc(d, p.probeExpired)
+}
+
+// probeExpired is the probe timer's function.
+func (p *Pool) probeExpired() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.probeTimer = nil
+	if p.state == StateClosed {
+		return
+	}
+	p.tickLimiterLocked()
 }

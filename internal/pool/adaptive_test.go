@@ -1,7 +1,9 @@
 package pool_test
 
 // The adaptive limit gates checkouts (max_pool_size = "auto"): beyond it a
-// checkout waits in order, and drops reported at check-in lower it.
+// checkout waits in order, drops reported at check-in lower it, and the
+// limiter's minimum-RTT probe holds it at min_pool_size until operations
+// have run there, or until its deadline when none come back.
 
 import (
 	"context"
@@ -21,14 +23,37 @@ func adaptiveOptions() pool.Options {
 	return o
 }
 
+// endProbe runs operations one at a time until the limiter's first probe
+// has measured the no-load RTT and handed the limit back.
+func endProbe(t *testing.T, p *pool.Pool) {
+	t.Helper()
+	for i := 0; p.Stats().Limiter.Probing; i++ {
+		if i > 100 {
+			t.Fatalf("the probe did not end after %d operations: %+v", i, p.Stats().Limiter)
+		}
+		c, err := p.CheckOut(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Microsecond)
+		_ = p.CheckIn(c)
+	}
+}
+
 func TestAdaptiveLimitGatesCheckouts(t *testing.T) {
 	p, _ := newTestPool(t, &mockConnector{}, adaptiveOptions())
 	if err := p.Ready(); err != nil {
 		t.Fatal(err)
 	}
+	// A new pool starts with a probe at min_pool_size (2), then the limit
+	// starts from DefaultLimiterInitial.
+	if st := p.Stats().Limiter; st == nil || st.Limit != 2 || !st.Probing {
+		t.Fatalf("Stats().Limiter = %+v, want a probe at limit 2", st)
+	}
+	endProbe(t, p)
 	st := p.Stats()
-	if st.Limiter == nil || st.Limiter.Limit != pool.DefaultLimiterInitial {
-		t.Fatalf("Stats().Limiter = %+v, want limit %d", st.Limiter, pool.DefaultLimiterInitial)
+	if st.Limiter.Limit != pool.DefaultLimiterInitial || st.Limiter.Probes != 1 || st.Limiter.MinRTT <= 0 {
+		t.Fatalf("Stats().Limiter = %+v, want limit %d after one probe with its minimum RTT", st.Limiter, pool.DefaultLimiterInitial)
 	}
 	var held []*pool.Conn
 	for range pool.DefaultLimiterInitial {
@@ -80,6 +105,7 @@ func TestAdaptiveLimitFallsOnOverloadAndNetworkErrors(t *testing.T) {
 	if err := p.Ready(); err != nil {
 		t.Fatal(err)
 	}
+	endProbe(t, p)
 	c, err := p.CheckOut(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
@@ -131,12 +157,66 @@ func TestAdaptiveSetLimits(t *testing.T) {
 	if err := p.SetLimits(l); err != nil {
 		t.Fatal(err)
 	}
-	if st := p.Stats().Limiter; st == nil || st.Limit != 4 {
-		t.Fatalf("after SetLimits(auto, ceiling 4): %+v, want limit 4", st)
+	if st := p.Stats().Limiter; st == nil || st.Limit != 1 || !st.Probing {
+		t.Fatalf("after SetLimits(auto, ceiling 4, min 1): %+v, want a probe at limit 1", st)
+	}
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	endProbe(t, p)
+	if st := p.Stats().Limiter; st.Limit != 4 {
+		t.Fatalf("after the probe: %+v, want limit 4 (the initial 8 under the ceiling)", st)
 	}
 	l.Adaptive = false
 	_ = p.SetLimits(l)
 	if p.Stats().Limiter != nil {
 		t.Fatal("the limiter outlived SetLimits back to a fixed size")
+	}
+}
+
+// A probe that no check-in ends (the connections at the floor are held, as
+// a transaction waiting on its client holds one) ends at its deadline, and
+// the waiters behind it are served.
+func TestAdaptiveProbeEndsAtItsDeadline(t *testing.T) {
+	p, _ := newTestPool(t, &mockConnector{}, adaptiveOptions())
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	var held []*pool.Conn
+	for range 2 {
+		c, err := p.CheckOut(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	start := time.Now()
+	got := make(chan error, 1)
+	_, queued, err := p.CheckOutFunc(func(c *pool.Conn, err error) {
+		if err == nil {
+			held = append(held, c)
+		}
+		got <- err
+	})
+	if err != nil || !queued {
+		t.Fatalf("a third checkout during the probe: queued %v, err %v", queued, err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the waiter was not served 10 s into a probe: %+v", p.Stats().Limiter)
+	}
+	if el := time.Since(start); el < 900*time.Millisecond {
+		t.Fatalf("served after %v, before the probe's deadline (1 s)", el)
+	}
+	st := p.Stats().Limiter
+	if st.Probing || st.Probes != 1 || st.Limit != pool.DefaultLimiterInitial || st.MinRTT != 0 {
+		t.Fatalf("after the deadline: %+v, want the probe over, limit %d, no minimum RTT measured", st, pool.DefaultLimiterInitial)
+	}
+	for _, c := range held {
+		_ = p.CheckIn(c)
 	}
 }

@@ -2,8 +2,8 @@ package pool
 
 // Gradient2, one of the adaptive concurrency limits measured for
 // max_pool_size = "auto" (how many connections of one pool may be checked
-// out at once); "auto" uses Vegas (limiter_algos.go), which the capacity-
-// model sweep preferred. This is Netflix's Gradient2 (concurrency-limits)
+// out at once); "auto" uses the probe (limiter_probe.go). This is
+// Netflix's Gradient2 (concurrency-limits)
 // fed one aggregated sample per window,
 // with two changes: a decrease applies at once (Envoy's rule; Gradient2
 // smooths both ways), and drops back off multiplicatively as AIMD does
@@ -50,6 +50,9 @@ type LimiterOptions struct {
 	// Window and MinSamples bound each update's window.
 	Window     time.Duration
 	MinSamples int
+	// ProbeInterval is the time between ProbeLimiter's minimum-RTT probes
+	// (DefaultProbeInterval if 0), give or take 15 %.
+	ProbeInterval time.Duration
 }
 
 // LimiterStats is a snapshot of a Limiter, for metrics and SHOW POOLS.
@@ -67,6 +70,10 @@ type LimiterStats struct {
 	Gradient float64
 	// Drops counts the samples reported as drops.
 	Drops uint64
+	// Probing says a minimum-RTT probe holds the limit at the floor now;
+	// Probes counts the probes ended (ProbeLimiter only).
+	Probing bool
+	Probes  uint64
 }
 
 // Limiter is an adaptive concurrency limit. It is not safe for concurrent
@@ -132,6 +139,12 @@ func (l *Limiter) SetBounds(floor, ceiling int) {
 
 // Limit returns the current limit.
 func (l *Limiter) Limit() int { return int(l.limit) }
+
+// Tick does nothing: Gradient2 changes only on samples.
+func (l *Limiter) Tick(time.Duration) bool { return false }
+
+// ProbeDeadline reports no probe: Gradient2 has none.
+func (l *Limiter) ProbeDeadline() (time.Duration, bool) { return 0, false }
 
 // Stats returns a snapshot.
 func (l *Limiter) Stats() LimiterStats {

@@ -1,10 +1,10 @@
 package pool
 
-// The adaptive-limit algorithms beside Gradient2 (limiter.go) for
-// max_pool_size = "auto": Vegas, which "auto" uses, and AIMD, as Netflix's
-// concurrency-limits defines them, fed the same windows of samples. Which
-// one "auto" uses is limiterAlgorithm; docs/pool.md and docs/performance.md
-// say how they were compared and why Vegas.
+// The adaptive-limit algorithms beside Gradient2 (limiter.go) and the
+// probe (limiter_probe.go, which "auto" uses) for max_pool_size = "auto":
+// Vegas and AIMD, as Netflix's concurrency-limits defines them, fed the
+// same windows of samples. Which one "auto" uses is limiterAlgorithm;
+// docs/pool.md and docs/performance.md say how they were compared.
 
 import (
 	"math"
@@ -23,23 +23,32 @@ type limiter interface {
 	SetBounds(floor, ceiling int)
 	// Stats is a snapshot for metrics and SHOW POOLS.
 	Stats() LimiterStats
+	// Tick lets time pass without a sample (a probe's deadline) and
+	// reports whether the limit changed.
+	Tick(now time.Duration) bool
+	// ProbeDeadline is when a probe under way ends at the latest, so that
+	// the pool can Tick then; false when none is.
+	ProbeDeadline() (time.Duration, bool)
 }
 
 // Algorithm names for limiterAlgorithm.
 const (
+	AlgorithmProbe     = "probe"
 	AlgorithmGradient2 = "gradient2"
 	AlgorithmVegas     = "vegas"
 	AlgorithmAIMD      = "aimd"
 )
 
-// limiterAlgorithm is the algorithm "auto" uses: Vegas, chosen by the
-// capacity-model sweep of docs/performance.md (the only one of the three
-// within 0.95x of the best fixed size's throughput there). It is a
-// variable, not a setting, so that the sweep (cmd/mongobouncer-bench) can
-// build binaries with another one (go build -ldflags "-X
-// github.com/mongobouncer/mongobouncer/internal/pool.limiterAlgorithm=gradient2")
-// and compare them again; an unknown name means Vegas.
-var limiterAlgorithm = AlgorithmVegas
+// limiterAlgorithm is the algorithm "auto" uses: Envoy's gradient over a
+// probed minimum RTT (ProbeLimiter), which, alone of the four, comes down
+// to an upstream's knee when that is below where the limit starts (a
+// single writer, such as FerretDB on SQLite). Vegas, the earlier choice
+// by the capacity-model sweep, stays for comparison. It is a variable, not
+// a setting, so that the sweep (cmd/mongobouncer-bench) can build binaries
+// with another one (go build -ldflags "-X
+// github.com/mongobouncer/mongobouncer/internal/pool.limiterAlgorithm=vegas")
+// and compare them again; an unknown name means the probe.
+var limiterAlgorithm = AlgorithmProbe
 
 // newAdaptiveLimiter returns the limiter limiterAlgorithm names.
 func newAdaptiveLimiter(o LimiterOptions) limiter {
@@ -48,8 +57,10 @@ func newAdaptiveLimiter(o LimiterOptions) limiter {
 		return NewLimiter(o)
 	case AlgorithmAIMD:
 		return NewAIMDLimiter(o)
+	case AlgorithmVegas:
+		return NewVegasLimiter(o)
 	}
-	return NewVegasLimiter(o)
+	return NewProbeLimiter(o)
 }
 
 // window aggregates samples into one update, as Limiter does: at least
@@ -168,6 +179,12 @@ func NewVegasLimiter(o LimiterOptions) *VegasLimiter {
 // Limit returns the current limit.
 func (l *VegasLimiter) Limit() int { return int(l.limit) }
 
+// Tick does nothing: Vegas changes only on samples.
+func (l *VegasLimiter) Tick(time.Duration) bool { return false }
+
+// ProbeDeadline reports no pinned probe: Vegas re-learns in place.
+func (l *VegasLimiter) ProbeDeadline() (time.Duration, bool) { return 0, false }
+
 // SetBounds changes the floor and ceiling; the limit moves into them.
 func (l *VegasLimiter) SetBounds(floor, ceiling int) {
 	l.b.set(floor, ceiling)
@@ -260,6 +277,12 @@ func NewAIMDLimiter(o LimiterOptions) *AIMDLimiter {
 
 // Limit returns the current limit.
 func (l *AIMDLimiter) Limit() int { return int(l.limit) }
+
+// Tick does nothing: AIMD changes only on samples.
+func (l *AIMDLimiter) Tick(time.Duration) bool { return false }
+
+// ProbeDeadline reports no probe: AIMD has none.
+func (l *AIMDLimiter) ProbeDeadline() (time.Duration, bool) { return 0, false }
 
 // SetBounds changes the floor and ceiling; the limit moves into them.
 func (l *AIMDLimiter) SetBounds(floor, ceiling int) {

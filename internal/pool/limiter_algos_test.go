@@ -113,7 +113,7 @@ func TestNewAdaptiveLimiterFollowsAlgorithm(t *testing.T) {
 	defer func(old string) { limiterAlgorithm = old }(limiterAlgorithm)
 	for name, want := range map[string]string{
 		AlgorithmGradient2: "*pool.Limiter", AlgorithmVegas: "*pool.VegasLimiter",
-		AlgorithmAIMD: "*pool.AIMDLimiter", "unknown": "*pool.VegasLimiter",
+		AlgorithmAIMD: "*pool.AIMDLimiter", AlgorithmProbe: "*pool.ProbeLimiter", "unknown": "*pool.ProbeLimiter",
 	} {
 		limiterAlgorithm = name
 		if got := typeName(newAdaptiveLimiter(LimiterOptions{})); got != want {
@@ -135,7 +135,7 @@ func capacityRTT(limit, k int, s time.Duration, contention float64) time.Duratio
 }
 
 // settle runs l against the model for windows windows and returns the
-// range of limits seen in the last half.
+// range of limits seen in the last half, outside probes.
 func settle(l limiter, k int, s time.Duration, contention float64, windows int) (lo, hi int) {
 	var now time.Duration
 	lo, hi = 1<<30, 0
@@ -144,7 +144,7 @@ func settle(l limiter, k int, s time.Duration, contention float64, windows int) 
 			now += DefaultLimiterWindow / DefaultLimiterMinSamples
 			l.Sample(now, capacityRTT(l.Limit(), k, s, contention), l.Limit(), false)
 		}
-		if w >= windows/2 {
+		if w >= windows/2 && !l.Stats().Probing {
 			lo, hi = min(lo, l.Limit()), max(hi, l.Limit())
 		}
 	}

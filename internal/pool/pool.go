@@ -117,6 +117,9 @@ type Pool struct {
 	// nil otherwise. Its state is guarded by mu like the rest: it is fed at
 	// CheckIn and read by the checks that gate checkouts (limitedLocked).
 	lim limiter
+	// probeTimer ends a limiter's probe at its deadline when no check-in
+	// does (armProbeLocked); nil when not armed.
+	probeTimer *time.Timer
 }
 
 // New creates a pool for address that establishes connections with c. The pool
@@ -167,6 +170,7 @@ func New(address string, c Connector, opts Options) (*Pool, error) {
 	}
 	p.baseCtx, p.baseCancel = context.WithCancel(context.Background())
 	p.mu.Lock()
+	p.tickLimiterLocked()
 	if p.mon != nil {
 		p.emitLocked(Event{Type: PoolCreated, Options: p.created})
 	}
@@ -222,6 +226,7 @@ func (p *Pool) SetLimits(l Limits) error {
 		p.lim = nil
 	case p.lim == nil:
 		p.lim = newAdaptiveLimiter(l.limiterOptions())
+		p.tickLimiterLocked()
 	default:
 		lo := l.limiterOptions()
 		p.lim.SetBounds(lo.Floor, lo.Ceiling)
@@ -355,6 +360,10 @@ func (p *Pool) Close() {
 	if p.expiry != nil {
 		p.expiry.Stop()
 		p.expiryAt = 0
+	}
+	if p.probeTimer != nil {
+		p.probeTimer.Stop()
+		p.probeTimer = nil
 	}
 	if p.mon != nil {
 		p.emitLocked(Event{Type: PoolClosed})
@@ -545,6 +554,7 @@ func (p *Pool) checkIn(c *Conn, lease uint64) error {
 	if p.lim != nil && c.outAt != 0 {
 		now := monoNow()
 		p.lim.Sample(time.Duration(now), now.sub(c.outAt), c.outInflight, c.overloaded || isDrop(c.errored))
+		p.armProbeLocked()
 	}
 	c.outAt, c.overloaded = 0, false
 	p.dispatchLocked()

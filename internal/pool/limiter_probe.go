@@ -1,0 +1,224 @@
+package pool
+
+// The limit max_pool_size = "auto" uses: Envoy's adaptive concurrency
+// gradient over a minimum RTT measured at a pinned low limit.
+//
+// Why a probe: every other algorithm here (Vegas, Gradient2) takes the
+// lowest RTT it happened to see for the no-load RTT. Under a steady full
+// load every window is as queued as the last, so that "minimum" is the RTT
+// at the current limit, the estimated queue is ~0, and the limit never
+// falls below where it started. On FerretDB (one SQLite writer: the RTT
+// grows in proportion to the connections in use, the throughput does not)
+// Vegas sat at 8–15 where 2 gave the best p99 (docs/performance.md,
+// session 11). Envoy's filter measures the minimum where it is one: it
+// pins the limit to a low value for a few dozen operations, now and then,
+// and compares every later window against that.
+//
+// The rule (Envoy's gradient controller, over window means):
+//
+//	gradient = clamp(minRTT × (1 + buffer) / windowRTT, 0.5, 2)
+//	limit    = limit × gradient + √(limit × gradient)
+//
+// so the limit settles where the upstream adds about a quarter of its
+// no-load RTT plus √limit of queue: ~12 for 8 workers of equal speed, ~2
+// for a single writer (2 is where a gradient clamped at 0.5 leaves it).
+// Changes from Envoy's: a window whose demand stayed under half the limit
+// does not raise it (application-limited, as our other limiters), a drop
+// multiplies the limit by 0.9 at once, and a probe also ends after
+// probeMaxTime, since a connection held for a long time (a transaction
+// with a slow client) must not hold every other checkout behind a limit
+// of one.
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// The probe's and the gradient's constants (Envoy's defaults where it has
+// one: buffer 25 %, jitter 15 %, gradient within [0.5, 2]).
+const (
+	// probeSamples operations at the probe limit make one minRTT.
+	probeSamples = 20
+	// probeMaxTime ends a probe that has not gathered probeSamples: the
+	// mean of what it has is taken (the old minRTT if it has nothing).
+	probeMaxTime = time.Second
+	// DefaultProbeInterval is the time between the end of one probe and
+	// the start of the next (Envoy: 60 s; shorter here so that an upstream
+	// whose path became slower for good is re-measured within a minute).
+	DefaultProbeInterval = 30 * time.Second
+	probeJitter          = 0.15
+	probeBuffer          = 0.25
+	gradientLow          = 0.5
+	gradientHigh         = 2.0
+)
+
+// ProbeLimiter is Envoy's gradient over a probed minimum RTT (see the file
+// comment). Not safe for concurrent use (Pool.mu); time comes in as
+// arguments.
+type ProbeLimiter struct {
+	b        bounds
+	w        window
+	limit    float64
+	interval time.Duration
+	rnd      func() float64 // [0, 1): the probe interval's jitter
+
+	probing    bool
+	probeStart time.Duration // -1: the probe has not seen a time yet
+	probeN     int
+	probeSum   time.Duration
+	saved      float64       // the limit to return to after the probe
+	nextProbe  time.Duration // when the next probe starts
+
+	minRTT   time.Duration // the last probe's mean; 0 before any
+	measured bool          // a probe has measured minRTT
+	last     float64       // last window's mean RTT, ns
+	gradient float64
+	drops    uint64
+	probes   uint64
+}
+
+// NewProbeLimiter returns a ProbeLimiter with o's bounds and window. It
+// starts with a probe (the limit at the floor until probeSamples
+// operations have run or probeMaxTime has passed), then returns to
+// o.Initial and follows the gradient.
+func NewProbeLimiter(o LimiterOptions) *ProbeLimiter {
+	b, initial := newBounds(o)
+	l := &ProbeLimiter{b: b, w: newWindow(o), limit: initial, gradient: 1, interval: o.ProbeInterval, rnd: rand.Float64}
+	if l.interval <= 0 {
+		l.interval = DefaultProbeInterval
+	}
+	l.startProbe(-1)
+	return l
+}
+
+// Limit returns the current limit.
+func (l *ProbeLimiter) Limit() int { return int(l.limit) }
+
+// SetBounds changes the floor and ceiling; the limit moves into them (a
+// probe stays at the new floor).
+func (l *ProbeLimiter) SetBounds(floor, ceiling int) {
+	l.b.set(floor, ceiling)
+	if l.probing {
+		l.limit = l.b.floor
+		l.saved = l.b.clamp(l.saved)
+		return
+	}
+	l.limit = l.b.clamp(l.limit)
+}
+
+// Stats returns a snapshot: MinRTT is the last probe's, LongRTT the last
+// window's mean, Gradient the last update's factor.
+func (l *ProbeLimiter) Stats() LimiterStats {
+	return LimiterStats{Limit: l.Limit(), MinRTT: l.minRTT, LongRTT: time.Duration(l.last),
+		Gradient: l.gradient, Drops: l.drops, Probing: l.probing, Probes: l.probes}
+}
+
+// ProbeDeadline reports when the probe under way ends at the latest; false
+// when none is, or it has not started its clock (no Sample or Tick yet).
+func (l *ProbeLimiter) ProbeDeadline() (time.Duration, bool) {
+	if !l.probing || l.probeStart < 0 {
+		return 0, false
+	}
+	return l.probeStart + probeMaxTime, true
+}
+
+// Tick lets time pass without a sample: it starts a new limiter's probe
+// clock, and ends a probe past its deadline. It reports whether the limit
+// changed.
+func (l *ProbeLimiter) Tick(now time.Duration) bool {
+	if !l.probing {
+		return false
+	}
+	if l.probeStart < 0 {
+		l.probeStart = now
+		return false
+	}
+	if now-l.probeStart >= probeMaxTime {
+		l.endProbe(now)
+		return true
+	}
+	return false
+}
+
+// Sample records one operation; see Limiter.Sample.
+func (l *ProbeLimiter) Sample(now, rtt time.Duration, inflight int, drop bool) bool {
+	if drop {
+		l.drops++
+	}
+	if l.probing {
+		if l.probeStart < 0 {
+			l.probeStart = now
+		}
+		switch {
+		case drop:
+			// The limit to come back to backs off; the probe goes on.
+			l.saved = l.b.clamp(l.saved * limBackoff)
+		case float64(inflight) <= l.b.floor:
+			// Only operations that ran at the probe's concurrency say
+			// what the no-load RTT is (those started before it did not).
+			l.probeN++
+			l.probeSum += rtt
+		}
+		if l.probeN >= probeSamples || now-l.probeStart >= probeMaxTime {
+			l.endProbe(now)
+			return true
+		}
+		return false
+	}
+	if now >= l.nextProbe {
+		l.startProbe(now)
+		return true
+	}
+	if !l.w.add(now, rtt, inflight, drop) {
+		return false
+	}
+	l.update()
+	l.w.reset(now)
+	return true
+}
+
+// startProbe pins the limit to the floor; now < 0 starts its clock at the
+// first Sample or Tick.
+func (l *ProbeLimiter) startProbe(now time.Duration) {
+	l.probing, l.probeStart, l.probeN, l.probeSum = true, now, 0, 0
+	l.saved, l.limit = l.limit, l.b.floor
+}
+
+// endProbe takes the probe's mean for minRTT (keeping the old one if no
+// operation ran at its concurrency), restores the limit, and schedules the
+// next probe.
+func (l *ProbeLimiter) endProbe(now time.Duration) {
+	if l.probeN > 0 {
+		l.minRTT, l.measured = max(1, l.probeSum/time.Duration(l.probeN)), true
+	}
+	l.probes++
+	l.probing = false
+	l.limit = l.b.clamp(l.saved)
+	j := 1 + probeJitter*(2*l.rnd()-1)
+	l.nextProbe = now + time.Duration(float64(l.interval)*j)
+	l.w.reset(now)
+}
+
+// update applies one closed window.
+func (l *ProbeLimiter) update() {
+	if l.w.drops > 0 {
+		l.gradient = limBackoff
+		l.limit = l.b.clamp(l.limit * limBackoff)
+		return
+	}
+	rtt := l.w.mean()
+	l.last = rtt
+	if !l.measured && (l.minRTT == 0 || time.Duration(rtt) < l.minRTT) {
+		// No probe has measured one (nothing ran at the floor during the
+		// first): the lowest window mean stands in until one does.
+		l.minRTT = time.Duration(rtt)
+	}
+	g := math.Max(gradientLow, math.Min(gradientHigh, float64(l.minRTT)*(1+probeBuffer)/rtt))
+	l.gradient = g
+	if g >= 1 && float64(l.w.inflight)*2 < l.limit {
+		return // application-limited: no evidence that more would help
+	}
+	est := l.limit * g
+	l.limit = l.b.clamp(est + math.Sqrt(est))
+}

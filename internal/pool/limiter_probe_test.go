@@ -1,0 +1,174 @@
+package pool
+
+// Deterministic tests of ProbeLimiter (limiter_probe.go): a fake clock (the
+// now argument) and latencies computed from the limit, as in
+// limiter_algos_test.go.
+
+import (
+	"testing"
+	"time"
+)
+
+func newTestProbe(o LimiterOptions) *ProbeLimiter {
+	l := NewProbeLimiter(o)
+	l.rnd = func() float64 { return 0.5 } // no jitter
+	return l
+}
+
+func TestProbeMeasuresAtTheFloorThenStartsFromInitial(t *testing.T) {
+	l := newTestProbe(LimiterOptions{Floor: 2, Ceiling: 64, Initial: 10})
+	if st := l.Stats(); st.Limit != 2 || !st.Probing {
+		t.Fatalf("new limiter %+v, want a probe at the floor 2", st)
+	}
+	var now time.Duration
+	// Operations started before the probe ran at 10: not the no-load RTT.
+	for range 50 {
+		now += time.Millisecond
+		if l.Sample(now, 40*time.Millisecond, 10, false) {
+			t.Fatal("a sample above the floor ended the probe")
+		}
+	}
+	for i := range probeSamples {
+		now += time.Millisecond
+		rtt := 2 * time.Millisecond
+		if i%2 == 1 {
+			rtt = 4 * time.Millisecond
+		}
+		ended := l.Sample(now, rtt, 1+i%2, false)
+		if ended != (i == probeSamples-1) {
+			t.Fatalf("sample %d: ended %v", i, ended)
+		}
+	}
+	if st := l.Stats(); st.Probing || st.Probes != 1 || st.Limit != 10 || st.MinRTT != 3*time.Millisecond {
+		t.Fatalf("after the probe %+v, want limit 10 and the mean 3ms", st)
+	}
+}
+
+func TestProbeTickEndsAProbeWithoutSamples(t *testing.T) {
+	l := newTestProbe(LimiterOptions{Floor: 1, Ceiling: 64, Initial: 8})
+	if _, ok := l.ProbeDeadline(); ok {
+		t.Fatal("a deadline before the probe has seen the time")
+	}
+	if l.Tick(5 * time.Second) {
+		t.Fatal("the first Tick ended the probe")
+	}
+	if d, ok := l.ProbeDeadline(); !ok || d != 5*time.Second+probeMaxTime {
+		t.Fatalf("deadline %v %v, want 6s", d, ok)
+	}
+	if l.Tick(5*time.Second+probeMaxTime-1) || !l.Tick(5*time.Second+probeMaxTime) {
+		t.Fatal("Tick did not end the probe exactly at its deadline")
+	}
+	if st := l.Stats(); st.Probing || st.Limit != 8 || st.MinRTT != 0 {
+		t.Fatalf("after the deadline %+v, want limit 8 and no minimum RTT", st)
+	}
+	// Without a measured minimum the lowest window mean stands in: at a
+	// steady RTT the gradient is 1.25, and the limit rises.
+	now := 6 * time.Second
+	for range 3 * DefaultLimiterMinSamples {
+		now += 10 * time.Millisecond
+		l.Sample(now, 5*time.Millisecond, 8, false)
+	}
+	if st := l.Stats(); st.MinRTT != 5*time.Millisecond || st.Limit <= 8 {
+		t.Fatalf("after windows at 5ms %+v, want minimum 5ms and a higher limit", st)
+	}
+}
+
+// The upstream of the FerretDB: one writer, so the RTT grows with
+// every connection in use and the throughput does not. Vegas, whose
+// no-load RTT is the lowest window it saw at its own limit, stays above
+// its starting point; the probe, which measures at the floor, comes down
+// to 2.
+func TestProbeFindsASingleWritersKnee(t *testing.T) {
+	o := LimiterOptions{Floor: 1, Ceiling: 100, Initial: 8}
+	if lo, hi := settle(newTestProbe(o), 1, 5*time.Millisecond, 0, 600); lo < 2 || hi > 3 {
+		t.Errorf("probe settled in %d..%d on a single writer, want 2..3", lo, hi)
+	}
+	if lo, _ := settle(NewVegasLimiter(o), 1, 5*time.Millisecond, 0, 600); lo < 4 {
+		t.Errorf("Vegas settled from %d on a single writer; this test's contrast expects 4 or more", lo)
+	}
+}
+
+// With 8 workers the probe settles a few above 8, as Vegas does.
+func TestProbeOnCapacityModel(t *testing.T) {
+	const k = 8
+	o := LimiterOptions{Floor: 1, Ceiling: 100, Initial: 8}
+	for _, c := range []float64{0, 0.5} {
+		if lo, hi := settle(newTestProbe(o), k, 2*time.Millisecond, c, 600); lo < k || hi > 2*k {
+			t.Errorf("contention %v: probe settled in %d..%d with %d workers, want within %d..%d", c, lo, hi, k, k, 2*k)
+		}
+	}
+}
+
+// Every interval the probe measures again: when every operation became
+// ten times slower for good (a slower path, not a queue), the limit comes
+// down at first and goes back up after the next probe.
+func TestProbeRemeasuresAfterItsInterval(t *testing.T) {
+	o := LimiterOptions{Floor: 1, Ceiling: 100, Initial: 8, ProbeInterval: 5 * time.Second}
+	l := newTestProbe(o)
+	var now time.Duration
+	rtt := func(limit int) time.Duration { return capacityRTT(limit, 8, 2*time.Millisecond, 0.5) }
+	run := func(d time.Duration, slower time.Duration) (lo, hi int) {
+		lo, hi = 1<<30, 0
+		for end := now + d; now < end; {
+			now += time.Millisecond
+			l.Sample(now, rtt(l.Limit())+slower, l.Limit(), false)
+			if !l.Stats().Probing {
+				lo, hi = min(lo, l.Limit()), max(hi, l.Limit())
+			}
+		}
+		return lo, hi
+	}
+	if _, hi := run(4*time.Second, 0); hi < 8 {
+		t.Fatalf("limit at most %d before the change, want 8 or more", hi)
+	}
+	probes := l.Stats().Probes
+	lo, _ := run(time.Second, 18*time.Millisecond) // still before the next probe
+	if lo > 3 {
+		t.Fatalf("limit at least %d with every operation 10x slower, want it down (the latency reads as a queue)", lo)
+	}
+	_, hi := run(10*time.Second, 18*time.Millisecond)
+	if st := l.Stats(); st.Probes <= probes || st.MinRTT < 18*time.Millisecond || hi < 8 {
+		t.Fatalf("after the next probe %+v (limit up to %d), want a new minimum of 20ms and the limit back to 8 or more", st, hi)
+	}
+}
+
+func TestProbeDropsAndBounds(t *testing.T) {
+	l := newTestProbe(LimiterOptions{Floor: 2, Ceiling: 64, Initial: 20})
+	var now time.Duration
+	// A drop during the probe backs off the limit it returns to.
+	now += time.Millisecond
+	l.Sample(now, time.Millisecond, 2, true)
+	l.SetBounds(3, 10) // the probe moves to the new floor; 18 to the ceiling
+	if st := l.Stats(); st.Limit != 3 || !st.Probing || st.Drops != 1 {
+		t.Fatalf("during the probe after a drop and SetBounds(3, 10): %+v", st)
+	}
+	for range probeSamples {
+		now += time.Millisecond
+		l.Sample(now, time.Millisecond, 3, false)
+	}
+	if got := l.Limit(); got != 10 {
+		t.Fatalf("after the probe: limit %d, want the ceiling 10", got)
+	}
+	// Outside a probe a drop takes a tenth off at once.
+	now += time.Millisecond
+	if !l.Sample(now, time.Millisecond, 10, true) || l.Limit() != 9 {
+		t.Fatalf("after a drop at 10: limit %d, want 9", l.Limit())
+	}
+	for range 200 {
+		now += time.Millisecond
+		l.Sample(now, time.Millisecond, 9, true)
+	}
+	if got := l.Limit(); got != 3 {
+		t.Fatalf("after drops: limit %d, want the floor 3", got)
+	}
+	// Application-limited: with 1 in flight at a limit of 20 and no
+	// queue, the limit holds.
+	a := newTestProbe(LimiterOptions{Floor: 1, Ceiling: 100, Initial: 20})
+	for range 1000 {
+		now += 10 * time.Millisecond
+		a.Sample(now, time.Millisecond, 1, false)
+	}
+	if st := a.Stats(); st.Limit != 20 || st.Probes == 0 {
+		t.Fatalf("limit moved to %d with 1 in flight, want 20 (%+v)", st.Limit, st)
+	}
+}
