@@ -101,7 +101,13 @@ func TestWait(t *testing.T) {
 		gone, stop := make(chan struct{}), make(chan struct{})
 		done := make(chan Wake)
 		s.Enter()
-		go func() { defer s.Leave(); done <- s.Wait(tv, time.Minute, gone, stop) }()
+		go func() {
+			// Leave before the result is sent: the next case's Enter
+			// must find this wait gone from Serving.
+			w := s.Wait(tv, time.Minute, gone, stop)
+			s.Leave()
+			done <- w
+		}()
 		if s.Serving() != 1 {
 			t.Fatalf("%s: serving %d", tc.name, s.Serving())
 		}
