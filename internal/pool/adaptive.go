@@ -41,19 +41,6 @@ func (p *Pool) limitedLocked() bool {
 	return p.lim != nil && p.inUse+p.pending-len(p.unclaimed) >= p.lim.Limit()
 }
 
-// tickLimiterLocked lets the limiter see the time (a new limiter's probe
-// starts its clock), serves waiters if that moved the limit, and arms the
-// probe timer.
-func (p *Pool) tickLimiterLocked() {
-	if p.lim == nil {
-		return
-	}
-	if p.lim.Tick(time.Duration(monoNow())) {
-		p.dispatchLocked()
-	}
-	p.armProbeLocked()
-}
-
 // armProbeLocked arms a timer for the deadline of the limiter's probe, if
 // one is under way and none is armed. A probe holds the limit at the floor
 // until enough operations have run at that concurrency; were the
@@ -77,8 +64,11 @@ func (p *Pool) probeExpired() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.probeTimer = nil
-	if p.state == StateClosed {
+	if p.state == StateClosed || p.lim == nil {
 		return
 	}
-	p.tickLimiterLocked()
+	if p.lim.Tick(time.Duration(monoNow())) {
+		p.dispatchLocked()
+	}
+	p.armProbeLocked()
 }

@@ -115,7 +115,8 @@ func (l *ProbeLimiter) Stats() LimiterStats {
 }
 
 // ProbeDeadline reports when the probe under way ends at the latest; false
-// when none is, or it has not started its clock (no Sample or Tick yet).
+// when none is, or it has not started its clock (no Sample or Tick yet: the
+// pool ticks at every checkout, so a probe's second starts with demand).
 func (l *ProbeLimiter) ProbeDeadline() (time.Duration, bool) {
 	if !l.probing || l.probeStart < 0 {
 		return 0, false

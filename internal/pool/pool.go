@@ -170,7 +170,6 @@ func New(address string, c Connector, opts Options) (*Pool, error) {
 	}
 	p.baseCtx, p.baseCancel = context.WithCancel(context.Background())
 	p.mu.Lock()
-	p.tickLimiterLocked()
 	if p.mon != nil {
 		p.emitLocked(Event{Type: PoolCreated, Options: p.created})
 	}
@@ -226,7 +225,6 @@ func (p *Pool) SetLimits(l Limits) error {
 		p.lim = nil
 	case p.lim == nil:
 		p.lim = newAdaptiveLimiter(l.limiterOptions())
-		p.tickLimiterLocked()
 	default:
 		lo := l.limiterOptions()
 		p.lim.SetBounds(lo.Floor, lo.Ceiling)
@@ -676,6 +674,11 @@ func (p *Pool) handOutLocked(c *Conn, start instant) {
 		// The clock is read for the limiter only: its sample is the time
 		// the connection is held, and how many were held with it.
 		c.outAt, c.outInflight = monoNow(), p.inUse
+		// A probe's clock starts with its first checkout (demand, not an
+		// idle pool, is what it must not hold back for long); a limit it
+		// raises is seen by the caller's next limitedLocked.
+		p.lim.Tick(time.Duration(c.outAt))
+		p.armProbeLocked()
 	}
 	if p.mon != nil {
 		p.emitLocked(Event{Type: ConnectionCheckedOut, ConnectionID: c.id, Generation: c.generation, Duration: waited(start)})
