@@ -22,7 +22,8 @@ package pool
 // so the limit settles where the upstream adds about a quarter of its
 // no-load RTT plus √limit of queue: ~12 for 8 workers of equal speed, ~2
 // for a single writer (2 is where a gradient clamped at 0.5 leaves it).
-// Changes from Envoy's: a window whose demand stayed under half the limit
+// Changes from Envoy's: increases are smoothed (a fifth of the way per
+// window, as Gradient2), a window whose demand stayed under half the limit
 // does not raise it (application-limited, as our other limiters), a drop
 // multiplies the limit by 0.9 at once, and a probe also ends after
 // probeMaxTime, since a connection held for a long time (a transaction
@@ -221,5 +222,15 @@ func (l *ProbeLimiter) update() {
 		return // application-limited: no evidence that more would help
 	}
 	est := l.limit * g
-	l.limit = l.b.clamp(est + math.Sqrt(est))
+	est += math.Sqrt(est)
+	if est > l.limit {
+		// Increases are smoothed (Gradient2's weight, 0.2); decreases
+		// apply at once. A window of ten samples that happened to hold
+		// only fast operations reads as a gradient of 2: unsmoothed, it
+		// doubled the limit about once a second on FerretDB's mix of
+		// reads and single-writer inserts, and each spike put a burst of
+		// waiting writes at the upstream.
+		est = l.limit*(1-limSmoothing) + est*limSmoothing
+	}
+	l.limit = l.b.clamp(est)
 }
