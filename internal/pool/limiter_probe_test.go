@@ -5,6 +5,7 @@ package pool
 // limiter_algos_test.go.
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -170,5 +171,36 @@ func TestProbeDropsAndBounds(t *testing.T) {
 	}
 	if st := a.Stats(); st.Limit != 20 || st.Probes == 0 {
 		t.Fatalf("limit moved to %d with 1 in flight, want 20 (%+v)", st.Limit, st)
+	}
+}
+
+// FerretDB's shape with its mix: one writer, four fast reads to one slow
+// insert, drawn at random. A window of ten samples with no insert reads as
+// a gradient of 2; smoothed increases keep such windows from doubling the
+// limit, and it stays near the single writer's knee.
+func TestProbeSettlesOnANoisyMix(t *testing.T) {
+	l := newTestProbe(LimiterOptions{Floor: 1, Ceiling: 100, Initial: 8})
+	seed := uint64(1)
+	service := func() time.Duration {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		if (seed>>33)%5 == 0 {
+			return 20 * time.Millisecond
+		}
+		return time.Millisecond
+	}
+	var now time.Duration
+	var seen []int
+	for range 6000 {
+		now += 10 * time.Millisecond
+		lim := l.Limit()
+		l.Sample(now, time.Duration(lim)*service(), lim, false)
+		if now > 10*time.Second && !l.Stats().Probing {
+			seen = append(seen, l.Limit())
+		}
+	}
+	slices.Sort(seen)
+	med, p90 := seen[len(seen)/2], seen[len(seen)*9/10]
+	if med > 3 || p90 > 5 {
+		t.Errorf("limit median %d, 90th percentile %d on a single writer's noisy mix, want at most 3 and 5", med, p90)
 	}
 }
