@@ -29,6 +29,19 @@ package pool
 // probeMaxTime, since a connection held for a long time (a transaction
 // with a slow client) must not hold every other checkout behind a limit
 // of one.
+//
+// And probes come early when the minimum is stale. A gradient cannot tell
+// a queue from a slower path: when every reply comes 300 ms later, the
+// limit falls to 2 and stays there until the next probe, and 100 clients
+// then time out while the upstream idles (the first FerretDB slowdown run:
+// 174 errors). So a probe starts early once every window for a second has
+// taken over six times the no-load RTT (a queue that deep does not last
+// while the limit halves each window), and at once (the limit held) when a
+// window took under half of it (no queue is faster than no load); a probe
+// that finds the no-load RTT over three times the lowest seen is followed
+// by another five seconds later, not thirty, until six in a row agree, so
+// that the limit does not climb on a slow minimum once the path is fast
+// again. Early probes are at least five seconds apart.
 
 import (
 	"math"
@@ -50,8 +63,22 @@ const (
 	DefaultProbeInterval = 30 * time.Second
 	probeJitter          = 0.15
 	probeBuffer          = 0.25
-	gradientLow          = 0.5
-	gradientHigh         = 2.0
+	// A probe also starts early when every window for reprobeAfter has
+	// put the no-load RTT far off (an unclamped gradient under
+	// reprobeLow or over reprobeHigh), and the last probe ended at least
+	// reprobeGap before.
+	reprobeLow   = 0.2
+	reprobeHigh  = 2.5
+	reprobeAfter = time.Second
+	reprobeGap   = 5 * time.Second
+	// A probe whose mean is over elevatedFactor × the baseline (the
+	// lowest no-load RTT probed) is followed by another after reprobeGap,
+	// not the interval, until elevatedProbes in a row have agreed: then
+	// the higher minimum is the new baseline.
+	elevatedFactor = 3
+	elevatedProbes = 6
+	gradientLow    = 0.5
+	gradientHigh   = 2.0
 )
 
 // ProbeLimiter is Envoy's gradient over a probed minimum RTT (see the file
@@ -70,8 +97,13 @@ type ProbeLimiter struct {
 	probeSum   time.Duration
 	saved      float64       // the limit to return to after the probe
 	nextProbe  time.Duration // when the next probe starts
+	probeEnd   time.Duration // when the last probe ended
+	offSince   time.Duration // since when every window put minRTT far above the RTT; -1: the last did not
+	tooHigh    bool          // a window took under half minRTT: it fell; probe when reprobeGap allows
 
 	minRTT   time.Duration // the last probe's mean; 0 before any
+	baseline time.Duration // the lowest probe mean (see elevatedFactor); 0 before any
+	elevated int           // probes in a row over elevatedFactor × baseline
 	measured bool          // a probe has measured minRTT
 	last     float64       // last window's mean RTT, ns
 	gradient float64
@@ -85,7 +117,7 @@ type ProbeLimiter struct {
 // o.Initial and follows the gradient.
 func NewProbeLimiter(o LimiterOptions) *ProbeLimiter {
 	b, initial := newBounds(o)
-	l := &ProbeLimiter{b: b, w: newWindow(o), limit: initial, gradient: 1, interval: o.ProbeInterval, rnd: rand.Float64}
+	l := &ProbeLimiter{b: b, w: newWindow(o), limit: initial, gradient: 1, interval: o.ProbeInterval, rnd: rand.Float64, offSince: -1}
 	if l.interval <= 0 {
 		l.interval = DefaultProbeInterval
 	}
@@ -168,14 +200,15 @@ func (l *ProbeLimiter) Sample(now, rtt time.Duration, inflight int, drop bool) b
 		}
 		return false
 	}
-	if now >= l.nextProbe {
+	early := l.tooHigh || (l.offSince >= 0 && now-l.offSince >= reprobeAfter)
+	if now >= l.nextProbe || (early && now-l.probeEnd >= reprobeGap) {
 		l.startProbe(now)
 		return true
 	}
 	if !l.w.add(now, rtt, inflight, drop) {
 		return false
 	}
-	l.update()
+	l.update(now)
 	l.w.reset(now)
 	return true
 }
@@ -195,15 +228,29 @@ func (l *ProbeLimiter) endProbe(now time.Duration) {
 		l.minRTT, l.measured = max(1, l.probeSum/time.Duration(l.probeN)), true
 	}
 	l.probes++
-	l.probing = false
+	l.probing, l.probeEnd, l.offSince, l.tooHigh = false, now, -1, false
 	l.limit = l.b.clamp(l.saved)
 	j := 1 + probeJitter*(2*l.rnd()-1)
 	l.nextProbe = now + time.Duration(float64(l.interval)*j)
+	switch {
+	case l.baseline == 0 || l.minRTT <= l.baseline:
+		l.baseline, l.elevated = l.minRTT, 0
+	case l.minRTT > elevatedFactor*l.baseline && l.elevated+1 < elevatedProbes:
+		// The no-load RTT rose (a slower path, a slower upstream):
+		// probe again soon, so that the limit does not climb on this
+		// minimum for a whole interval once it falls back.
+		l.elevated++
+		l.nextProbe = now + reprobeGap
+	case l.minRTT > elevatedFactor*l.baseline:
+		l.baseline, l.elevated = l.minRTT, 0 // the new normal
+	default:
+		l.elevated = 0
+	}
 	l.w.reset(now)
 }
 
-// update applies one closed window.
-func (l *ProbeLimiter) update() {
+// update applies one closed window, ending at now.
+func (l *ProbeLimiter) update(now time.Duration) {
 	if l.w.drops > 0 {
 		l.gradient = limBackoff
 		l.limit = l.b.clamp(l.limit * limBackoff)
@@ -216,10 +263,32 @@ func (l *ProbeLimiter) update() {
 		// first): the lowest window mean stands in until one does.
 		l.minRTT = time.Duration(rtt)
 	}
-	g := math.Max(gradientLow, math.Min(gradientHigh, float64(l.minRTT)*(1+probeBuffer)/rtt))
+	raw := float64(l.minRTT) * (1 + probeBuffer) / rtt
+	switch {
+	case raw >= reprobeLow && raw <= reprobeHigh:
+		l.offSince = -1
+	case raw > reprobeHigh:
+		// Operations took under half the no-load RTT: no queue does
+		// that, the no-load RTT fell (a path fast again), and the limit
+		// would climb on the stale minimum until the queue it builds
+		// matches it. Sample probes as soon as reprobeGap allows, and
+		// the limit holds until then.
+		l.tooHigh = true
+	case l.offSince < 0:
+		// Operations take over six times the no-load RTT. A queue that
+		// deep does not last: the limit halves each window. What lasts
+		// is a no-load RTT that rose (a slower path: every reply later,
+		// the limit held at 2 until the next probe while the upstream
+		// idles): Sample probes again once this has held for
+		// reprobeAfter.
+		l.offSince = now
+	}
+	g := math.Max(gradientLow, math.Min(gradientHigh, raw))
 	l.gradient = g
-	if g >= 1 && float64(l.w.inflight)*2 < l.limit {
-		return // application-limited: no evidence that more would help
+	if g >= 1 && (l.tooHigh || float64(l.w.inflight)*2 < l.limit) {
+		// Application-limited (no evidence that more would help), or
+		// the minimum is known to be stale.
+		return
 	}
 	est := l.limit * g
 	est += math.Sqrt(est)

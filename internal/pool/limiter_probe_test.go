@@ -204,3 +204,45 @@ func TestProbeSettlesOnANoisyMix(t *testing.T) {
 		t.Errorf("limit median %d, 90th percentile %d on a single writer's noisy mix, want at most 3 and 5", med, p90)
 	}
 }
+
+// A no-load RTT that changed shows as windows far from it, and a probe
+// comes early (here the interval is an hour): a path 10x slower for good
+// brings the limit down at first and back up after the early probe; when
+// it is fast again, another early probe stops the limit climbing on the
+// stale minimum.
+func TestProbeComesEarlyWhenTheMinimumIsFarOff(t *testing.T) {
+	l := newTestProbe(LimiterOptions{Floor: 1, Ceiling: 100, Initial: 8, ProbeInterval: time.Hour})
+	var now time.Duration
+	var extra time.Duration
+	run := func(d time.Duration) (lo, hi int) {
+		lo, hi = 1<<30, 0
+		for end := now + d; now < end; {
+			now += time.Millisecond
+			l.Sample(now, capacityRTT(l.Limit(), 8, 2*time.Millisecond, 0.5)+extra, l.Limit(), false)
+			if !l.Stats().Probing {
+				lo, hi = min(lo, l.Limit()), max(hi, l.Limit())
+			}
+		}
+		return lo, hi
+	}
+	run(6 * time.Second)
+	before := l.Stats()
+	if before.Probes != 1 || before.Limit < 8 {
+		t.Fatalf("before the change %+v, want one probe and the limit at 8 or more", before)
+	}
+	extra = 18 * time.Millisecond
+	lo, _ := run(time.Second)
+	if lo > 3 {
+		t.Fatalf("limit at least %d in the first second of a 10x slower path, want it down", lo)
+	}
+	_, hi := run(5 * time.Second)
+	if st := l.Stats(); st.Probes != 2 || st.MinRTT < 18*time.Millisecond || hi < 8 {
+		t.Fatalf("5 s later %+v (limit up to %d), want an early probe with the slower minimum and the limit back to 8 or more", st, hi)
+	}
+	extra = 0
+	run(8 * time.Second)
+	_, hi = run(4 * time.Second)
+	if st := l.Stats(); st.Probes != 3 || st.MinRTT > 4*time.Millisecond || hi > 16 {
+		t.Fatalf("with the path fast again %+v (limit up to %d), want a third probe, the fast minimum and the limit at 16 or less", st, hi)
+	}
+}
