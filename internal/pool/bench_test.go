@@ -59,6 +59,7 @@ func TestCheckOutCheckInDoesNotAllocate(t *testing.T) {
 		"logger disabled": func() pool.Options { o := pool.DefaultOptions(); o.Logger = disabledLogger; return o }(),
 		"maxIdleTime":     func() pool.Options { o := pool.DefaultOptions(); o.MaxIdleTime = time.Minute; return o }(),
 		"share":           shareOptions(),
+		"adaptive":        adaptiveBenchOptions(),
 	} {
 		p := benchPool(t, o)
 		ctx := context.Background()
@@ -78,6 +79,20 @@ func BenchmarkCheckOutCheckIn(b *testing.B) {
 // from the available stack touches only through two atomics.
 func BenchmarkCheckOutCheckInShare(b *testing.B) {
 	benchCycle(b, shareOptions())
+}
+
+// BenchmarkCheckOutCheckInAdaptive: BenchmarkCheckOutCheckIn with
+// max_pool_size = "auto": the clock read at hand-out and check-in, the
+// limiter's sample, and its probe check at every hand-out.
+func BenchmarkCheckOutCheckInAdaptive(b *testing.B) {
+	benchCycle(b, adaptiveBenchOptions())
+}
+
+// adaptiveBenchOptions are the default options with the adaptive limit.
+func adaptiveBenchOptions() pool.Options {
+	o := pool.DefaultOptions()
+	o.Adaptive = true
+	return o
 }
 
 // shareOptions are the default options with a Share capped at 100.

@@ -285,13 +285,15 @@ func (l *ProbeLimiter) update(now time.Duration) {
 	}
 	g := math.Max(gradientLow, math.Min(gradientHigh, raw))
 	l.gradient = g
-	if g >= 1 && (l.tooHigh || float64(l.w.inflight)*2 < l.limit) {
-		// Application-limited (no evidence that more would help), or
-		// the minimum is known to be stale.
-		return
-	}
 	est := l.limit * g
 	est += math.Sqrt(est)
+	if est > l.limit && (l.tooHigh || float64(l.w.inflight)*2 < l.limit) {
+		// Application-limited (no evidence that more would help), or
+		// the minimum is known to be stale. (The headroom raises the
+		// limit at gradients a little under 1 too: the check is on the
+		// increase, not the gradient, or 10 clients took it to ~48.)
+		return
+	}
 	if est > l.limit {
 		// Increases are smoothed (Gradient2's weight, 0.2); decreases
 		// apply at once. A window of ten samples that happened to hold

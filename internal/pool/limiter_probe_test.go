@@ -172,6 +172,20 @@ func TestProbeDropsAndBounds(t *testing.T) {
 	if st := a.Stats(); st.Limit != 20 || st.Probes == 0 {
 		t.Fatalf("limit moved to %d with 1 in flight, want 20 (%+v)", st.Limit, st)
 	}
+	// Nor at a gradient a little under 1, where the headroom alone would
+	// raise it: 10 in flight at 1.4x the no-load RTT.
+	c := newTestProbe(LimiterOptions{Floor: 1, Ceiling: 100, Initial: 20})
+	for range probeSamples {
+		now += time.Millisecond
+		c.Sample(now, 10*time.Millisecond, 1, false)
+	}
+	for range 1000 {
+		now += 10 * time.Millisecond
+		c.Sample(now, 14*time.Millisecond, 10, false)
+	}
+	if st := c.Stats(); st.Limit > 20 {
+		t.Fatalf("limit rose to %d with 10 in flight, want at most 20 (%+v)", st.Limit, st)
+	}
 }
 
 // FerretDB's shape with its mix: one writer, four fast reads to one slow
