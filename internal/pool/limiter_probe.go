@@ -36,8 +36,10 @@ package pool
 // then time out while the upstream idles (the first FerretDB slowdown run:
 // 174 errors). So a probe starts early once every window for a second has
 // taken over six times the no-load RTT (a queue that deep does not last
-// while the limit halves each window), and at once (the limit held) when a
-// window took under half of it (no queue is faster than no load); a probe
+// while the limit halves each window), and once every window for a second
+// took under half of it (no queue is faster than no load; the limit is
+// held meanwhile, and one such window, a run of fast reads, resets when
+// the next is not); a probe
 // that finds the no-load RTT over three times the lowest seen is followed
 // by another five seconds later, not thirty, until six in a row agree, so
 // that the limit does not climb on a slow minimum once the path is fast
@@ -98,8 +100,8 @@ type ProbeLimiter struct {
 	saved      float64       // the limit to return to after the probe
 	nextProbe  time.Duration // when the next probe starts
 	probeEnd   time.Duration // when the last probe ended
-	offSince   time.Duration // since when every window put minRTT far above the RTT; -1: the last did not
-	tooHigh    bool          // a window took under half minRTT: it fell; probe when reprobeGap allows
+	offSince   time.Duration // since when every window took over 6.25x minRTT; -1: the last did not
+	lowSince   time.Duration // since when every window took under half minRTT; -1: the last did not
 
 	minRTT   time.Duration // the last probe's mean; 0 before any
 	baseline time.Duration // the lowest probe mean (see elevatedFactor); 0 before any
@@ -117,7 +119,7 @@ type ProbeLimiter struct {
 // o.Initial and follows the gradient.
 func NewProbeLimiter(o LimiterOptions) *ProbeLimiter {
 	b, initial := newBounds(o)
-	l := &ProbeLimiter{b: b, w: newWindow(o), limit: initial, gradient: 1, interval: o.ProbeInterval, rnd: rand.Float64, offSince: -1}
+	l := &ProbeLimiter{b: b, w: newWindow(o), limit: initial, gradient: 1, interval: o.ProbeInterval, rnd: rand.Float64, offSince: -1, lowSince: -1}
 	if l.interval <= 0 {
 		l.interval = DefaultProbeInterval
 	}
@@ -200,7 +202,7 @@ func (l *ProbeLimiter) Sample(now, rtt time.Duration, inflight int, drop bool) b
 		}
 		return false
 	}
-	early := l.tooHigh || (l.offSince >= 0 && now-l.offSince >= reprobeAfter)
+	early := (l.offSince >= 0 && now-l.offSince >= reprobeAfter) || (l.lowSince >= 0 && now-l.lowSince >= reprobeAfter)
 	if now >= l.nextProbe || (early && now-l.probeEnd >= reprobeGap) {
 		l.startProbe(now)
 		return true
@@ -228,7 +230,7 @@ func (l *ProbeLimiter) endProbe(now time.Duration) {
 		l.minRTT, l.measured = max(1, l.probeSum/time.Duration(l.probeN)), true
 	}
 	l.probes++
-	l.probing, l.probeEnd, l.offSince, l.tooHigh = false, now, -1, false
+	l.probing, l.probeEnd, l.offSince, l.lowSince = false, now, -1, -1
 	l.limit = l.b.clamp(l.saved)
 	j := 1 + probeJitter*(2*l.rnd()-1)
 	l.nextProbe = now + time.Duration(float64(l.interval)*j)
@@ -266,14 +268,19 @@ func (l *ProbeLimiter) update(now time.Duration) {
 	raw := float64(l.minRTT) * (1 + probeBuffer) / rtt
 	switch {
 	case raw >= reprobeLow && raw <= reprobeHigh:
-		l.offSince = -1
+		l.offSince, l.lowSince = -1, -1
 	case raw > reprobeHigh:
-		// Operations took under half the no-load RTT: no queue does
-		// that, the no-load RTT fell (a path fast again), and the limit
-		// would climb on the stale minimum until the queue it builds
-		// matches it. Sample probes as soon as reprobeGap allows, and
-		// the limit holds until then.
-		l.tooHigh = true
+		// Operations took under half the no-load RTT. One window can
+		// (FerretDB: ten fast reads and no insert); every window for a
+		// second cannot, unless the no-load RTT fell (a path fast
+		// again), and then the limit would climb on the stale minimum
+		// until the queue it builds matches it. So such a window raises
+		// nothing, and Sample probes again once they have held for
+		// reprobeAfter.
+		l.offSince = -1
+		if l.lowSince < 0 {
+			l.lowSince = now
+		}
 	case l.offSince < 0:
 		// Operations take over six times the no-load RTT. A queue that
 		// deep does not last: the limit halves each window. What lasts
@@ -281,15 +288,15 @@ func (l *ProbeLimiter) update(now time.Duration) {
 		// the limit held at 2 until the next probe while the upstream
 		// idles): Sample probes again once this has held for
 		// reprobeAfter.
-		l.offSince = now
+		l.lowSince, l.offSince = -1, now
 	}
 	g := math.Max(gradientLow, math.Min(gradientHigh, raw))
 	l.gradient = g
 	est := l.limit * g
 	est += math.Sqrt(est)
-	if est > l.limit && (l.tooHigh || float64(l.w.inflight)*2 < l.limit) {
+	if est > l.limit && (l.lowSince >= 0 || float64(l.w.inflight)*2 < l.limit) {
 		// Application-limited (no evidence that more would help), or
-		// the minimum is known to be stale. (The headroom raises the
+		// the minimum may be stale (above). (The headroom raises the
 		// limit at gradients a little under 1 too: the check is on the
 		// increase, not the gradient, or 10 clients took it to ~48.)
 		return

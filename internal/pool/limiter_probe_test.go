@@ -217,6 +217,11 @@ func TestProbeSettlesOnANoisyMix(t *testing.T) {
 	if med > 3 || p90 > 5 {
 		t.Errorf("limit median %d, 90th percentile %d on a single writer's noisy mix, want at most 3 and 5", med, p90)
 	}
+	// A window of only fast reads is noise, not a faster path: no early
+	// probes, only the first and one every 30 s.
+	if n := l.Stats().Probes; n > 3 {
+		t.Errorf("%d probes in 60 s of a steady noisy mix, want at most 3", n)
+	}
 }
 
 // A no-load RTT that changed shows as windows far from it, and a probe
