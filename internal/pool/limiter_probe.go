@@ -39,7 +39,9 @@ package pool
 // while the limit halves each window), and once every window for a second
 // took under half of it (no queue is faster than no load; the limit is
 // held meanwhile, and one such window, a run of fast reads, resets when
-// the next is not); a probe
+// the next is not, except while the probes find the minimum raised: then
+// one is the slow path ending, and the limit stays held until the
+// probe); a probe
 // that finds the no-load RTT over three times the lowest seen is followed
 // by another five seconds later, not thirty, until six in a row agree, so
 // that the limit does not climb on a slow minimum once the path is fast
