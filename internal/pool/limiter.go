@@ -80,6 +80,7 @@ type LimiterStats struct {
 // use: a Pool's limiter is guarded by Pool.mu, like the rest of the pool.
 // Time comes in as arguments, so tests drive it with a fake clock.
 type Limiter struct {
+	noProbe
 	floor, ceiling float64
 	window         time.Duration
 	minSamples     int
@@ -139,12 +140,6 @@ func (l *Limiter) SetBounds(floor, ceiling int) {
 
 // Limit returns the current limit.
 func (l *Limiter) Limit() int { return int(l.limit) }
-
-// Tick does nothing: Gradient2 changes only on samples.
-func (l *Limiter) Tick(time.Duration) bool { return false }
-
-// ProbeDeadline reports no probe: Gradient2 has none.
-func (l *Limiter) ProbeDeadline() (time.Duration, bool) { return 0, false }
 
 // Stats returns a snapshot.
 func (l *Limiter) Stats() LimiterStats {

@@ -31,6 +31,17 @@ type limiter interface {
 	ProbeDeadline() (time.Duration, bool)
 }
 
+// noProbe is the limiter interface's probe half for the limiters that
+// change only on samples (Gradient2, Vegas, AIMD): no probe, nothing on a
+// Tick.
+type noProbe struct{}
+
+// Tick does nothing.
+func (noProbe) Tick(time.Duration) bool { return false }
+
+// ProbeDeadline reports no probe.
+func (noProbe) ProbeDeadline() (time.Duration, bool) { return 0, false }
+
 // Algorithm names for limiterAlgorithm.
 const (
 	AlgorithmProbe     = "probe"
@@ -159,6 +170,7 @@ const vegasProbe = 30
 // takes log10(limit) off. The no-load RTT is the lowest window mean, reset
 // every vegasProbe × limit windows. Not safe for concurrent use (Pool.mu).
 type VegasLimiter struct {
+	noProbe
 	alpha     float64 // the queue below which the limit grows, × log10(limit)
 	beta      float64 // the queue above which it falls, × log10(limit); also the fast step
 	b         bounds
@@ -178,12 +190,6 @@ func NewVegasLimiter(o LimiterOptions) *VegasLimiter {
 
 // Limit returns the current limit.
 func (l *VegasLimiter) Limit() int { return int(l.limit) }
-
-// Tick does nothing: Vegas changes only on samples.
-func (l *VegasLimiter) Tick(time.Duration) bool { return false }
-
-// ProbeDeadline reports no pinned probe: Vegas re-learns in place.
-func (l *VegasLimiter) ProbeDeadline() (time.Duration, bool) { return 0, false }
 
 // SetBounds changes the floor and ceiling; the limit moves into them.
 func (l *VegasLimiter) SetBounds(floor, ceiling int) {
@@ -261,6 +267,7 @@ const (
 // sample slower than 5 s counts as one). Latency alone never lowers it.
 // Not safe for concurrent use (Pool.mu).
 type AIMDLimiter struct {
+	noProbe
 	b     bounds
 	w     window
 	limit float64
@@ -277,12 +284,6 @@ func NewAIMDLimiter(o LimiterOptions) *AIMDLimiter {
 
 // Limit returns the current limit.
 func (l *AIMDLimiter) Limit() int { return int(l.limit) }
-
-// Tick does nothing: AIMD changes only on samples.
-func (l *AIMDLimiter) Tick(time.Duration) bool { return false }
-
-// ProbeDeadline reports no probe: AIMD has none.
-func (l *AIMDLimiter) ProbeDeadline() (time.Duration, bool) { return 0, false }
 
 // SetBounds changes the floor and ceiling; the limit moves into them.
 func (l *AIMDLimiter) SetBounds(floor, ceiling int) {
