@@ -46,6 +46,17 @@ package pool
 // by another five seconds later, not thirty, until six in a row agree, so
 // that the limit does not climb on a slow minimum once the path is fast
 // again. Early probes are at least five seconds apart.
+//
+// And a probe that measured a slower path gives the throughput back at
+// once: after every probe the limit is at least the bandwidth-delay
+// product, the rate the upstream delivered (smoothed over windows that
+// agree with the minimum) times the no-load RTT just measured, with the
+// buffer, as BBR sizes its window. In a steady state that is under the
+// limit (a single writer at full speed: about 1) and nothing moves; after
+// the slower path's early probe it is the concurrency at which the
+// upstream delivers what it did before, where the gradient alone climbed
+// from the floor by a fifth of the gap per window, each window of ten
+// taking seconds at 300 ms an operation.
 
 import (
 	"math"
@@ -81,8 +92,10 @@ const (
 	// the higher minimum is the new baseline.
 	elevatedFactor = 3
 	elevatedProbes = 6
-	gradientLow    = 0.5
-	gradientHigh   = 2.0
+	// rateSmoothing is the weight of each window in the delivery rate.
+	rateSmoothing = 0.2
+	gradientLow   = 0.5
+	gradientHigh  = 2.0
 )
 
 // ProbeLimiter is Envoy's gradient over a probed minimum RTT (see the file
@@ -105,6 +118,7 @@ type ProbeLimiter struct {
 	offSince   time.Duration // since when every window took over 6.25x minRTT; -1: the last did not
 	lowSince   time.Duration // since when every window took under half minRTT; -1: the last did not
 
+	rate     float64       // completions per second, smoothed over windows near the minimum (see endProbe)
 	minRTT   time.Duration // the last probe's mean; 0 before any
 	baseline time.Duration // the lowest probe mean (see elevatedFactor); 0 before any
 	elevated int           // probes in a row over elevatedFactor × baseline
@@ -233,7 +247,17 @@ func (l *ProbeLimiter) endProbe(now time.Duration) {
 	}
 	l.probes++
 	l.probing, l.probeEnd, l.offSince, l.lowSince = false, now, -1, -1
-	l.limit = l.b.clamp(l.saved)
+	// The limit comes back to where it was, and at least to the
+	// bandwidth-delay product: the rate the upstream delivered over the
+	// no-load RTT just measured, with the gradient's buffer. In a steady
+	// state that is below the limit (a single writer at full speed: ~1),
+	// so nothing moves; after a probe that found the path slower it is
+	// what keeps the throughput: a gradient climbs from the 2 a slow path
+	// left it at by a fifth of the gap per window, and at 310 ms an
+	// operation a window of ten takes seconds, while 100 clients time out
+	// (FerretDB, +300 ms for 10 s: 164 operations past 5 s).
+	bdp := l.rate * l.minRTT.Seconds() * (1 + probeBuffer)
+	l.limit = l.b.clamp(max(l.saved, bdp))
 	j := 1 + probeJitter*(2*l.rnd()-1)
 	l.nextProbe = now + time.Duration(float64(l.interval)*j)
 	switch {
@@ -268,6 +292,16 @@ func (l *ProbeLimiter) update(now time.Duration) {
 		l.minRTT = time.Duration(rtt)
 	}
 	raw := float64(l.minRTT) * (1 + probeBuffer) / rtt
+	if raw >= reprobeLow && raw <= reprobeHigh {
+		// Only windows that agree with the minimum measure the rate the
+		// bandwidth-delay product needs: not those of a slower path,
+		// whose low rate is the limit it brought down.
+		if r := float64(l.w.n) / max(time.Duration(1), now-l.w.start).Seconds(); l.rate == 0 {
+			l.rate = r
+		} else {
+			l.rate += rateSmoothing * (r - l.rate)
+		}
+	}
 	switch {
 	case raw >= reprobeLow && raw <= reprobeHigh && l.elevated > 0 && l.lowSince >= 0:
 		// While the last probes found the no-load RTT raised (a slower
@@ -302,16 +336,24 @@ func (l *ProbeLimiter) update(now time.Duration) {
 		// is a no-load RTT that rose (a slower path: every reply later,
 		// the limit held at 2 until the next probe while the upstream
 		// idles): Sample probes again once this has held for
-		// reprobeAfter.
-		l.lowSince, l.offSince = -1, now
+		// reprobeAfter, counted from this window's start: at 310 ms an
+		// operation one window of ten lasts over a second, and is a
+		// second of evidence by itself.
+		l.lowSince, l.offSince = -1, l.w.start
 	}
 	g := math.Max(gradientLow, math.Min(gradientHigh, raw))
 	l.gradient = g
 	est := l.limit * g
 	est += math.Sqrt(est)
-	if est > l.limit && (l.lowSince >= 0 || float64(l.w.inflight)*2 < l.limit) {
+	if est > l.limit && (l.lowSince >= 0 || l.elevated > 0 || float64(l.w.inflight)*2 < l.limit) {
 		// Application-limited (no evidence that more would help), or
-		// the minimum may be stale (above). (The headroom raises the
+		// the minimum may be stale (above), or the probes find the path
+		// slower than the baseline: then the limit is the
+		// bandwidth-delay product endProbe set, which keeps the rate the
+		// upstream delivered before, and a gradient over the slow
+		// minimum climbed past it to 70 on FerretDB's single writer,
+		// and to 100 as the path came back, its queue still read
+		// against the slow minimum. (The headroom raises the
 		// limit at gradients a little under 1 too: the check is on the
 		// increase, not the gradient, or 10 clients took it to ~48.)
 		return

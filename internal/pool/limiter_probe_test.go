@@ -5,6 +5,7 @@ package pool
 // limiter_algos_test.go.
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -270,5 +271,76 @@ func TestProbeComesEarlyWhenTheMinimumIsFarOff(t *testing.T) {
 	_, hi = run(4 * time.Second)
 	if st := l.Stats(); st.Probes < 3 || st.MinRTT > 4*time.Millisecond || hi > 16 {
 		t.Fatalf("with the path fast again %+v (limit up to %d), want another probe, the fast minimum and the limit at 16 or less", st, hi)
+	}
+}
+
+// closedLoop is FerretDB's shape under many waiting clients: one writer of
+// service time s behind a path that adds delay, with clients clients that
+// each send again as soon as they have a reply. At a limit of n in flight
+// the upstream completes min(1/s, n/(delay+s)) operations a second and each
+// takes n over that (Little's law); Sample gets one completion at a time.
+type closedLoop struct {
+	l       *ProbeLimiter
+	now     time.Duration
+	clients int
+	s       time.Duration
+	delay   time.Duration
+	done    int // completions
+}
+
+// run feeds d of completions; each is reported to at(now, limit).
+func (c *closedLoop) run(d time.Duration, at func(now time.Duration, limit int)) {
+	for end := c.now + d; c.now < end; {
+		n := float64(min(c.l.Limit(), c.clients))
+		x := math.Min(1/c.s.Seconds(), n/(c.delay+c.s).Seconds())
+		c.now += time.Duration(float64(time.Second) / x)
+		c.l.Sample(c.now, time.Duration(n/x*float64(time.Second)), int(n), false)
+		c.done++
+		if at != nil {
+			at(c.now, c.l.Limit())
+		}
+	}
+}
+
+// When every reply comes 300 ms later (the relay of the FerretDB slowdown
+// run), the gradient brings the limit down to the floor, and a gradient
+// alone climbs back from there by a fifth of the gap per window, a window
+// taking seconds at 300 ms an operation: 100 clients waited past their
+// timeouts. The early probe measures the slower path, and the limit comes
+// back at once to the bandwidth-delay product, what the upstream delivered
+// over the slower no-load RTT; once the path is fast again it comes down.
+func TestProbeKeepsTheThroughputOfASlowerPath(t *testing.T) {
+	c := &closedLoop{l: newTestProbe(LimiterOptions{Floor: 1, Ceiling: 100, Initial: 8, ProbeInterval: time.Hour}),
+		clients: 100, s: 10 * time.Millisecond}
+	c.run(20*time.Second, nil)
+	if st := c.l.Stats(); st.Limit > 4 || st.Probes != 1 {
+		t.Fatalf("on the single writer %+v, want the limit at 4 or less after one probe", st)
+	}
+	c.delay = 300 * time.Millisecond
+	start, back := c.now, time.Duration(-1)
+	done := c.done
+	c.run(15*time.Second, func(now time.Duration, limit int) {
+		if back < 0 && limit >= 30 { // 100 a second over 310 ms
+			back = now - start
+		}
+	})
+	// A window of ten at 2 in flight lasts 1.55 s, a second of evidence
+	// by itself; then the probe's second.
+	if back < 0 || back > 3500*time.Millisecond {
+		t.Fatalf("the limit reached 30 %v into the slower path (-1: never; %+v), want within 3.5s", back, c.l.Stats())
+	}
+	t.Logf("limit at 30 or more %v into the slower path; %d operations in its 15 s", back, c.done-done)
+	if n := c.done - done; n < 1000 { // the writer's 1,500 in 15 s
+		t.Errorf("%d operations in 15 s of the slower path, want 1,000 or more", n)
+	}
+	c.delay = 0
+	hi := 0
+	c.run(20*time.Second, func(now time.Duration, limit int) {
+		if now-start > 25*time.Second && !c.l.Stats().Probing {
+			hi = max(hi, limit)
+		}
+	})
+	if hi > 4 {
+		t.Errorf("limit up to %d 10 s after the path was fast again, want 4 or less", hi)
 	}
 }
