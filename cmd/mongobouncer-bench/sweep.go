@@ -251,7 +251,7 @@ func writeSweepTable(w io.Writer, clients int, s sweep, rows []sweepRow) {
 	}
 	fmt.Fprintf(w, "\n== %d clients, %s workload, %v per size, slowdown %s\n", clients, s.cfg.Workload, s.cfg.Duration, slow)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "pool\tops/s\t× best\tp50\tp99\tp99 × best\terrors\tlimit min–max\t")
+	fmt.Fprintln(tw, "pool\tops/s\t× best\tp50\tp99\tp99 × best\terrors\tlimit min–max\tsteal\t")
 	for _, r := range rows {
 		rel, relP99 := "–", "–"
 		if best >= 0 && rows[best].Result.OpsPerSec > 0 {
@@ -268,8 +268,9 @@ func writeSweepTable(w io.Writer, clients int, s sweep, rows []sweepRow) {
 			}
 			lim = fmt.Sprintf("%g–%g", lo, hi)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%v\t%v\t%s\t%d\t%s\t\n", r.Size, r.Result.OpsPerSec, rel,
-			r.Result.Latency.P50.Round(time.Microsecond), r.Result.Latency.P99.Round(time.Microsecond), relP99, r.Result.Errors, lim)
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%v\t%v\t%s\t%d\t%s\t%.1f%%\t\n", r.Size, r.Result.OpsPerSec, rel,
+			r.Result.Latency.P50.Round(time.Microsecond), r.Result.Latency.P99.Round(time.Microsecond), relP99, r.Result.Errors, lim,
+			100*r.Result.Steal)
 	}
 	_ = tw.Flush()
 	if best >= 0 {

@@ -32,10 +32,11 @@ func TestSweepTable(t *testing.T) {
 		return r
 	}
 	var buf bytes.Buffer
-	writeSweepTable(&buf, 10, sweep{cfg: loadgen.Config{Workload: "find-insert", Duration: time.Second}},
-		[]sweepRow{row("2", 500, 20*time.Millisecond), row("8", 1000, 10*time.Millisecond), row("auto", 950, 11*time.Millisecond, 8, 5, 12)})
+	rows := []sweepRow{row("2", 500, 20*time.Millisecond), row("8", 1000, 10*time.Millisecond), row("auto", 950, 11*time.Millisecond, 8, 5, 12)}
+	rows[0].Result.Steal = 0.123 // the host took an eighth of the CPU during that size's run
+	writeSweepTable(&buf, 10, sweep{cfg: loadgen.Config{Workload: "find-insert", Duration: time.Second}}, rows)
 	out := buf.String()
-	for _, want := range []string{"best fixed size: 8", "0.95", "1.10", "5–12"} {
+	for _, want := range []string{"best fixed size: 8", "0.95", "1.10", "5–12", "steal", "12.3%"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

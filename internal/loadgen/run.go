@@ -39,6 +39,12 @@ type Result struct {
 	OpsPerSec float64 `json:"ops_per_sec"`
 	// Latency summarises the measured operations' latencies.
 	Latency Latency `json:"latency"`
+	// Steal is the share of the machine's CPU time the hypervisor gave
+	// other guests during the run, warm-up included (Linux's steal time;
+	// 0 where it cannot be read). On a shared two-core VM it moves a
+	// CPU-bound upstream's throughput by a tenth and more, so sweeps
+	// report it beside each size.
+	Steal float64 `json:"cpu_steal,omitempty"`
 
 	hist *Histogram
 }
@@ -153,6 +159,7 @@ func Run(ctx context.Context, addr string, cfg Config) (Result, error) {
 		prep = prepareDriver(ctx, addr, cfg)
 		defer prep.close(ctx, cfg.Logger.Warn)
 	}
+	steal0, total0, stealErr := machineCPU()
 	start := time.Now()
 	if cfg.OnStart != nil {
 		cfg.OnStart(start)
@@ -190,5 +197,8 @@ func Run(ctx context.Context, addr string, cfg Config) (Result, error) {
 		}
 	}
 	res.Latency = res.hist.Summary()
+	if steal1, total1, err := machineCPU(); err == nil && stealErr == nil && total1 > total0 {
+		res.Steal = float64(steal1-steal0) / float64(total1-total0)
+	}
 	return res, ctx.Err()
 }
