@@ -135,12 +135,8 @@ func Compare(ctx context.Context, directAddr, proxiedAddr string, cfg Config) (r
 		Direct:  SideSummary{Addr: directAddr},
 		Proxied: SideSummary{Addr: proxiedAddr},
 	}
-	steal0, total0, stealErr := machineCPU()
-	defer func() {
-		if steal1, total1, err := machineCPU(); err == nil && stealErr == nil && total1 > total0 {
-			rep.Steal = float64(steal1-steal0) / float64(total1-total0)
-		}
-	}()
+	stolen := startSteal()
+	defer func() { rep.Steal = stolen() }()
 	for round := cfg.RoundOffset; round < cfg.RoundOffset+cfg.Rounds; round++ {
 		order := []string{SideDirect, SideProxied}
 		if round%2 == 1 {

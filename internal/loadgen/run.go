@@ -159,7 +159,7 @@ func Run(ctx context.Context, addr string, cfg Config) (Result, error) {
 		prep = prepareDriver(ctx, addr, cfg)
 		defer prep.close(ctx, cfg.Logger.Warn)
 	}
-	steal0, total0, stealErr := machineCPU()
+	stolen := startSteal()
 	start := time.Now()
 	if cfg.OnStart != nil {
 		cfg.OnStart(start)
@@ -197,8 +197,20 @@ func Run(ctx context.Context, addr string, cfg Config) (Result, error) {
 		}
 	}
 	res.Latency = res.hist.Summary()
-	if steal1, total1, err := machineCPU(); err == nil && stealErr == nil && total1 > total0 {
-		res.Steal = float64(steal1-steal0) / float64(total1-total0)
-	}
+	res.Steal = stolen()
 	return res, ctx.Err()
+}
+
+// startSteal starts measuring the share of the machine's CPU time the
+// hypervisor gave other guests; the function it returns reports the share
+// since (0 where /proc/stat cannot be read).
+func startSteal() func() float64 {
+	steal0, total0, err0 := machineCPU()
+	return func() float64 {
+		steal1, total1, err := machineCPU()
+		if err != nil || err0 != nil || total1 <= total0 {
+			return 0
+		}
+		return float64(steal1-steal0) / float64(total1-total0)
+	}
 }
