@@ -40,12 +40,11 @@ package pool
 // took under half of it (no queue is faster than no load; the limit is
 // held meanwhile, and one such window, a run of fast reads, resets when
 // the next is not, except while the probes find the minimum raised: then
-// one is the slow path ending, and the limit stays held until the
-// probe); a probe
-// that finds the no-load RTT over three times the lowest seen is followed
-// by another five seconds later, not thirty, until six in a row agree, so
-// that the limit does not climb on a slow minimum once the path is fast
-// again. Early probes are at least five seconds apart.
+// one is the slow path ending, and the limit stays held until the probe);
+// a probe that finds the no-load RTT over three times the lowest seen is
+// followed by another five seconds later, not thirty, until six in a row
+// agree, so that the limit does not climb on a slow minimum once the path
+// is fast again. Early probes are at least five seconds apart.
 //
 // And a probe that measured a slower path gives the throughput back at
 // once: after every probe the limit is at least the bandwidth-delay
@@ -292,7 +291,8 @@ func (l *ProbeLimiter) update(now time.Duration) {
 		l.minRTT = time.Duration(rtt)
 	}
 	raw := float64(l.minRTT) * (1 + probeBuffer) / rtt
-	if raw >= reprobeLow && raw <= reprobeHigh {
+	agrees := raw >= reprobeLow && raw <= reprobeHigh // the window is near the minimum
+	if agrees {
 		// Only windows that agree with the minimum measure the rate the
 		// bandwidth-delay product needs: not those of a slower path,
 		// whose low rate is the limit it brought down.
@@ -303,7 +303,7 @@ func (l *ProbeLimiter) update(now time.Duration) {
 		}
 	}
 	switch {
-	case raw >= reprobeLow && raw <= reprobeHigh && l.elevated > 0 && l.lowSince >= 0:
+	case agrees && l.elevated > 0 && l.lowSince >= 0:
 		// While the last probes found the no-load RTT raised (a slower
 		// path), one window under half of it is the path coming back,
 		// not noise: the limit stays held until the probe, or it
@@ -311,7 +311,7 @@ func (l *ProbeLimiter) update(now time.Duration) {
 		// fills the difference (FerretDB, after a 300 ms slowdown: to
 		// 95 connections and 495 timeouts).
 		l.offSince = -1
-	case raw >= reprobeLow && raw <= reprobeHigh:
+	case agrees:
 		l.offSince, l.lowSince = -1, -1
 	case raw > reprobeHigh && l.elevated > 0:
 		l.offSince = -1
