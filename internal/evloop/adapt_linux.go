@@ -113,12 +113,12 @@ func (a *adapter) ended(sentAt, now time.Duration) {
 	}
 }
 
-// use readies upstream u for a request of an endpoint served by d: in the
-// epoll set when d is epoll, out of it otherwise. The caller has u checked
-// out, so no other endpoint uses it meanwhile.
-func (a *adapter) use(d driver, u *Upstream) error {
+// use readies upstream u for a request of endpoint ep, served by d: in
+// ep's epoll set when d is epoll (join), out of every set otherwise. The
+// caller has u checked out, so no other endpoint uses it meanwhile.
+func (a *adapter) use(d driver, u *Upstream, ep *Endpoint) error {
 	if d == driver(a.lite) {
-		return a.lite.join(u)
+		return a.lite.join(u, ep)
 	}
 	a.lite.leave(u)
 	return nil

@@ -162,3 +162,53 @@ func TestAdaptiveLoopKeepsUpstreamsOutOfEpollUnderLoad(t *testing.T) {
 		t.Fatalf("under load: endpoint on io_uring %v, upstream in the epoll set %v; want true, false", onRing, inSet)
 	}
 }
+
+// Served by epoll, the upstream joins the epoll set of the endpoint whose
+// request it carries, and moves there from another thread's set, so that
+// the reply wakes the thread that took the request and not a second one.
+func TestAdaptiveLoopPutsTheUpstreamOnItsEndpointsThread(t *testing.T) {
+	r := newEngineRig(t, IOAdaptive)
+	a := r.l.adapt
+	if len(a.lite.threads) < 2 {
+		t.Fatalf("%d epoll threads, want 2", len(a.lite.threads))
+	}
+	r.serveUpstream(t, 10)
+	_ = r.client.SetDeadline(time.Now().Add(10 * time.Second))
+	a.onHeavy.Store(false)
+	sets := func() (up, ep int, inSet bool) {
+		r.h.ep.Mu.Lock()
+		defer r.h.ep.Mu.Unlock()
+		return r.h.u.epoll.set, r.h.ep.reg.(*epollClient).set, r.h.u.epoll.inSet
+	}
+	exchange := func(q string) {
+		t.Helper()
+		if _, err := r.client.Write([]byte(q)); err != nil {
+			t.Fatal(err)
+		}
+		expectReply(t, r.client, reverse(q))
+	}
+	exchange("abcd")
+	up, ep, inSet := sets()
+	if !inSet || up != ep {
+		t.Fatalf("after a request on epoll: upstream in set %d (in a set: %v), endpoint in %d; want the endpoint's", up, inSet, ep)
+	}
+	// The last user of the upstream was on the other thread: it is in
+	// that thread's set.
+	other := a.lite.threads[0].ep
+	if other == ep {
+		other = a.lite.threads[1].ep
+	}
+	r.h.ep.Mu.Lock()
+	a.lite.leave(r.h.u)
+	err := a.lite.join1(r.h.u.epoll, other)
+	r.h.ep.Mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"efgh", "ijkl"} {
+		exchange(q)
+		if up, ep, inSet := sets(); !inSet || up != ep {
+			t.Fatalf("after %q: upstream in set %d (in a set: %v), endpoint in %d; want it moved to the endpoint's", q, up, inSet, ep)
+		}
+	}
+}

@@ -138,7 +138,7 @@ func (ep *Endpoint) SendRequest(th Thread, u *Upstream, req, buf []byte) {
 	u.owner.Store(ep)
 	if a := ep.lp.l.adapt; a != nil {
 		ep.lp.sentAt = monoNow()
-		if err := a.use(ep.lp.drv, u); err != nil {
+		if err := a.use(ep.lp.drv, u, ep); err != nil {
 			ep.h.Failed(th, "write", err)
 			return
 		}

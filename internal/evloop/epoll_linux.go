@@ -237,7 +237,7 @@ func (d *epollDriver) upstreamReady(th Thread, eu *epollUp, hup bool) {
 
 func (d *epollDriver) attachClient(ep *Endpoint, fd int) (registration, error) {
 	ec := &epollClient{fdn: fd, ent: &epollEntry{fd: fd, ep: ep}}
-	set, err := d.add(fd, ec.ent)
+	set, err := d.add(fd, ec.ent, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +265,7 @@ func (d *epollDriver) attachUpstream(u *Upstream, fd int) error {
 	eu.ent = &epollEntry{fd: fd, u: eu}
 	eu.ready.Store(true)
 	if !d.lazy {
-		if err := d.join1(eu); err != nil {
+		if err := d.join1(eu, -1); err != nil {
 			return err
 		}
 	}
@@ -273,17 +273,35 @@ func (d *epollDriver) attachUpstream(u *Upstream, fd int) error {
 	return nil
 }
 
-// join puts u's socket in an epoll set, for a request of an endpoint
-// epoll serves; the owner's.
-func (d *epollDriver) join(u *Upstream) error {
-	if eu := u.epoll; !eu.inSet {
-		return d.join1(eu)
+// join puts u's socket in the epoll set of ep, the endpoint epoll serves
+// whose request u carries; the owner's (u is checked out to ep).
+//
+// ep's set, not any: the reply then wakes the thread that took the
+// request, and one thread serves the whole exchange. On another thread's
+// set (where round-robin put it, or the last endpoint that used it left
+// it), every reply woke a second thread: at one client both loop threads
+// blocked in epoll_wait holding the runtime's Ps, so sysmon retook them
+// and the scheduler parked and woke threads (futexes), and the two threads
+// handed the endpoint's lock to each other; 1.5 context switches more per
+// operation than HAProxy, whose backend connection lives on its
+// frontend's thread (docs/performance.md, session 14). The move costs two
+// epoll_ctl calls when the last user was on another thread; it happens
+// only at the light loads epoll serves on a loop of both drivers (under
+// load io_uring serves, and its placement packs clients instead).
+func (d *epollDriver) join(u *Upstream, ep *Endpoint) error {
+	eu := u.epoll
+	set := ep.reg.(*epollClient).set
+	if eu.inSet && eu.set == set {
+		return nil
 	}
-	return nil
+	d.leave(u)
+	return d.join1(eu, set)
 }
 
-func (d *epollDriver) join1(eu *epollUp) error {
-	set, err := d.add(eu.fdn, eu.ent)
+// join1 puts eu's socket in epoll set set (-1: the next thread's, round
+// robin).
+func (d *epollDriver) join1(eu *epollUp, set int) error {
+	set, err := d.add(eu.fdn, eu.ent, set)
 	if err != nil {
 		return err
 	}
@@ -374,9 +392,9 @@ func (d *epollDriver) stop() {
 	}
 }
 
-// add registers fd, edge-triggered, for e, and returns the epoll set it
-// is in.
-func (d *epollDriver) add(fd int, e *epollEntry) (int, error) {
+// add registers fd, edge-triggered, for e in epoll set set (-1: the next
+// thread's, round robin), and returns the set it is in.
+func (d *epollDriver) add(fd int, e *epollEntry, set int) (int, error) {
 	d.tabMu.Lock()
 	tab := *d.tab.Load()
 	if fd >= len(tab) {
@@ -390,13 +408,15 @@ func (d *epollDriver) add(fd int, e *epollEntry) (int, error) {
 	tab[fd].Store(e)
 	d.tabMu.Unlock()
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET, Fd: int32(fd)}
-	// Round-robin over the threads' sets.
-	th := d.threads[int(d.l.next.Add(1)-1)%len(d.threads)]
-	if err := syscall.EpollCtl(th.ep, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if set < 0 {
+		// Round-robin over the threads' sets.
+		set = d.threads[int(d.l.next.Add(1)-1)%len(d.threads)].ep
+	}
+	if err := syscall.EpollCtl(set, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		d.forget(e)
 		return -1, fmt.Errorf("epoll_ctl: %w", err)
 	}
-	return th.ep, nil
+	return set, nil
 }
 
 // forget drops e's registration from the table (its descriptor leaves the
