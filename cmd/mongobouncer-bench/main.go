@@ -147,6 +147,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		slowFor    = fs.Duration("slow-for", 0, "-sweep: how long the slowdown lasts")
 		plotPath   = fs.String("plot", "", "-sweep: write the adaptive limit over time to this PNG (suffixed -N per client count when there are several)")
 		rotate     = fs.Int("sweep-rotate", 0, "-sweep: start the size order at this index, so that repeated runs alternate which size goes first")
+		reverse    = fs.Bool("sweep-reverse", false, "-sweep: run the (rotated) size order backwards; a run and its reverse put every size at the same mean place, so a drift over the run (FerretDB's) falls on all alike")
+		pause      = fs.Duration("sweep-pause", 5*time.Second, "-sweep: idle time before each size, so that the upstream has finished the last size's queued work")
 		modelArg   = fs.String("model", "", "-sweep against a capacity model in this process instead of -upstream: WORKERS,SERVICE[,CONTENTION] (8,5ms,0.3: 8 commands served at once, 5 ms each, each 30 % slower per 8 commands beyond 8 in the server)")
 		slowWork   = fs.Int("slow-workers", 0, "-sweep -model: the other slowdown, a background job taking this many of the model's workers from -slow-at for -slow-for")
 		autoBinArg = fs.String("auto-bin", "", "-sweep: NAME=PATH,... mongobouncer builds for sizes auto-NAME (another limiter algorithm, linked in with -ldflags -X)")
@@ -224,7 +226,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		var out output
 		out.Sweep, err = runSweep(ctx, sweep{cfg: cfg, counts: slices.DeleteFunc(clientCounts, func(n int) bool { return n == 0 }),
 			sizes: sizes, bin: *sweepBin, autoBins: autoBins, model: model, slowWorkers: *slowWork, upstream: *upstream, mode: *bMode, loop: *bLoop, slowDelay: *slowDelay,
-			slowAt: *slowAt, slowFor: *slowFor, plot: *plotPath, rotate: *rotate, scrape: *scrape}, table)
+			slowAt: *slowAt, slowFor: *slowFor, plot: *plotPath, rotate: *rotate, reverse: *reverse, pause: *pause, scrape: *scrape}, table)
 		if err != nil {
 			out.Error = err.Error()
 			fmt.Fprintf(stderr, "mongobouncer-bench: %v\n", err)

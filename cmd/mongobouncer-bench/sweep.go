@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -48,7 +49,36 @@ type sweep struct {
 	model       *fakemongo.Server // the -model upstream, nil with -upstream
 	plot        string            // PNG path ("": none); one per count, suffixed with it when several
 	rotate      int               // start the size order at this index (alternates repeated runs)
-	scrape      time.Duration
+	// reverse runs the rotated order backwards: a run and its reverse put
+	// every size at the same mean position (sweepOrder).
+	reverse bool
+	// pause is the idle time before each size's run (sweepOne).
+	pause  time.Duration
+	scrape time.Duration
+}
+
+// sweepOrder is the order a run measures sizes in: rotated to start at
+// index rotate, and backwards when reverse is set.
+//
+// Why both: FerretDB's throughput drifts within a run (its SQLite WAL
+// grows while readers never leave it, and each size's leftovers add to
+// the next), so the later a size runs the less it gets: 116 ops/s first
+// and 77 last in one 1,000-client run (docs/performance.md, session 14).
+// Rotation alone moves the first place around, but over fewer runs than
+// sizes some size is always late (in session 13's five runs of eight
+// sizes, "auto" ran at places 2-6, 32 at 0-4). A run and its reverse
+// put each size at places i and n-1-i, the same mean for all, so a drift
+// that is linear in the place falls on every size alike.
+func sweepOrder(sizes []string, rotate int, reverse bool) []string {
+	n := len(sizes)
+	out := make([]string, n)
+	for i := range n {
+		out[i] = sizes[((i+rotate)%n+n)%n]
+	}
+	if reverse {
+		slices.Reverse(out)
+	}
+	return out
 }
 
 // sweepRow is one size's run at one client count.
@@ -91,8 +121,7 @@ func runSweep(ctx context.Context, s sweep, w io.Writer) ([]sweepRow, error) {
 	var rows []sweepRow
 	for _, n := range s.counts {
 		var these []sweepRow
-		for i := range s.sizes {
-			size := s.sizes[(i+s.rotate)%len(s.sizes)]
+		for _, size := range sweepOrder(s.sizes, s.rotate, s.reverse) {
 			row, err := sweepOne(ctx, s, n, size)
 			if err != nil {
 				return rows, fmt.Errorf("%d clients, pool %s: %w", n, size, err)
@@ -119,6 +148,18 @@ func runSweep(ctx context.Context, s sweep, w io.Writer) ([]sweepRow, error) {
 // sweepOne runs the workload against a fresh mongobouncer of one size,
 // in front of a fresh relay to the upstream.
 func sweepOne(ctx context.Context, s sweep, clients int, size string) (sweepRow, error) {
+	// The upstream finishes what the last size left queued first, and
+	// FerretDB's WAL restarts once no reader holds it; without the pause
+	// each size began where the last one's load left the upstream.
+	if s.pause > 0 {
+		t := time.NewTimer(s.pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return sweepRow{}, ctx.Err()
+		case <-t.C:
+		}
+	}
 	relay, err := loadgen.ListenRelay("127.0.0.1:0", s.upstream, loadgen.RelayGoroutine)
 	if err != nil {
 		return sweepRow{}, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +63,27 @@ func TestParseModelAndAutoBins(t *testing.T) {
 	}
 	if got, err := parseSizes("8,auto,auto-vegas"); err != nil || len(got) != 3 || !isAuto(got[2]) {
 		t.Fatalf("auto-NAME sizes: %v, %v", got, err)
+	}
+}
+
+// A run and its reverse put every size at places summing to n-1, whatever
+// the rotation: a drift linear in the place falls on all sizes alike.
+func TestSweepOrderBalancesPlaces(t *testing.T) {
+	sizes := []string{"2", "4", "8", "16", "32", "64", "auto"}
+	if got := sweepOrder(sizes, 2, false); !slices.Equal(got, []string{"8", "16", "32", "64", "auto", "2", "4"}) {
+		t.Fatalf("rotation 2: %v", got)
+	}
+	for r := range 2 * len(sizes) {
+		fwd, rev := sweepOrder(sizes, r, false), sweepOrder(sizes, r, true)
+		place := map[string]int{}
+		for i := range fwd {
+			place[fwd[i]] += i
+			place[rev[i]] += i
+		}
+		for _, s := range sizes {
+			if place[s] != len(sizes)-1 {
+				t.Fatalf("rotation %d: size %s at places summing to %d, want %d (%v, %v)", r, s, place[s], len(sizes)-1, fwd, rev)
+			}
+		}
 	}
 }

@@ -45,6 +45,8 @@ type driverPrep struct {
 	client *mongo.Client
 	coll   *mongo.Collection
 	name   string
+	// opTimeout is the run's operation timeout, the drop's too.
+	opTimeout time.Duration
 	// err is a set-up failure, reported as the run's first error.
 	err error
 }
@@ -77,7 +79,7 @@ func prepareDriver(ctx context.Context, addr string, cfg Config) *driverPrep {
 	if err != nil {
 		return &driverPrep{err: fmt.Errorf("connect: %w", err)}
 	}
-	p := &driverPrep{client: client, name: fmt.Sprintf("run_%d_%08x", time.Now().UnixNano(), rand.Uint32())}
+	p := &driverPrep{client: client, name: fmt.Sprintf("run_%d_%08x", time.Now().UnixNano(), rand.Uint32()), opTimeout: cfg.OpTimeout}
 	p.coll = client.Database(cfg.Database).Collection(p.name)
 	if cfg.Workload == WorkloadFindInsert {
 		docs := make([]any, seedDocs)
@@ -116,7 +118,12 @@ func (p *driverPrep) close(ctx context.Context, log func(msg string, args ...any
 	if p.client == nil {
 		return
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	// The drop may queue behind operations the run's end cut short, which
+	// a pooler in front of a slow server still has to serve (1,000 clients
+	// at FerretDB's ~100 a second: ten seconds, where the drop timed out
+	// at 5 s and left every run's collection behind): it gets as long as
+	// an operation.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(cleanupTimeout, p.opTimeout))
 	defer cancel()
 	if err := p.coll.Drop(cctx); err != nil {
 		log("loadgen: dropping the driver workload collection failed", "collection", p.name, "err", err)
