@@ -152,12 +152,8 @@ func sweepOne(ctx context.Context, s sweep, clients int, size string) (sweepRow,
 	// FerretDB's WAL restarts once no reader holds it; without the pause
 	// each size began where the last one's load left the upstream.
 	if s.pause > 0 {
-		t := time.NewTimer(s.pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if sleepCtx(ctx, s.pause); ctx.Err() != nil {
 			return sweepRow{}, ctx.Err()
-		case <-t.C:
 		}
 	}
 	relay, err := loadgen.ListenRelay("127.0.0.1:0", s.upstream, loadgen.RelayGoroutine)

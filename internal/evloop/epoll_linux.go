@@ -290,19 +290,15 @@ func (d *epollDriver) attachUpstream(u *Upstream, fd int) error {
 // load io_uring serves, and its placement packs clients instead).
 func (d *epollDriver) join(u *Upstream, ep *Endpoint) error {
 	eu := u.epoll
-	ec, ok := ep.reg.(*epollClient)
-	if !ok {
-		// No socket of epoll's (a failed move left none): any set.
-		if eu.inSet {
-			return nil
-		}
-		return d.join1(eu, -1)
+	set := -1 // no socket of epoll's (a failed move left none): any set
+	if ec, ok := ep.reg.(*epollClient); ok {
+		set = ec.set
 	}
-	if eu.inSet && eu.set == ec.set {
+	if eu.inSet && (set < 0 || eu.set == set) {
 		return nil
 	}
 	d.leave(u)
-	return d.join1(eu, ec.set)
+	return d.join1(eu, set)
 }
 
 // join1 puts eu's socket in epoll set set (-1: the next thread's, round
