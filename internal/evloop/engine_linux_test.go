@@ -106,6 +106,7 @@ type engineRig struct {
 	h      *relay
 	client net.Conn // the test's side of the endpoint's socket
 	peer   net.Conn // the upstream's far side
+	up     net.Conn // the upstream connection whose socket the loop borrows
 }
 
 func newEngineRig(t *testing.T, model string) *engineRig {
@@ -132,6 +133,7 @@ func newEngineRig(t *testing.T, model string) *engineRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { uc.Close() })
+	r.up = uc
 	rc, err := uc.(*net.UnixConn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)

@@ -288,6 +288,13 @@ func (d *epollDriver) attachUpstream(u *Upstream, fd int) error {
 // epoll_ctl calls when the last user was on another thread; it happens
 // only at the light loads epoll serves on a loop of both drivers (under
 // load io_uring serves, and its placement packs clients instead).
+//
+// The epoll_ctl calls name the socket by its number, so they run inside
+// the connection's Control, where it cannot be closed: the pool closes a
+// connection in use when it is interrupted (CMAP), and by then the number
+// may be a new client's socket, which a stale EPOLL_CTL_DEL would take out
+// of its set and a stale EPOLL_CTL_ADD would hand to this entry (that
+// client would wait for ever). A closed connection fails the request.
 func (d *epollDriver) join(u *Upstream, ep *Endpoint) error {
 	eu := u.epoll
 	set := -1 // no socket of epoll's (a failed move left none): any set
@@ -297,8 +304,15 @@ func (d *epollDriver) join(u *Upstream, ep *Endpoint) error {
 	if eu.inSet && (set < 0 || eu.set == set) {
 		return nil
 	}
-	d.leave(u)
-	return d.join1(eu, set)
+	var err error
+	if cerr := u.rc.Control(func(uintptr) {
+		d.leaveLocked(eu)
+		err = d.join1(eu, set)
+	}); cerr != nil {
+		d.dropStale(eu)
+		return cerr
+	}
+	return err
 }
 
 // join1 puts eu's socket in epoll set set (-1: the next thread's, round
@@ -317,13 +331,32 @@ func (d *epollDriver) join1(eu *epollUp, set int) error {
 
 // leave takes u's socket out of its epoll set, for a request of an
 // endpoint io_uring serves: its reply must not wake an epoll thread. The
-// owner's.
+// owner's. As join, it names the socket only while the connection is open.
 func (d *epollDriver) leave(u *Upstream) {
-	if eu := u.epoll; eu.inSet {
+	eu := u.epoll
+	if !eu.inSet {
+		return
+	}
+	if cerr := u.rc.Control(func(uintptr) { d.leaveLocked(eu) }); cerr != nil {
+		d.dropStale(eu)
+	}
+}
+
+// leaveLocked is leave inside the connection's Control.
+func (d *epollDriver) leaveLocked(eu *epollUp) {
+	if eu.inSet {
 		d.forget(eu.ent)
 		_ = syscall.EpollCtl(eu.set, syscall.EPOLL_CTL_DEL, eu.fdn, nil)
 		eu.inSet = false
 	}
+}
+
+// dropStale forgets a closed connection's registration without naming its
+// number: the kernel drops the socket from the set once the last
+// descriptor of it (io_uring's duplicate) is closed.
+func (d *epollDriver) dropStale(eu *epollUp) {
+	d.forget(eu.ent)
+	eu.inSet = false
 }
 
 func (d *epollDriver) recvRequest(th Thread, ep *Endpoint) {

@@ -149,8 +149,10 @@ type Loop struct {
 	next atomic.Uint32
 
 	// readyMu guards ready and head: posted results to run, from head on;
-	// and readyShut, set once Stop took the last of them. readyN, their
-	// number, lets threads skip the lock when there is none.
+	// and readyShut, set once Stop took the last of them. Post also
+	// writes the wake-up pipe under it, and Stop closes the pipe only once
+	// readyShut is set (see Stop). readyN, their number, lets threads skip
+	// the lock when there is none.
 	readyMu   sync.Mutex
 	ready     []readyItem
 	head      int
@@ -241,6 +243,12 @@ func (l *Loop) epollDrv() *epollDriver {
 // Stop ends the loop threads and waits for them and the helpers (Go).
 // Results posted too late for a thread are resumed here, off the loop
 // (th nil); later ones are the poster's (Post returns false).
+//
+// The wake-up pipe is closed only after readyShut is set, and Post writes
+// it only under readyMu with readyShut unset: a Post racing Stop must never
+// write to the pipe's descriptor number once it is closed, since the number
+// may by then be another connection's socket (a byte written there would
+// corrupt that connection's stream).
 func (l *Loop) Stop() {
 	l.stopped.Store(true)
 	l.stop()
@@ -249,15 +257,23 @@ func (l *Loop) Stop() {
 	l.ready, l.head, l.readyShut = nil, 0, true
 	l.readyN.Store(0)
 	l.readyMu.Unlock()
+	closeFds(l.stopR, l.wakeR, l.wakeW)
+	if testHookPipesClosed != nil {
+		testHookPipesClosed()
+	}
 	for _, it := range late {
 		it.ep.Resume(nil, it.v, it.err)
 	}
 }
 
+// testHookPipesClosed, when set, runs as Stop has closed the pipes (tests).
+var testHookPipesClosed func()
+
 // Stopped reports whether Stop has begun.
 func (l *Loop) Stopped() bool { return l.stopped.Load() }
 
-// stop ends the threads and releases the pipes and the driver.
+// stop ends the threads and releases the driver; Stop closes the other
+// pipe ends once no Post can write to them.
 func (l *Loop) stop() {
 	close(l.done)
 	_ = syscall.Close(l.stopW)
@@ -266,7 +282,6 @@ func (l *Loop) stop() {
 	if l.adapt != nil {
 		l.adapt.lite.stop()
 	}
-	closeFds(l.stopR, l.wakeR, l.wakeW)
 }
 
 func closeFds(fds ...int) {
@@ -282,14 +297,16 @@ func closeFds(fds ...int) {
 // once the loop has stopped: the caller resumes ep itself, off the loop.
 func (l *Loop) Post(ep *Endpoint, v any, err error) bool {
 	l.readyMu.Lock()
+	defer l.readyMu.Unlock()
 	if l.readyShut {
-		l.readyMu.Unlock()
 		return false
 	}
 	l.ready = append(l.ready, readyItem{ep: ep, v: v, err: err})
 	l.readyN.Add(1)
-	l.readyMu.Unlock()
 	if l.running.Load() == 0 && l.wakePending.CompareAndSwap(false, true) {
+		// Under readyMu, so that Stop cannot close the pipe meanwhile
+		// (see Stop). The pipe is non-blocking and holds one byte at a
+		// time (wakePending), so the write never waits.
 		one := [1]byte{1}
 		_, _ = syscall.Write(l.wakeW, one[:])
 	}
