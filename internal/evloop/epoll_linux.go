@@ -36,6 +36,14 @@ type epollDriver struct {
 	// request (join, leave).
 	lazy bool
 
+	// setsMu and setsShut keep epoll_ctl off the sets' numbers once stop
+	// has closed them (ctl): calls off the loop threads, which stop does
+	// not wait for (a goroutine failing a request when the pool closed its
+	// connection, which then serves the client's next one), may name a set
+	// after that, when its number may be another loop's set, or a socket.
+	setsMu   sync.RWMutex
+	setsShut bool
+
 	tabMu sync.Mutex // guards growth of tab; entries are stored and read atomically
 	// tab maps a descriptor to its registration.
 	tab atomic.Pointer[[]atomic.Pointer[epollEntry]]
@@ -254,7 +262,7 @@ func (d *epollDriver) detachClient(ep *Endpoint) (int, bool) {
 		return -1, false
 	}
 	d.forget(ec.ent)
-	_ = syscall.EpollCtl(ec.set, syscall.EPOLL_CTL_DEL, ec.fdn, nil)
+	_ = d.ctl(ec.set, syscall.EPOLL_CTL_DEL, ec.fdn, nil)
 	fd := ec.fdn
 	ec.fdn = -1
 	return fd, true
@@ -346,7 +354,7 @@ func (d *epollDriver) leave(u *Upstream) {
 func (d *epollDriver) leaveLocked(eu *epollUp) {
 	if eu.inSet {
 		d.forget(eu.ent)
-		_ = syscall.EpollCtl(eu.set, syscall.EPOLL_CTL_DEL, eu.fdn, nil)
+		_ = d.ctl(eu.set, syscall.EPOLL_CTL_DEL, eu.fdn, nil)
 		eu.inSet = false
 	}
 }
@@ -422,10 +430,26 @@ func (d *epollDriver) upstreamClosed(u *Upstream) {
 // when they return (or the user's goroutine's, which the user waits for).
 func (d *epollDriver) awaitSends(context.Context) error { return nil }
 
+// stop closes the sets, once no ctl is under way; later ones do nothing.
 func (d *epollDriver) stop() {
+	d.setsMu.Lock()
+	defer d.setsMu.Unlock()
+	d.setsShut = true
 	for _, th := range d.threads {
 		_ = syscall.Close(th.ep)
 	}
+}
+
+// ctl is epoll_ctl on set, one of the driver's sets, while it is open
+// (setsMu); ErrStopped once stop closed it, which took every descriptor
+// out of it.
+func (d *epollDriver) ctl(set, op, fd int, ev *syscall.EpollEvent) error {
+	d.setsMu.RLock()
+	defer d.setsMu.RUnlock()
+	if d.setsShut {
+		return ErrStopped
+	}
+	return syscall.EpollCtl(set, op, fd, ev)
 }
 
 // add registers fd, edge-triggered, for e in epoll set set (-1: the next
@@ -448,7 +472,7 @@ func (d *epollDriver) add(fd int, e *epollEntry, set int) (int, error) {
 		// Round-robin over the threads' sets.
 		set = d.threads[int(d.l.next.Add(1)-1)%len(d.threads)].ep
 	}
-	if err := syscall.EpollCtl(set, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := d.ctl(set, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		d.forget(e)
 		return -1, fmt.Errorf("epoll_ctl: %w", err)
 	}

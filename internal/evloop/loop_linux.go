@@ -257,7 +257,7 @@ func (l *Loop) Stop() {
 	l.ready, l.head, l.readyShut = nil, 0, true
 	l.readyN.Store(0)
 	l.readyMu.Unlock()
-	closeFds(l.stopR, l.wakeR, l.wakeW)
+	l.closePipes()
 	if testHookPipesClosed != nil {
 		testHookPipesClosed()
 	}
@@ -283,6 +283,11 @@ func (l *Loop) stop() {
 		l.adapt.lite.stop()
 	}
 }
+
+// closePipes closes what stop leaves of the pipes (its read ends and the
+// wake-up pipe), once no Post can write them: after readyShut, or on a
+// loop that was never returned.
+func (l *Loop) closePipes() { closeFds(l.stopR, l.wakeR, l.wakeW) }
 
 func closeFds(fds ...int) {
 	for _, fd := range fds {

@@ -116,12 +116,13 @@ type ringThread struct {
 	wakeBuf [64]byte
 
 	// The arm queue: receives other threads ask this one to start, for
-	// clients whose home it is. qMu guards q; qN is its length, read
-	// without the lock. busy is set from an Enter's return to the
-	// thread's last look at q; evPending while a wake-up written to ev
-	// (an eventfd) is not yet taken.
+	// clients whose home it is. qMu guards q and qShut, set once teardown
+	// closes ev; qN is q's length, read without the lock. busy is set from
+	// an Enter's return to the thread's last look at q; evPending while a
+	// wake-up written to ev (an eventfd) is not yet taken.
 	qMu       sync.Mutex
 	q         []armItem
+	qShut     bool
 	qN        atomic.Int32
 	busy      atomic.Bool
 	ev        int
@@ -215,10 +216,11 @@ func startRing(n int, spinMax time.Duration, spins *SpinCounts, log *slog.Logger
 		} else {
 			err = fmt.Errorf("eventfd: %w", errno)
 		}
-		// The threads started close their eventfds as they stop; stop
-		// closes the pipes.
+		// The threads started close their eventfds as they stop. No
+		// Post can reach a loop that was never returned.
 		close(d.all)
 		l.stop()
+		l.closePipes()
 		return nil, err
 	}
 	l.threads = len(d.threads)
@@ -227,6 +229,7 @@ func startRing(n int, spinMax time.Duration, spins *SpinCounts, log *slog.Logger
 		lite, err := newEpollDriver(l, n, false)
 		if err != nil {
 			l.stop()
+			l.closePipes()
 			return nil, err
 		}
 		lite.lazy = true
@@ -248,11 +251,19 @@ func (d *ringDriver) home() *ringThread {
 // post asks th to start a receive for ep. The protocol is the ready
 // list's: th looks at q after clearing busy, and a poster that finds busy
 // clear wakes it.
+//
+// The wake-up is written under qMu with qShut unset: threads stop one by
+// one, and another thread, an epoll thread or the sweeper may post to one
+// that closed ev, whose number may be another connection's socket by then.
+// Such a post has nothing to do: teardown closes a closed client's socket.
 func (th *ringThread) post(rc *ringClient, kind armKind) {
 	th.qMu.Lock()
+	defer th.qMu.Unlock()
+	if th.qShut {
+		return
+	}
 	th.q = append(th.q, armItem{rc: rc, kind: kind})
 	th.qN.Add(1)
-	th.qMu.Unlock()
 	if !th.busy.Load() && th.evPending.CompareAndSwap(false, true) {
 		var one [8]byte
 		binary.NativeEndian.PutUint64(one[:], 1)
@@ -446,6 +457,9 @@ func (th *ringThread) teardown() {
 	// the receives linked to them, are dropped.
 	_ = th.ring.Enter(0)
 	th.ring.Close()
+	th.qMu.Lock()
+	th.qShut = true // no post writes ev from now on (post)
+	th.qMu.Unlock()
 	_ = syscall.Close(th.ev)
 	for i, obj := range th.ops {
 		th.ops[i] = nil

@@ -147,3 +147,86 @@ func TestAdaptiveLoopLeavesAClosedUpstreamsNumberAlone(t *testing.T) {
 		t.Errorf("the new client's socket is in the other thread's set too (%v)", err)
 	}
 }
+
+// The io_uring threads stop one by one: another thread, an epoll thread or
+// the sweeper may still post to one that has torn down and closed its
+// eventfd (a client whose home it was, closed with its receive armed). The
+// post writes nothing to whatever socket took the eventfd's number.
+func TestRingPostNeverWritesAClosedEventfd(t *testing.T) {
+	if !RingSupported() {
+		t.Skip("the kernel refuses io_uring here")
+	}
+	l, err := Start(Options{IO: IOUring, Threads: 2, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := l.ringDrv().threads[1]
+	ev := th.ev
+	l.Stop()
+	fd, peer := takeNumber(t, ev)
+	defer syscall.Close(fd)
+	defer syscall.Close(peer)
+	th.evPending.Store(false) // a post would wake the thread, if it could
+	th.post(&ringClient{ep: &Endpoint{}}, armClose)
+	var b [16]byte
+	if n, _ := syscall.Read(peer, b[:]); n > 0 {
+		t.Errorf("a post wrote %d bytes to the socket that took the eventfd's number", n)
+	}
+}
+
+// takeEpollNumber makes epoll sets until one has descriptor number n, and
+// returns it; it closes the sets it does not keep.
+func takeEpollNumber(t *testing.T, n int) int {
+	t.Helper()
+	var spare []int
+	defer func() { closeFds(spare...) }()
+	for range 64 {
+		ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ep == n {
+			return ep
+		}
+		spare = append(spare, ep)
+	}
+	t.Fatalf("descriptor %d was not reused", n)
+	return -1
+}
+
+// Stop does not wait for the goroutines that act on endpoints off the loop
+// threads (one failing a request whose connection the pool closed goes on
+// to the client's next request, which may move the client to epoll or put
+// an upstream in an epoll set): once the sets are closed, the driver names
+// none of their numbers, which may be another loop's sets by then.
+func TestStoppedEpollDriverLeavesReusedSetNumbersAlone(t *testing.T) {
+	for _, model := range []string{IOEpoll, IOAdaptive} {
+		t.Run(model, func(t *testing.T) {
+			if model != IOEpoll && !RingSupported() {
+				t.Skip("the kernel refuses io_uring here")
+			}
+			l, err := Start(Options{IO: model, Threads: 1, Log: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := l.epollDrv()
+			set := d.threads[0].ep
+			l.Stop()
+			other := takeEpollNumber(t, set)
+			defer syscall.Close(other)
+			fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC|syscall.SOCK_NONBLOCK, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeFds(fds[:]...)
+			fd := fds[0]
+			if _, err := d.attachClient(&Endpoint{}, fd); !errors.Is(err, ErrStopped) {
+				t.Errorf("attach on a stopped driver: %v, want ErrStopped", err)
+			}
+			ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(fd)}
+			if err := syscall.EpollCtl(other, syscall.EPOLL_CTL_MOD, fd, &ev); err != syscall.ENOENT {
+				t.Errorf("the socket went into the set that took the stopped set's number (%v)", err)
+			}
+		})
+	}
+}
