@@ -52,11 +52,13 @@ type App struct {
 	// (auth_user), nil without auth_user; a reload gives it the new routes.
 	authLookup *authLookup
 
-	mu sync.Mutex // guards cfg, routes, listeners and draining
+	mu sync.Mutex // guards cfg, routes, closed, listeners and draining
 	// cfg is the configuration in force.
 	cfg config.Config
 	// routes are the running routes by name.
 	routes map[string]*route
+	// closed is set once closeRoutes took the routes: apply refuses.
+	closed bool
 	// listeners by listenKey: configured address and route, since two
 	// listeners may both be configured with port 0.
 	listeners map[string]*listener
@@ -574,6 +576,10 @@ func (a *App) closeRoutes() {
 	a.mu.Lock()
 	routes := a.routes
 	a.routes = map[string]*route{}
+	// A reload that gets the lock after this would build routes that
+	// nothing closes (apply): an admin reload can outlive the admin
+	// listener's shutdown, or wait for another on reloadMu.
+	a.closed = true
 	a.mu.Unlock()
 	for _, r := range routes {
 		r.topo.Close()

@@ -9,6 +9,7 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/config"
 	"github.com/mongobouncer/mongobouncer/internal/metrics"
 	"github.com/mongobouncer/mongobouncer/internal/proxy"
+	"github.com/mongobouncer/mongobouncer/internal/routing"
 	"github.com/mongobouncer/mongobouncer/internal/topology"
 )
 
@@ -165,12 +166,8 @@ func (a *App) Ready() (bool, []string) {
 
 // Pause stops handing out connections for a route, or for all ("").
 func (a *App) Pause(name string) error {
-	rs, err := a.pick(name)
-	if err != nil {
+	if err := a.setGate(name, (*routing.Route).Pause); err != nil {
 		return err
-	}
-	for _, r := range rs {
-		r.live.Pause()
 	}
 	a.log.Info("paused", "route", name)
 	return nil
@@ -178,16 +175,43 @@ func (a *App) Pause(name string) error {
 
 // Resume undoes Pause.
 func (a *App) Resume(name string) error {
-	rs, err := a.pick(name)
-	if err != nil {
+	if err := a.setGate(name, (*routing.Route).Resume); err != nil {
 		return err
-	}
-	for _, r := range rs {
-		r.live.Resume()
 	}
 	a.log.Info("resumed", "route", name)
 	return nil
 }
+
+// setGate pauses or resumes (act) the running route name, or all (""),
+// under a.mu, which a reload's switchRoutes holds too: a pause that acted
+// on routes picked before a reload replaced them would close the gate of
+// a route that has left the table, after switchRoutes looked at it, where
+// no resume reaches it (a request that chose that route before the switch
+// would wait at its gate until shutdown), and leave the route now
+// configured unpaused; a resume so lost would leave the new one paused.
+func (a *App) setGate(name string, act func(*routing.Route)) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var rs []*routing.Route
+	for n, r := range a.routes {
+		if name == "" || n == name {
+			rs = append(rs, r.live)
+		}
+	}
+	if len(rs) == 0 && name != "" {
+		return fmt.Errorf("%w %q", admin.ErrUnknownRoute, name)
+	}
+	if testHookSetGate != nil {
+		testHookSetGate()
+	}
+	for _, r := range rs {
+		act(r) // gateMu is a leaf
+	}
+	return nil
+}
+
+// testHookSetGate, when set, runs as setGate is about to act (tests).
+var testHookSetGate func()
 
 // Reconnect clears the pools of a route, or of all (""), so that every
 // connection is replaced: in-use ones finish their request and are closed

@@ -18,6 +18,9 @@ import (
 // alone.
 var ErrNoConfigFile = errors.New("no configuration file to reload (started without --config)")
 
+// ErrClosed is returned by Reload once the App has closed its routes.
+var ErrClosed = errors.New("mongobouncer is closed")
+
 // reload re-reads the configuration file and applies it without dropping a
 // client: changed pool limits and pool modes apply live, added routes
 // start, removed routes leave the routing table at once and close once
@@ -64,6 +67,9 @@ func (a *App) reload() error {
 func (a *App) apply(cfg config.Config, want []config.EffectiveRoute, users *auth.Users) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed {
+		return ErrClosed
+	}
 
 	var changes []string
 	next := map[string]*route{}
