@@ -201,19 +201,7 @@ func TestReloadWhileDrainingIsNotReady(t *testing.T) {
 // Without Options.Notify nothing is sent and Reload still works.
 func TestNoNotifierReloads(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{})
-	path := filepath.Join(t.TempDir(), "mb.toml")
-	body := fmt.Sprintf("[mongobouncer]\nlisten = \"127.0.0.1:0\"\n[databases.\"*\"]\nconnection_string = %q\n", up.URI())
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := fileApp(t, up.URI())
 	a.Start()
 	if err := a.Reload(); err != nil {
 		t.Fatal(err)

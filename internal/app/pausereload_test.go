@@ -12,6 +12,34 @@ import (
 	"github.com/mongobouncer/mongobouncer/internal/testutil/fakemongo"
 )
 
+// writeStarRoute writes a configuration file at path with one "*" route to
+// uri, listening on a free port.
+func writeStarRoute(t *testing.T, path, uri string) {
+	t.Helper()
+	body := fmt.Sprintf("[mongobouncer]\nlisten = \"127.0.0.1:0\"\n[databases.\"*\"]\nconnection_string = %q\n", uri)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fileApp builds an App from a "*" route to uri written to a file, so that
+// Reload re-reads it; it returns the file's path. The caller starts and
+// closes the App.
+func fileApp(t *testing.T, uri string) (*App, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "mb.toml")
+	writeStarRoute(t, path, uri)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, path
+}
+
 // A pause racing a reload that replaces its route lands on the route now
 // configured, never on the one that left the table: that one's gate no
 // resume reaches (resume acts on the table), so a request that chose the
@@ -21,28 +49,12 @@ import (
 func TestPauseRacingReloadPausesTheRouteNowConfigured(t *testing.T) {
 	up1 := fakemongo.Start(t, fakemongo.Options{})
 	up2 := fakemongo.Start(t, fakemongo.Options{})
-	path := filepath.Join(t.TempDir(), "mb.toml")
-	write := func(uri string) {
-		t.Helper()
-		body := fmt.Sprintf("[mongobouncer]\nlisten = \"127.0.0.1:0\"\n[databases.\"*\"]\nconnection_string = %q\n", uri)
-		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(up1.URI())
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, path := fileApp(t, up1.URI())
 	t.Cleanup(func() { closeApp(a) })
 	a.Start()
 	old := a.server.Route("*")
 
-	write(up2.URI()) // a new upstream: the reload replaces the route
+	writeStarRoute(t, path, up2.URI()) // a new upstream: the reload replaces the route
 	reloaded := make(chan error, 1)
 	testHookSetGate = func() {
 		go func() { reloaded <- a.Reload() }()
@@ -85,19 +97,7 @@ func TestPauseRacingReloadPausesTheRouteNowConfigured(t *testing.T) {
 // SRV polling) would run on after Close, which nothing closes.
 func TestReloadAfterCloseBuildsNothing(t *testing.T) {
 	up := fakemongo.Start(t, fakemongo.Options{})
-	path := filepath.Join(t.TempDir(), "mb.toml")
-	body := fmt.Sprintf("[mongobouncer]\nlisten = \"127.0.0.1:0\"\n[databases.\"*\"]\nconnection_string = %q\n", up.URI())
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := fileApp(t, up.URI())
 	a.Start()
 	closeApp(a)
 	if err := a.Reload(); !errors.Is(err, ErrClosed) {

@@ -10,36 +10,44 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// takeNumber opens socket pairs until one end has descriptor number n, and
-// returns that end and its peer; it closes the pairs it does not keep.
-func takeNumber(t *testing.T, n int) (int, int) {
+// reuseNumber calls open, which opens descriptors, until one of them has
+// number n, and returns what that call opened; it closes the rest.
+func reuseNumber(t *testing.T, n int, open func() ([]int, error)) []int {
 	t.Helper()
 	var spare []int
-	defer func() {
-		for _, fd := range spare {
-			_ = syscall.Close(fd)
-		}
-	}()
+	defer func() { closeFds(spare...) }()
 	for range 64 {
-		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC|syscall.SOCK_NONBLOCK, 0)
+		fds, err := open()
 		if err != nil {
 			t.Fatal(err)
 		}
-		switch n {
-		case fds[0]:
-			return fds[0], fds[1]
-		case fds[1]:
-			return fds[1], fds[0]
+		if slices.Contains(fds, n) {
+			return fds
 		}
-		spare = append(spare, fds[0], fds[1])
+		spare = append(spare, fds...)
 	}
 	t.Fatalf("descriptor %d was not reused", n)
-	return -1, -1
+	return nil
+}
+
+// takeNumber opens socket pairs until one end has descriptor number n, and
+// returns that end and its peer.
+func takeNumber(t *testing.T, n int) (int, int) {
+	t.Helper()
+	fds := reuseNumber(t, n, func() ([]int, error) {
+		p, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC|syscall.SOCK_NONBLOCK, 0)
+		return p[:], err
+	})
+	if fds[0] == n {
+		return fds[0], fds[1]
+	}
+	return fds[1], fds[0]
 }
 
 // A Post that races Stop never writes to the wake-up pipe's number after
@@ -175,23 +183,13 @@ func TestRingPostNeverWritesAClosedEventfd(t *testing.T) {
 }
 
 // takeEpollNumber makes epoll sets until one has descriptor number n, and
-// returns it; it closes the sets it does not keep.
+// returns it.
 func takeEpollNumber(t *testing.T, n int) int {
 	t.Helper()
-	var spare []int
-	defer func() { closeFds(spare...) }()
-	for range 64 {
+	return reuseNumber(t, n, func() ([]int, error) {
 		ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ep == n {
-			return ep
-		}
-		spare = append(spare, ep)
-	}
-	t.Fatalf("descriptor %d was not reused", n)
-	return -1
+		return []int{ep}, err
+	})[0]
 }
 
 // Stop does not wait for the goroutines that act on endpoints off the loop
